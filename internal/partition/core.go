@@ -1,0 +1,485 @@
+package partition
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/protocol"
+)
+
+// Config is what a partition core is built with. The zero values of the
+// optional fields are usable.
+type Config struct {
+	// ID is this partition's index in [0, Partitions).
+	ID int
+	// Partitions is P, the number of partitions of the application.
+	Partitions int
+	// MaxBatch returns how many invocations of one address may go in one
+	// request (module.yaml maxNumBatchRequests); ≤ 0 or a nil func means no
+	// cap.
+	MaxBatch func(t address.TypeName) int
+	// Egress checks a record a function sends to an egress and returns its
+	// route (a playground topic). An error refuses the whole response. A nil
+	// func refuses every egress message.
+	Egress func(namespace, typ string, arg *protocol.TypedValue) (route string, err error)
+	// RetryBase is the first backoff after a failed attempt, in ms; it
+	// doubles per attempt up to RetryMax. Defaults 50 and 10000.
+	RetryBase, RetryMax int64
+}
+
+// Restore is the durable starting point of a core: what the store held at
+// the last commit. The shell feeds the inbox's messages as MessageArrived
+// after New, in key order.
+type Restore struct {
+	CommitID   uint64
+	VersionSeq uint64
+	// OutSeq is the next sequence for messages this partition produces:
+	// above every pending inbox message whose source is this partition.
+	OutSeq uint64
+	// Timers are the pending delayed messages. New timer ids continue above
+	// the highest of them (ids of fired timers may be reused: their keys are
+	// gone).
+	Timers []Timer
+}
+
+// versionEpoch is added to the version counter at every restore, so a
+// version handed out by a commit that was lost in a crash is never handed
+// out again for another value.
+const versionEpoch = 1 << 32
+
+// Core is the state machine of one partition. It is not safe for concurrent
+// use: one goroutine (the partition's mailbox) owns it.
+type Core struct {
+	cfg Config
+	r   Reader
+	now int64
+
+	mailboxes map[address.Address]*mailbox
+	backlog   int
+
+	specs map[address.TypeName][]Spec
+
+	// overlay holds writes applied but not yet durable, newest per entry,
+	// tagged with the commit that carries them; byCommit lists them so
+	// CommitDurable can drop them without a scan.
+	overlay  map[stateKey]overlayEntry
+	byCommit map[uint64][]stateKey
+
+	timers   timerHeap
+	schedSeq uint64
+	pendingT map[uint64]*timerItem // delayed messages by timer id
+	tokens   map[tokenKey]uint64   // (sender id, token) → timer id
+
+	nextRequest uint64
+	commitID    uint64
+	versionSeq  uint64
+	outSeq      uint64
+	timerSeq    uint64
+
+	pending  *Commit
+	stateIdx map[stateKey]int // index in pending.State
+	ready    Ready
+}
+
+type stateKey struct {
+	addr  address.Address
+	state string
+}
+
+type overlayEntry struct {
+	entry  Entry
+	delete bool
+	commit uint64
+}
+
+type tokenKey struct{ sender, token string }
+
+type queued struct {
+	key InboxKey
+	inv *protocol.ToFunction_Invocation
+}
+
+// mailbox is the per-address queue: at most one batch in flight, later
+// messages wait and go out together when it completes.
+type mailbox struct {
+	queue    []queued
+	inflight *batch
+}
+
+type batch struct {
+	request uint64
+	msgs    []queued
+	attempt int
+	// waiting is set while the batch sits out a backoff.
+	waiting bool
+}
+
+// New returns a core that starts from a durable restore point.
+func New(cfg Config, r Reader, rs Restore) *Core {
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = 50
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = 10_000
+	}
+	c := &Core{
+		cfg:        cfg,
+		r:          r,
+		mailboxes:  map[address.Address]*mailbox{},
+		specs:      map[address.TypeName][]Spec{},
+		overlay:    map[stateKey]overlayEntry{},
+		byCommit:   map[uint64][]stateKey{},
+		pendingT:   map[uint64]*timerItem{},
+		tokens:     map[tokenKey]uint64{},
+		commitID:   rs.CommitID,
+		versionSeq: rs.VersionSeq + versionEpoch,
+		outSeq:     rs.OutSeq,
+	}
+	c.resetPending()
+	for _, t := range rs.Timers {
+		c.addTimer(t)
+	}
+	return c
+}
+
+func (c *Core) resetPending() {
+	c.pending = &Commit{}
+	c.stateIdx = map[stateKey]int{}
+}
+
+// Step feeds one event at time now (unix ms; a now earlier than one already
+// seen is treated as that one). A non-nil error comes from the Reader: the
+// partition must stop.
+func (c *Core) Step(now int64, ev Event) error {
+	if now > c.now {
+		c.now = now
+	}
+	var err error
+	switch ev := ev.(type) {
+	case MessageArrived:
+		err = c.enqueue(ev.Key, ev.Env)
+	case ResultArrived:
+		err = c.onResult(ev)
+	case CommitDurable:
+		c.onDurable(ev.ID)
+	case Tick:
+	default:
+		panic(fmt.Sprintf("partition: unknown event %T", ev))
+	}
+	if err != nil {
+		return err
+	}
+	return c.fireDue()
+}
+
+// Ready returns the effects since the last call and cuts the commit under
+// construction. The caller owns what it returns.
+func (c *Core) Ready() Ready {
+	rd := c.ready
+	c.ready = Ready{}
+	if !c.pending.Empty() {
+		c.commitID++
+		c.pending.ID = c.commitID
+		c.pending.VersionSeq = c.versionSeq
+		rd.Commit = c.pending
+		c.resetPending()
+	}
+	return rd
+}
+
+// HasReady reports whether Ready would return anything.
+func (c *Core) HasReady() bool {
+	return len(c.ready.Invocations) > 0 || len(c.ready.Failures) > 0 || !c.pending.Empty()
+}
+
+// NextDeadline returns the time at which a Tick has work to do (a delayed
+// message is due or a backoff ends), and false when nothing is scheduled.
+func (c *Core) NextDeadline() (int64, bool) {
+	c.timers.dropCancelled()
+	if len(c.timers) == 0 {
+		return 0, false
+	}
+	return c.timers[0].due, true
+}
+
+// Backlog is the number of messages waiting behind in-flight invocations.
+func (c *Core) Backlog() int { return c.backlog }
+
+// CommitID is the id of the last commit Ready handed out.
+func (c *Core) CommitID() uint64 { return c.commitID }
+
+func (c *Core) enqueue(key InboxKey, env *protocol.Envelope) error {
+	addr := toAddress(env.GetTarget())
+	mb := c.mailboxes[addr]
+	if mb == nil {
+		mb = &mailbox{}
+		c.mailboxes[addr] = mb
+	}
+	mb.queue = append(mb.queue, queued{key: key, inv: &protocol.ToFunction_Invocation{
+		Caller:   env.GetCaller(),
+		Argument: env.GetArgument(),
+	}})
+	c.backlog++
+	if mb.inflight == nil {
+		return c.startBatch(addr, mb)
+	}
+	return nil
+}
+
+// startBatch sends everything queued for addr (up to the batch cap).
+func (c *Core) startBatch(addr address.Address, mb *mailbox) error {
+	n := len(mb.queue)
+	if max := c.maxBatch(addr.Type); max > 0 && n > max {
+		n = max
+	}
+	msgs := make([]queued, n)
+	copy(msgs, mb.queue)
+	rest := mb.queue[n:]
+	mb.queue = append(mb.queue[:0:0], rest...)
+	c.backlog -= n
+	mb.inflight = &batch{msgs: msgs}
+	return c.send(addr, mb.inflight)
+}
+
+func (c *Core) maxBatch(t address.TypeName) int {
+	if c.cfg.MaxBatch == nil {
+		return 0
+	}
+	return c.cfg.MaxBatch(t)
+}
+
+// send builds the request of b with every registered state attached, as it
+// is now, and hands it out.
+func (c *Core) send(addr address.Address, b *batch) error {
+	specs, err := c.specsOf(addr.Type)
+	if err != nil {
+		return err
+	}
+	req := &protocol.ToFunction_InvocationBatchRequest{
+		Target:      toProto(addr),
+		State:       make([]*protocol.ToFunction_PersistedValue, 0, len(specs)),
+		Invocations: make([]*protocol.ToFunction_Invocation, len(b.msgs)),
+	}
+	for _, s := range specs {
+		pv := &protocol.ToFunction_PersistedValue{StateName: s.Name}
+		e, ok, err := c.get(addr, s.Name)
+		if err != nil {
+			return err
+		}
+		if ok {
+			pv.StateValue = &protocol.TypedValue{Typename: s.Typename, HasValue: true, Value: e.Value}
+		}
+		req.State = append(req.State, pv)
+	}
+	for i, q := range b.msgs {
+		req.Invocations[i] = q.inv
+	}
+	c.nextRequest++
+	b.request = c.nextRequest
+	b.waiting = false
+	c.ready.Invocations = append(c.ready.Invocations, Invocation{
+		Addr:    addr,
+		Request: b.request,
+		Attempt: b.attempt,
+		Body:    &protocol.ToFunction{Request: &protocol.ToFunction_Invocation_{Invocation: req}},
+	})
+	return nil
+}
+
+func (c *Core) onResult(ev ResultArrived) error {
+	mb := c.mailboxes[ev.Addr]
+	if mb == nil || mb.inflight == nil || mb.inflight.waiting || mb.inflight.request != ev.Request {
+		return nil // a stale result: the batch was already settled
+	}
+	if ev.Err != nil {
+		c.fail(ev.Addr, mb.inflight, ev.Err, false)
+		return nil
+	}
+	switch r := ev.Response.GetResponse().(type) {
+	case *protocol.FromFunction_IncompleteInvocationContext_:
+		if err := c.learn(ev.Addr.Type, r.IncompleteInvocationContext.GetMissingValues()); err != nil {
+			c.fail(ev.Addr, mb.inflight, err, true)
+			return nil
+		}
+		// StateFun re-sends the same invocations with every state attached.
+		return c.send(ev.Addr, mb.inflight)
+	default:
+		// No oneof set means a response with no effects, as in StateFun.
+		fx, err := c.validate(ev.Addr, ev.Response.GetInvocationResult())
+		if err != nil {
+			c.fail(ev.Addr, mb.inflight, err, true)
+			return nil
+		}
+		if err := c.apply(ev.Addr, mb.inflight, fx); err != nil {
+			return err
+		}
+		mb.inflight = nil
+		if len(mb.queue) > 0 {
+			return c.startBatch(ev.Addr, mb)
+		}
+		delete(c.mailboxes, ev.Addr)
+		return nil
+	}
+}
+
+// fail schedules a retry of b with capped exponential backoff. The batch
+// keeps its messages: nothing is lost, and the address's later messages wait.
+func (c *Core) fail(addr address.Address, b *batch, err error, violation bool) {
+	b.attempt++
+	backoff := c.cfg.RetryMax
+	if shift := b.attempt - 1; shift < 30 && c.cfg.RetryBase<<shift < backoff {
+		backoff = c.cfg.RetryBase << shift
+	}
+	b.waiting = true
+	at := c.now + backoff
+	c.schedule(&timerItem{due: at, retry: &retryRef{addr: addr, b: b}})
+	c.ready.Failures = append(c.ready.Failures, Failure{
+		Addr: addr, Attempt: b.attempt, Violation: violation, Err: err, RetryAt: at,
+	})
+}
+
+// learn registers the states a function reported missing. A name already
+// registered must keep its type; reporting nothing new is a protocol loop.
+func (c *Core) learn(t address.TypeName, missing []*protocol.FromFunction_PersistedValueSpec) error {
+	cur, err := c.specsOf(t)
+	if err != nil {
+		return err
+	}
+	next := append([]Spec(nil), cur...)
+	added := false
+	for _, m := range missing {
+		s, err := specFromProto(m)
+		if err != nil {
+			return err
+		}
+		if i := indexSpec(next, s.Name); i >= 0 {
+			if next[i].Typename != s.Typename {
+				return fmt.Errorf("state %q is registered with type %s, the function now declares %s", s.Name, next[i].Typename, s.Typename)
+			}
+			continue
+		}
+		next = append(next, s)
+		added = true
+	}
+	if !added {
+		return errors.New("the function reported missing states that were all sent")
+	}
+	c.specs[t] = next
+	if c.pending.Specs == nil {
+		c.pending.Specs = map[address.TypeName][]Spec{}
+	}
+	c.pending.Specs[t] = next
+	return nil
+}
+
+func specFromProto(m *protocol.FromFunction_PersistedValueSpec) (Spec, error) {
+	s := Spec{Name: m.GetStateName(), Typename: m.GetTypeTypename()}
+	if s.Name == "" {
+		return s, errors.New("the function declared a state with an empty name")
+	}
+	if s.Typename == "" {
+		s.Typename = "io.statefun.types/unset"
+	}
+	switch es := m.GetExpirationSpec(); es.GetMode() {
+	case protocol.FromFunction_ExpirationSpec_NONE:
+	case protocol.FromFunction_ExpirationSpec_AFTER_WRITE, protocol.FromFunction_ExpirationSpec_AFTER_INVOKE:
+		if es.GetExpireAfterMillis() <= 0 {
+			return s, fmt.Errorf("state %q: expiration after %d ms", s.Name, es.GetExpireAfterMillis())
+		}
+		s.Mode, s.TTL = ExpireMode(es.GetMode()), es.GetExpireAfterMillis()
+	default:
+		return s, fmt.Errorf("state %q: unknown expiration mode %d", s.Name, es.GetMode())
+	}
+	return s, nil
+}
+
+func indexSpec(specs []Spec, name string) int {
+	for i, s := range specs {
+		if s.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *Core) specsOf(t address.TypeName) ([]Spec, error) {
+	if s, ok := c.specs[t]; ok {
+		return s, nil
+	}
+	s, err := c.r.Specs(t)
+	if err != nil {
+		return nil, err
+	}
+	c.specs[t] = s
+	return s, nil
+}
+
+// get reads an entry as the partition sees it now: its own applied writes
+// first, then the durable store; expired values are absent.
+func (c *Core) get(a address.Address, state string) (Entry, bool, error) {
+	e, ok, err := c.getRaw(a, state)
+	if err != nil || !ok || e.expired(c.now) {
+		return Entry{}, false, err
+	}
+	return e, true, nil
+}
+
+func (c *Core) getRaw(a address.Address, state string) (Entry, bool, error) {
+	if o, ok := c.overlay[stateKey{a, state}]; ok {
+		return o.entry, !o.delete, nil
+	}
+	return c.r.State(a, state)
+}
+
+// write records an entry change in the commit under construction and in
+// the overlay that later reads see.
+func (c *Core) write(a address.Address, state string, e Entry, del bool) {
+	k := stateKey{a, state}
+	id := c.commitID + 1 // the id the pending commit will get
+	c.overlay[k] = overlayEntry{entry: e, delete: del, commit: id}
+	c.byCommit[id] = append(c.byCommit[id], k)
+	w := StateWrite{Addr: a, State: state, Entry: e, Delete: del}
+	if i, ok := c.stateIdx[k]; ok {
+		c.pending.State[i] = w
+		return
+	}
+	c.stateIdx[k] = len(c.pending.State)
+	c.pending.State = append(c.pending.State, w)
+}
+
+func (c *Core) onDurable(id uint64) {
+	for cid, keys := range c.byCommit {
+		if cid > id {
+			continue
+		}
+		for _, k := range keys {
+			if o, ok := c.overlay[k]; ok && o.commit <= id {
+				delete(c.overlay, k)
+			}
+		}
+		delete(c.byCommit, cid)
+	}
+}
+
+// produce writes a message from this partition into its target's inbox.
+// A target in this partition is queued at once; others are delivered by the
+// shell once the commit is durable.
+func (c *Core) produce(env *protocol.Envelope) error {
+	dest := address.Partition(env.GetTarget().GetId(), c.cfg.Partitions)
+	key := InboxKey{Partition: dest, Source: uint32(c.cfg.ID), Seq: c.outSeq}
+	c.outSeq++
+	c.pending.Produced = append(c.pending.Produced, Produced{Key: key, Env: env})
+	if dest == c.cfg.ID {
+		return c.enqueue(key, env)
+	}
+	return nil
+}
+
+func toAddress(a *protocol.Address) address.Address {
+	return address.Address{Type: address.TypeName{Namespace: a.GetNamespace(), Name: a.GetType()}, ID: a.GetId()}
+}
+
+func toProto(a address.Address) *protocol.Address {
+	return &protocol.Address{Namespace: a.Type.Namespace, Type: a.Type.Name, Id: a.ID}
+}

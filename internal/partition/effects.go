@@ -1,0 +1,224 @@
+package partition
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/protocol"
+)
+
+// ViolationError is a response that broke the protocol. Its effects are
+// refused as a whole and the batch is retried like a failed call: StateFun
+// would fail the whole job; we keep every other address running and let an
+// operator (or a redeployed function) fix it.
+type ViolationError struct{ Reason string }
+
+func (e *ViolationError) Error() string { return "protocol violation: " + e.Reason }
+
+func violation(format string, args ...any) error {
+	return &ViolationError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// IsViolation reports whether err is a protocol violation by the function.
+func IsViolation(err error) bool {
+	var v *ViolationError
+	return errors.As(err, &v)
+}
+
+// effects is a validated response, ready to apply without further checks.
+type effects struct {
+	messages  []*protocol.Envelope
+	delayed   []delayedOp
+	egress    []Egress
+	mutations []mutation
+}
+
+type delayedOp struct {
+	cancel bool
+	token  string
+	delay  int64
+	env    *protocol.Envelope
+}
+
+type mutation struct {
+	spec  Spec
+	del   bool
+	value []byte
+}
+
+// validate checks a whole response before any of it is applied, so that a
+// bad response changes nothing.
+func (c *Core) validate(self address.Address, r *protocol.FromFunction_InvocationResponse) (*effects, error) {
+	fx := &effects{}
+	if r == nil {
+		return fx, nil
+	}
+	caller := toProto(self)
+	for i, m := range r.GetOutgoingMessages() {
+		if err := checkTarget(m.GetTarget()); err != nil {
+			return nil, violation("outgoing message %d: %v", i, err)
+		}
+		if m.GetArgument() == nil {
+			return nil, violation("outgoing message %d to %s has no argument", i, toAddress(m.GetTarget()))
+		}
+		fx.messages = append(fx.messages, &protocol.Envelope{Target: m.GetTarget(), Caller: caller, Argument: m.GetArgument()})
+	}
+	// Tokens are scoped by the sender's id; follow the adds and cancels of
+	// this response in order to find a duplicate it creates itself.
+	changed := map[string]bool{} // token → pending after this response
+	pending := func(tok string) bool {
+		if p, ok := changed[tok]; ok {
+			return p
+		}
+		_, ok := c.tokens[tokenKey{self.ID, tok}]
+		return ok
+	}
+	for i, d := range r.GetDelayedInvocations() {
+		if d.GetIsCancellationRequest() {
+			if d.GetCancellationToken() == "" {
+				return nil, violation("delayed invocation %d: a cancellation request without a token", i)
+			}
+			fx.delayed = append(fx.delayed, delayedOp{cancel: true, token: d.GetCancellationToken()})
+			changed[d.GetCancellationToken()] = false
+			continue
+		}
+		if d.GetDelayInMs() < 0 {
+			return nil, violation("delayed invocation %d: negative delay %d ms", i, d.GetDelayInMs())
+		}
+		if err := checkTarget(d.GetTarget()); err != nil {
+			return nil, violation("delayed invocation %d: %v", i, err)
+		}
+		if d.GetArgument() == nil {
+			return nil, violation("delayed invocation %d has no argument", i)
+		}
+		if tok := d.GetCancellationToken(); tok != "" {
+			if pending(tok) {
+				return nil, violation("delayed invocation %d: cancellation token %q is already pending for id %q", i, tok, self.ID)
+			}
+			changed[tok] = true
+		}
+		fx.delayed = append(fx.delayed, delayedOp{
+			token: d.GetCancellationToken(),
+			delay: d.GetDelayInMs(),
+			env:   &protocol.Envelope{Target: d.GetTarget(), Caller: caller, Argument: d.GetArgument(), CancellationToken: d.GetCancellationToken()},
+		})
+	}
+	for i, e := range r.GetOutgoingEgresses() {
+		id := e.GetEgressNamespace() + "/" + e.GetEgressType()
+		if c.cfg.Egress == nil {
+			return nil, violation("egress message %d: unknown egress %s", i, id)
+		}
+		route, err := c.cfg.Egress(e.GetEgressNamespace(), e.GetEgressType(), e.GetArgument())
+		if err != nil {
+			return nil, violation("egress message %d to %s: %v", i, id, err)
+		}
+		fx.egress = append(fx.egress, Egress{Egress: id, Route: route, Record: &protocol.EgressRecord{
+			EgressNamespace: e.GetEgressNamespace(), EgressType: e.GetEgressType(), Argument: e.GetArgument(),
+		}})
+	}
+	specs, err := c.specsOf(self.Type)
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range r.GetStateMutations() {
+		si := indexSpec(specs, m.GetStateName())
+		if si < 0 {
+			return nil, violation("state mutation %d: state %q is not registered for %s", i, m.GetStateName(), self.Type)
+		}
+		spec := specs[si]
+		switch m.GetMutationType() {
+		case protocol.FromFunction_PersistedValueMutation_DELETE:
+			fx.mutations = append(fx.mutations, mutation{spec: spec, del: true})
+		case protocol.FromFunction_PersistedValueMutation_MODIFY:
+			v := m.GetStateValue()
+			if v == nil {
+				return nil, violation("state mutation %d: MODIFY of %q without a value", i, spec.Name)
+			}
+			if v.GetTypename() != spec.Typename {
+				return nil, violation("state mutation %d: state %q is registered as %s, the function wrote %s", i, spec.Name, spec.Typename, v.GetTypename())
+			}
+			fx.mutations = append(fx.mutations, mutation{spec: spec, value: v.GetValue()})
+		default:
+			return nil, violation("state mutation %d: unknown mutation type %d", i, m.GetMutationType())
+		}
+	}
+	return fx, nil
+}
+
+func checkTarget(a *protocol.Address) error {
+	if a == nil {
+		return errors.New("no target address")
+	}
+	if a.GetNamespace() == "" || a.GetType() == "" {
+		return fmt.Errorf("target %q/%q/%q has an empty function type", a.GetNamespace(), a.GetType(), a.GetId())
+	}
+	return nil
+}
+
+// apply carries out a validated response of b, in StateFun's order:
+// messages, delayed messages, egress, then state.
+func (c *Core) apply(self address.Address, b *batch, fx *effects) error {
+	for _, env := range fx.messages {
+		if err := c.produce(env); err != nil {
+			return err
+		}
+	}
+	for _, d := range fx.delayed {
+		if d.cancel {
+			c.cancelTimer(self.ID, d.token)
+			continue
+		}
+		c.timerSeq++
+		t := Timer{Key: TimerKey{Partition: c.cfg.ID, Due: c.now + d.delay, ID: c.timerSeq}, Env: d.env}
+		c.addTimer(t)
+		c.pending.TimersAdded = append(c.pending.TimersAdded, t)
+	}
+	c.pending.Egress = append(c.pending.Egress, fx.egress...)
+
+	specs, err := c.specsOf(self.Type)
+	if err != nil {
+		return err
+	}
+	touched := make(map[string]bool, len(fx.mutations))
+	for _, m := range fx.mutations {
+		touched[m.spec.Name] = true
+		if m.del {
+			if _, ok, err := c.getRaw(self, m.spec.Name); err != nil {
+				return err
+			} else if ok {
+				c.write(self, m.spec.Name, Entry{}, true)
+			}
+			continue
+		}
+		c.versionSeq++
+		e := Entry{Typename: m.spec.Typename, Value: m.value, Version: c.versionSeq}
+		if m.spec.Mode != ExpireNone {
+			e.ExpiresAt = c.now + m.spec.TTL
+		}
+		c.write(self, m.spec.Name, e, false)
+	}
+	// The states the batch read but did not write: an invocation restarts
+	// an AFTER_INVOKE clock, and an expired value is cleaned up.
+	for _, s := range specs {
+		if touched[s.Name] || s.Mode == ExpireNone {
+			continue
+		}
+		e, ok, err := c.getRaw(self, s.Name)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !ok:
+		case e.expired(c.now):
+			c.write(self, s.Name, Entry{}, true)
+		case s.Mode == ExpireAfterInvoke:
+			e.ExpiresAt = c.now + s.TTL
+			c.write(self, s.Name, e, false)
+		}
+	}
+	for _, q := range b.msgs {
+		c.pending.Consumed = append(c.pending.Consumed, q.key)
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package partition
+
+import (
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/protocol"
+)
+
+// Entry is one state value as the store keeps it.
+type Entry struct {
+	// Typename is the type the function registered for this state.
+	Typename string
+	// Value is the exact bytes; it may be empty (a proto3 zero such as int 0).
+	Value []byte
+	// Version changes on every write of the entry; never reused.
+	Version uint64
+	// ExpiresAt is the unix millisecond at which the value expires; 0 never.
+	ExpiresAt int64
+}
+
+// expired reports whether e is past its TTL at now. Expired values are
+// never returned (StateFun's NeverReturnExpired).
+func (e Entry) expired(now int64) bool { return e.ExpiresAt != 0 && e.ExpiresAt <= now }
+
+// ExpireMode is when a state's TTL clock restarts.
+type ExpireMode int32
+
+// The modes match ExpirationSpec.ExpireMode on the wire.
+const (
+	ExpireNone        ExpireMode = 0
+	ExpireAfterWrite  ExpireMode = 1
+	ExpireAfterInvoke ExpireMode = 2
+)
+
+// Spec is one state a function type has declared (learned from an
+// IncompleteInvocationContext and persisted per function type).
+type Spec struct {
+	Name     string
+	Typename string
+	Mode     ExpireMode
+	// TTL is the expiration in milliseconds; 0 when Mode is ExpireNone.
+	TTL int64
+}
+
+// Reader is the committed state the core reads through. Its methods are
+// called only from within Step. An error makes the partition inoperable.
+type Reader interface {
+	// State returns the durable entry of one state of one address.
+	State(a address.Address, state string) (Entry, bool, error)
+	// Specs returns the states registered for a function type, in
+	// registration order.
+	Specs(t address.TypeName) ([]Spec, error)
+}
+
+// InboxKey names one durable message in a partition's inbox. Seq is
+// allocated by the producing source, so (Source, Seq) is unique.
+type InboxKey struct {
+	Partition int
+	Source    uint32
+	Seq       uint64
+}
+
+// SourceIngress is the InboxKey.Source of messages that came from an ingress.
+const SourceIngress = ^uint32(0)
+
+// TimerKey names one pending delayed message of a partition.
+type TimerKey struct {
+	Partition int
+	Due       int64
+	ID        uint64
+}
+
+// Timer is a pending delayed message. Env.Caller is the sender, whose id
+// scopes the cancellation token.
+type Timer struct {
+	Key TimerKey
+	Env *protocol.Envelope
+}
+
+// Event is an input to Step.
+type Event interface{ isEvent() }
+
+// MessageArrived is a durable message for an address of this partition.
+type MessageArrived struct {
+	Key InboxKey
+	Env *protocol.Envelope
+}
+
+// ResultArrived is the outcome of an Invocation: a response, or the error
+// of the attempt (after which the core retries with backoff).
+type ResultArrived struct {
+	Addr     address.Address
+	Request  uint64
+	Response *protocol.FromFunction
+	Err      error
+}
+
+// CommitDurable says the commit with this id (and every earlier one) is
+// durable.
+type CommitDurable struct{ ID uint64 }
+
+// Tick only advances time: due timers fire and backoffs end.
+type Tick struct{}
+
+func (MessageArrived) isEvent() {}
+func (ResultArrived) isEvent()  {}
+func (CommitDurable) isEvent()  {}
+func (Tick) isEvent()           {}
+
+// Invocation is a request to send to the function at Addr now. Its result
+// must come back as a ResultArrived with the same Addr and Request.
+type Invocation struct {
+	Addr    address.Address
+	Request uint64
+	// Attempt is 0 for the first try of a batch, then counts retries.
+	Attempt int
+	Body    *protocol.ToFunction
+}
+
+// Produced is a message written to an inbox by a commit.
+type Produced struct {
+	Key InboxKey
+	Env *protocol.Envelope
+}
+
+// Egress is a record for an egress, routed (e.g. to a playground topic).
+type Egress struct {
+	// Egress is the egress identifier, "namespace/type".
+	Egress string
+	Route  string
+	Record *protocol.EgressRecord
+}
+
+// StateWrite is the last write of one entry in a commit: Entry, or a
+// deletion when Delete is set.
+type StateWrite struct {
+	Addr   address.Address
+	State  string
+	Entry  Entry
+	Delete bool
+}
+
+// Commit is one atomic, durable step of a partition. The committer must
+// apply it in this order: Produced, Timers, State, Specs, Meta, then the
+// deletions (Consumed, TimersRemoved) — a message produced and consumed
+// within the same commit is then gone.
+type Commit struct {
+	// ID is the partition's commit id (the state API's checkpoint id).
+	ID uint64
+	// VersionSeq is the partition's version counter after this commit.
+	VersionSeq uint64
+
+	State         []StateWrite
+	Produced      []Produced
+	Consumed      []InboxKey
+	TimersAdded   []Timer
+	TimersRemoved []TimerKey
+	Egress        []Egress
+	// Specs holds the full new spec list of each type whose specs changed.
+	// The shell publishes them to the other partitions at once, so that
+	// they need no round trip of their own to learn them.
+	Specs map[address.TypeName][]Spec
+}
+
+// Empty reports whether the commit writes nothing.
+func (c *Commit) Empty() bool {
+	return len(c.State) == 0 && len(c.Produced) == 0 && len(c.Consumed) == 0 &&
+		len(c.TimersAdded) == 0 && len(c.TimersRemoved) == 0 && len(c.Egress) == 0 && len(c.Specs) == 0
+}
+
+// Failure is an attempt that did not succeed, for logs and metrics. The
+// core has already scheduled the retry at RetryAt.
+type Failure struct {
+	Addr    address.Address
+	Attempt int
+	// Violation is set when the function answered but broke the protocol
+	// (its effects were refused as a whole).
+	Violation bool
+	Err       error
+	RetryAt   int64
+}
+
+// Ready is the effects of the steps since the last Ready.
+type Ready struct {
+	Invocations []Invocation
+	// Commit is nil when there is nothing to write.
+	Commit   *Commit
+	Failures []Failure
+}

@@ -164,6 +164,8 @@ func (c *Core) Step(now int64, ev Event) error {
 	case CommitDurable:
 		c.onDurable(ev.ID)
 	case Tick:
+	case SpecsKnown:
+		err = c.merge(ev.Type, ev.Specs)
 	default:
 		panic(fmt.Sprintf("partition: unknown event %T", ev))
 	}
@@ -401,6 +403,23 @@ func indexSpec(specs []Spec, name string) int {
 		}
 	}
 	return -1
+}
+
+// merge adds the specs another partition registered; the names this core
+// already knows keep their registration.
+func (c *Core) merge(t address.TypeName, specs []Spec) error {
+	cur, err := c.specsOf(t)
+	if err != nil {
+		return err
+	}
+	next := cur
+	for _, s := range specs {
+		if indexSpec(next, s.Name) < 0 {
+			next = append(next[:len(next):len(next)], s)
+		}
+	}
+	c.specs[t] = next
+	return nil
 }
 
 func (c *Core) specsOf(t address.TypeName) ([]Spec, error) {

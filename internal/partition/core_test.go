@@ -313,7 +313,9 @@ func TestDelayedMessagesFireFromTheSenderAndCanBeCancelled(t *testing.T) {
 	h.now = 1000
 	h.ingress(addr("a"), intVal(1))
 	inv := h.oneInvocation()
-	to := func(id string) *protocol.Address { return &protocol.Address{Namespace: "test", Type: "counter", Id: id} }
+	to := func(id string) *protocol.Address {
+		return &protocol.Address{Namespace: "test", Type: "counter", Id: id}
+	}
 	h.respond(inv, result(&protocol.FromFunction_InvocationResponse{DelayedInvocations: []*protocol.FromFunction_DelayedInvocation{
 		{DelayInMs: 500, Target: to("b"), Argument: intVal(1)},
 		{DelayInMs: 200, Target: to("c"), Argument: intVal(2), CancellationToken: "tok"},

@@ -101,10 +101,18 @@ type CommitDurable struct{ ID uint64 }
 // Tick only advances time: due timers fire and backoffs end.
 type Tick struct{}
 
+// SpecsKnown tells the core that another partition registered states of a
+// function type, so this one needs no negotiation round trip to learn them.
+type SpecsKnown struct {
+	Type  address.TypeName
+	Specs []Spec
+}
+
 func (MessageArrived) isEvent() {}
 func (ResultArrived) isEvent()  {}
 func (CommitDurable) isEvent()  {}
 func (Tick) isEvent()           {}
+func (SpecsKnown) isEvent()     {}
 
 // Invocation is a request to send to the function at Addr now. Its result
 // must come back as a ResultArrived with the same Addr and Request.

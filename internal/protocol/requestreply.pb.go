@@ -10,7 +10,12 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: requestreply.proto
+// source: protocol/requestreply.proto
+
+// The proto package differs from StateFun's (io.statefun.sdk.reqreply) on purpose:
+// package names never reach the wire, and a distinct one lets this file live
+// in one binary with the official Go SDK (tests link both), whose generated
+// code registers the original names.
 
 package protocol
 
@@ -59,11 +64,11 @@ func (x FromFunction_PersistedValueMutation_MutationType) String() string {
 }
 
 func (FromFunction_PersistedValueMutation_MutationType) Descriptor() protoreflect.EnumDescriptor {
-	return file_requestreply_proto_enumTypes[0].Descriptor()
+	return file_protocol_requestreply_proto_enumTypes[0].Descriptor()
 }
 
 func (FromFunction_PersistedValueMutation_MutationType) Type() protoreflect.EnumType {
-	return &file_requestreply_proto_enumTypes[0]
+	return &file_protocol_requestreply_proto_enumTypes[0]
 }
 
 func (x FromFunction_PersistedValueMutation_MutationType) Number() protoreflect.EnumNumber {
@@ -72,7 +77,7 @@ func (x FromFunction_PersistedValueMutation_MutationType) Number() protoreflect.
 
 // Deprecated: Use FromFunction_PersistedValueMutation_MutationType.Descriptor instead.
 func (FromFunction_PersistedValueMutation_MutationType) EnumDescriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3, 0, 0}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3, 0, 0}
 }
 
 type FromFunction_ExpirationSpec_ExpireMode int32
@@ -108,11 +113,11 @@ func (x FromFunction_ExpirationSpec_ExpireMode) String() string {
 }
 
 func (FromFunction_ExpirationSpec_ExpireMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_requestreply_proto_enumTypes[1].Descriptor()
+	return file_protocol_requestreply_proto_enumTypes[1].Descriptor()
 }
 
 func (FromFunction_ExpirationSpec_ExpireMode) Type() protoreflect.EnumType {
-	return &file_requestreply_proto_enumTypes[1]
+	return &file_protocol_requestreply_proto_enumTypes[1]
 }
 
 func (x FromFunction_ExpirationSpec_ExpireMode) Number() protoreflect.EnumNumber {
@@ -121,7 +126,7 @@ func (x FromFunction_ExpirationSpec_ExpireMode) Number() protoreflect.EnumNumber
 
 // Deprecated: Use FromFunction_ExpirationSpec_ExpireMode.Descriptor instead.
 func (FromFunction_ExpirationSpec_ExpireMode) EnumDescriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3, 5, 0}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3, 5, 0}
 }
 
 // Address names one function instance: its type (namespace and name) and id.
@@ -137,7 +142,7 @@ type Address struct {
 
 func (x *Address) Reset() {
 	*x = Address{}
-	mi := &file_requestreply_proto_msgTypes[0]
+	mi := &file_protocol_requestreply_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -149,7 +154,7 @@ func (x *Address) String() string {
 func (*Address) ProtoMessage() {}
 
 func (x *Address) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[0]
+	mi := &file_protocol_requestreply_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -162,7 +167,7 @@ func (x *Address) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Address.ProtoReflect.Descriptor instead.
 func (*Address) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{0}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Address) GetNamespace() string {
@@ -200,7 +205,7 @@ type TypedValue struct {
 
 func (x *TypedValue) Reset() {
 	*x = TypedValue{}
-	mi := &file_requestreply_proto_msgTypes[1]
+	mi := &file_protocol_requestreply_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -212,7 +217,7 @@ func (x *TypedValue) String() string {
 func (*TypedValue) ProtoMessage() {}
 
 func (x *TypedValue) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[1]
+	mi := &file_protocol_requestreply_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -225,7 +230,7 @@ func (x *TypedValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypedValue.ProtoReflect.Descriptor instead.
 func (*TypedValue) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{1}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *TypedValue) GetTypename() string {
@@ -262,7 +267,7 @@ type ToFunction struct {
 
 func (x *ToFunction) Reset() {
 	*x = ToFunction{}
-	mi := &file_requestreply_proto_msgTypes[2]
+	mi := &file_protocol_requestreply_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -274,7 +279,7 @@ func (x *ToFunction) String() string {
 func (*ToFunction) ProtoMessage() {}
 
 func (x *ToFunction) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[2]
+	mi := &file_protocol_requestreply_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -287,7 +292,7 @@ func (x *ToFunction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToFunction.ProtoReflect.Descriptor instead.
 func (*ToFunction) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{2}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ToFunction) GetRequest() isToFunction_Request {
@@ -330,7 +335,7 @@ type FromFunction struct {
 
 func (x *FromFunction) Reset() {
 	*x = FromFunction{}
-	mi := &file_requestreply_proto_msgTypes[3]
+	mi := &file_protocol_requestreply_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +347,7 @@ func (x *FromFunction) String() string {
 func (*FromFunction) ProtoMessage() {}
 
 func (x *FromFunction) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[3]
+	mi := &file_protocol_requestreply_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +360,7 @@ func (x *FromFunction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FromFunction.ProtoReflect.Descriptor instead.
 func (*FromFunction) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FromFunction) GetResponse() isFromFunction_Response {
@@ -411,7 +416,7 @@ type ToFunction_PersistedValue struct {
 
 func (x *ToFunction_PersistedValue) Reset() {
 	*x = ToFunction_PersistedValue{}
-	mi := &file_requestreply_proto_msgTypes[4]
+	mi := &file_protocol_requestreply_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +428,7 @@ func (x *ToFunction_PersistedValue) String() string {
 func (*ToFunction_PersistedValue) ProtoMessage() {}
 
 func (x *ToFunction_PersistedValue) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[4]
+	mi := &file_protocol_requestreply_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +441,7 @@ func (x *ToFunction_PersistedValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToFunction_PersistedValue.ProtoReflect.Descriptor instead.
 func (*ToFunction_PersistedValue) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{2, 0}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{2, 0}
 }
 
 func (x *ToFunction_PersistedValue) GetStateName() string {
@@ -465,7 +470,7 @@ type ToFunction_Invocation struct {
 
 func (x *ToFunction_Invocation) Reset() {
 	*x = ToFunction_Invocation{}
-	mi := &file_requestreply_proto_msgTypes[5]
+	mi := &file_protocol_requestreply_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +482,7 @@ func (x *ToFunction_Invocation) String() string {
 func (*ToFunction_Invocation) ProtoMessage() {}
 
 func (x *ToFunction_Invocation) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[5]
+	mi := &file_protocol_requestreply_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +495,7 @@ func (x *ToFunction_Invocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToFunction_Invocation.ProtoReflect.Descriptor instead.
 func (*ToFunction_Invocation) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{2, 1}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{2, 1}
 }
 
 func (x *ToFunction_Invocation) GetCaller() *Address {
@@ -520,7 +525,7 @@ type ToFunction_InvocationBatchRequest struct {
 
 func (x *ToFunction_InvocationBatchRequest) Reset() {
 	*x = ToFunction_InvocationBatchRequest{}
-	mi := &file_requestreply_proto_msgTypes[6]
+	mi := &file_protocol_requestreply_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +537,7 @@ func (x *ToFunction_InvocationBatchRequest) String() string {
 func (*ToFunction_InvocationBatchRequest) ProtoMessage() {}
 
 func (x *ToFunction_InvocationBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[6]
+	mi := &file_protocol_requestreply_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +550,7 @@ func (x *ToFunction_InvocationBatchRequest) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ToFunction_InvocationBatchRequest.ProtoReflect.Descriptor instead.
 func (*ToFunction_InvocationBatchRequest) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{2, 2}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{2, 2}
 }
 
 func (x *ToFunction_InvocationBatchRequest) GetTarget() *Address {
@@ -571,7 +576,7 @@ func (x *ToFunction_InvocationBatchRequest) GetInvocations() []*ToFunction_Invoc
 
 type FromFunction_PersistedValueMutation struct {
 	state         protoimpl.MessageState                           `protogen:"open.v1"`
-	MutationType  FromFunction_PersistedValueMutation_MutationType `protobuf:"varint,1,opt,name=mutation_type,json=mutationType,proto3,enum=io.statefun.sdk.reqreply.FromFunction_PersistedValueMutation_MutationType" json:"mutation_type,omitempty"`
+	MutationType  FromFunction_PersistedValueMutation_MutationType `protobuf:"varint,1,opt,name=mutation_type,json=mutationType,proto3,enum=statefun.wire.reqreply.FromFunction_PersistedValueMutation_MutationType" json:"mutation_type,omitempty"`
 	StateName     string                                           `protobuf:"bytes,2,opt,name=state_name,json=stateName,proto3" json:"state_name,omitempty"`
 	StateValue    *TypedValue                                      `protobuf:"bytes,3,opt,name=state_value,json=stateValue,proto3" json:"state_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -580,7 +585,7 @@ type FromFunction_PersistedValueMutation struct {
 
 func (x *FromFunction_PersistedValueMutation) Reset() {
 	*x = FromFunction_PersistedValueMutation{}
-	mi := &file_requestreply_proto_msgTypes[7]
+	mi := &file_protocol_requestreply_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +597,7 @@ func (x *FromFunction_PersistedValueMutation) String() string {
 func (*FromFunction_PersistedValueMutation) ProtoMessage() {}
 
 func (x *FromFunction_PersistedValueMutation) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[7]
+	mi := &file_protocol_requestreply_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +610,7 @@ func (x *FromFunction_PersistedValueMutation) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use FromFunction_PersistedValueMutation.ProtoReflect.Descriptor instead.
 func (*FromFunction_PersistedValueMutation) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3, 0}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3, 0}
 }
 
 func (x *FromFunction_PersistedValueMutation) GetMutationType() FromFunction_PersistedValueMutation_MutationType {
@@ -639,7 +644,7 @@ type FromFunction_Invocation struct {
 
 func (x *FromFunction_Invocation) Reset() {
 	*x = FromFunction_Invocation{}
-	mi := &file_requestreply_proto_msgTypes[8]
+	mi := &file_protocol_requestreply_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +656,7 @@ func (x *FromFunction_Invocation) String() string {
 func (*FromFunction_Invocation) ProtoMessage() {}
 
 func (x *FromFunction_Invocation) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[8]
+	mi := &file_protocol_requestreply_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +669,7 @@ func (x *FromFunction_Invocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FromFunction_Invocation.ProtoReflect.Descriptor instead.
 func (*FromFunction_Invocation) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3, 1}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3, 1}
 }
 
 func (x *FromFunction_Invocation) GetTarget() *Address {
@@ -694,7 +699,7 @@ type FromFunction_DelayedInvocation struct {
 
 func (x *FromFunction_DelayedInvocation) Reset() {
 	*x = FromFunction_DelayedInvocation{}
-	mi := &file_requestreply_proto_msgTypes[9]
+	mi := &file_protocol_requestreply_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +711,7 @@ func (x *FromFunction_DelayedInvocation) String() string {
 func (*FromFunction_DelayedInvocation) ProtoMessage() {}
 
 func (x *FromFunction_DelayedInvocation) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[9]
+	mi := &file_protocol_requestreply_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +724,7 @@ func (x *FromFunction_DelayedInvocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FromFunction_DelayedInvocation.ProtoReflect.Descriptor instead.
 func (*FromFunction_DelayedInvocation) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3, 2}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3, 2}
 }
 
 func (x *FromFunction_DelayedInvocation) GetIsCancellationRequest() bool {
@@ -768,7 +773,7 @@ type FromFunction_EgressMessage struct {
 
 func (x *FromFunction_EgressMessage) Reset() {
 	*x = FromFunction_EgressMessage{}
-	mi := &file_requestreply_proto_msgTypes[10]
+	mi := &file_protocol_requestreply_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +785,7 @@ func (x *FromFunction_EgressMessage) String() string {
 func (*FromFunction_EgressMessage) ProtoMessage() {}
 
 func (x *FromFunction_EgressMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[10]
+	mi := &file_protocol_requestreply_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +798,7 @@ func (x *FromFunction_EgressMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FromFunction_EgressMessage.ProtoReflect.Descriptor instead.
 func (*FromFunction_EgressMessage) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3, 3}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3, 3}
 }
 
 func (x *FromFunction_EgressMessage) GetEgressNamespace() string {
@@ -829,7 +834,7 @@ type FromFunction_InvocationResponse struct {
 
 func (x *FromFunction_InvocationResponse) Reset() {
 	*x = FromFunction_InvocationResponse{}
-	mi := &file_requestreply_proto_msgTypes[11]
+	mi := &file_protocol_requestreply_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +846,7 @@ func (x *FromFunction_InvocationResponse) String() string {
 func (*FromFunction_InvocationResponse) ProtoMessage() {}
 
 func (x *FromFunction_InvocationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[11]
+	mi := &file_protocol_requestreply_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +859,7 @@ func (x *FromFunction_InvocationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FromFunction_InvocationResponse.ProtoReflect.Descriptor instead.
 func (*FromFunction_InvocationResponse) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3, 4}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3, 4}
 }
 
 func (x *FromFunction_InvocationResponse) GetStateMutations() []*FromFunction_PersistedValueMutation {
@@ -887,7 +892,7 @@ func (x *FromFunction_InvocationResponse) GetOutgoingEgresses() []*FromFunction_
 
 type FromFunction_ExpirationSpec struct {
 	state             protoimpl.MessageState                 `protogen:"open.v1"`
-	Mode              FromFunction_ExpirationSpec_ExpireMode `protobuf:"varint,1,opt,name=mode,proto3,enum=io.statefun.sdk.reqreply.FromFunction_ExpirationSpec_ExpireMode" json:"mode,omitempty"`
+	Mode              FromFunction_ExpirationSpec_ExpireMode `protobuf:"varint,1,opt,name=mode,proto3,enum=statefun.wire.reqreply.FromFunction_ExpirationSpec_ExpireMode" json:"mode,omitempty"`
 	ExpireAfterMillis int64                                  `protobuf:"varint,2,opt,name=expire_after_millis,json=expireAfterMillis,proto3" json:"expire_after_millis,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
@@ -895,7 +900,7 @@ type FromFunction_ExpirationSpec struct {
 
 func (x *FromFunction_ExpirationSpec) Reset() {
 	*x = FromFunction_ExpirationSpec{}
-	mi := &file_requestreply_proto_msgTypes[12]
+	mi := &file_protocol_requestreply_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +912,7 @@ func (x *FromFunction_ExpirationSpec) String() string {
 func (*FromFunction_ExpirationSpec) ProtoMessage() {}
 
 func (x *FromFunction_ExpirationSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[12]
+	mi := &file_protocol_requestreply_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +925,7 @@ func (x *FromFunction_ExpirationSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FromFunction_ExpirationSpec.ProtoReflect.Descriptor instead.
 func (*FromFunction_ExpirationSpec) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3, 5}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3, 5}
 }
 
 func (x *FromFunction_ExpirationSpec) GetMode() FromFunction_ExpirationSpec_ExpireMode {
@@ -948,7 +953,7 @@ type FromFunction_PersistedValueSpec struct {
 
 func (x *FromFunction_PersistedValueSpec) Reset() {
 	*x = FromFunction_PersistedValueSpec{}
-	mi := &file_requestreply_proto_msgTypes[13]
+	mi := &file_protocol_requestreply_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +965,7 @@ func (x *FromFunction_PersistedValueSpec) String() string {
 func (*FromFunction_PersistedValueSpec) ProtoMessage() {}
 
 func (x *FromFunction_PersistedValueSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[13]
+	mi := &file_protocol_requestreply_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +978,7 @@ func (x *FromFunction_PersistedValueSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FromFunction_PersistedValueSpec.ProtoReflect.Descriptor instead.
 func (*FromFunction_PersistedValueSpec) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3, 6}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3, 6}
 }
 
 func (x *FromFunction_PersistedValueSpec) GetStateName() string {
@@ -1006,7 +1011,7 @@ type FromFunction_IncompleteInvocationContext struct {
 
 func (x *FromFunction_IncompleteInvocationContext) Reset() {
 	*x = FromFunction_IncompleteInvocationContext{}
-	mi := &file_requestreply_proto_msgTypes[14]
+	mi := &file_protocol_requestreply_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1023,7 @@ func (x *FromFunction_IncompleteInvocationContext) String() string {
 func (*FromFunction_IncompleteInvocationContext) ProtoMessage() {}
 
 func (x *FromFunction_IncompleteInvocationContext) ProtoReflect() protoreflect.Message {
-	mi := &file_requestreply_proto_msgTypes[14]
+	mi := &file_protocol_requestreply_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1036,7 @@ func (x *FromFunction_IncompleteInvocationContext) ProtoReflect() protoreflect.M
 
 // Deprecated: Use FromFunction_IncompleteInvocationContext.ProtoReflect.Descriptor instead.
 func (*FromFunction_IncompleteInvocationContext) Descriptor() ([]byte, []int) {
-	return file_requestreply_proto_rawDescGZIP(), []int{3, 7}
+	return file_protocol_requestreply_proto_rawDescGZIP(), []int{3, 7}
 }
 
 func (x *FromFunction_IncompleteInvocationContext) GetMissingValues() []*FromFunction_PersistedValueSpec {
@@ -1041,11 +1046,11 @@ func (x *FromFunction_IncompleteInvocationContext) GetMissingValues() []*FromFun
 	return nil
 }
 
-var File_requestreply_proto protoreflect.FileDescriptor
+var File_protocol_requestreply_proto protoreflect.FileDescriptor
 
-const file_requestreply_proto_rawDesc = "" +
+const file_protocol_requestreply_proto_rawDesc = "" +
 	"\n" +
-	"\x12requestreply.proto\x12\x18io.statefun.sdk.reqreply\"K\n" +
+	"\x1bprotocol/requestreply.proto\x12\x16statefun.wire.reqreply\"K\n" +
 	"\aAddress\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x0e\n" +
@@ -1054,136 +1059,136 @@ const file_requestreply_proto_rawDesc = "" +
 	"TypedValue\x12\x1a\n" +
 	"\btypename\x18\x01 \x01(\tR\btypename\x12\x1b\n" +
 	"\thas_value\x18\x02 \x01(\bR\bhasValue\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\"\xee\x04\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\"\xe0\x04\n" +
 	"\n" +
-	"ToFunction\x12]\n" +
+	"ToFunction\x12[\n" +
 	"\n" +
-	"invocation\x18d \x01(\v2;.io.statefun.sdk.reqreply.ToFunction.InvocationBatchRequestH\x00R\n" +
-	"invocation\x1av\n" +
+	"invocation\x18d \x01(\v29.statefun.wire.reqreply.ToFunction.InvocationBatchRequestH\x00R\n" +
+	"invocation\x1at\n" +
 	"\x0ePersistedValue\x12\x1d\n" +
 	"\n" +
-	"state_name\x18\x01 \x01(\tR\tstateName\x12E\n" +
-	"\vstate_value\x18\x02 \x01(\v2$.io.statefun.sdk.reqreply.TypedValueR\n" +
-	"stateValue\x1a\x89\x01\n" +
+	"state_name\x18\x01 \x01(\tR\tstateName\x12C\n" +
+	"\vstate_value\x18\x02 \x01(\v2\".statefun.wire.reqreply.TypedValueR\n" +
+	"stateValue\x1a\x85\x01\n" +
 	"\n" +
-	"Invocation\x129\n" +
-	"\x06caller\x18\x01 \x01(\v2!.io.statefun.sdk.reqreply.AddressR\x06caller\x12@\n" +
-	"\bargument\x18\x02 \x01(\v2$.io.statefun.sdk.reqreply.TypedValueR\bargument\x1a\xf1\x01\n" +
-	"\x16InvocationBatchRequest\x129\n" +
-	"\x06target\x18\x01 \x01(\v2!.io.statefun.sdk.reqreply.AddressR\x06target\x12I\n" +
-	"\x05state\x18\x02 \x03(\v23.io.statefun.sdk.reqreply.ToFunction.PersistedValueR\x05state\x12Q\n" +
-	"\vinvocations\x18\x03 \x03(\v2/.io.statefun.sdk.reqreply.ToFunction.InvocationR\vinvocationsB\t\n" +
-	"\arequest\"\xac\x10\n" +
-	"\fFromFunction\x12h\n" +
-	"\x11invocation_result\x18d \x01(\v29.io.statefun.sdk.reqreply.FromFunction.InvocationResponseH\x00R\x10invocationResult\x12\x88\x01\n" +
-	"\x1dincomplete_invocation_context\x18e \x01(\v2B.io.statefun.sdk.reqreply.FromFunction.IncompleteInvocationContextH\x00R\x1bincompleteInvocationContext\x1a\x97\x02\n" +
-	"\x16PersistedValueMutation\x12o\n" +
-	"\rmutation_type\x18\x01 \x01(\x0e2J.io.statefun.sdk.reqreply.FromFunction.PersistedValueMutation.MutationTypeR\fmutationType\x12\x1d\n" +
+	"Invocation\x127\n" +
+	"\x06caller\x18\x01 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06caller\x12>\n" +
+	"\bargument\x18\x02 \x01(\v2\".statefun.wire.reqreply.TypedValueR\bargument\x1a\xeb\x01\n" +
+	"\x16InvocationBatchRequest\x127\n" +
+	"\x06target\x18\x01 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x12G\n" +
+	"\x05state\x18\x02 \x03(\v21.statefun.wire.reqreply.ToFunction.PersistedValueR\x05state\x12O\n" +
+	"\vinvocations\x18\x03 \x03(\v2-.statefun.wire.reqreply.ToFunction.InvocationR\vinvocationsB\t\n" +
+	"\arequest\"\x8c\x10\n" +
+	"\fFromFunction\x12f\n" +
+	"\x11invocation_result\x18d \x01(\v27.statefun.wire.reqreply.FromFunction.InvocationResponseH\x00R\x10invocationResult\x12\x86\x01\n" +
+	"\x1dincomplete_invocation_context\x18e \x01(\v2@.statefun.wire.reqreply.FromFunction.IncompleteInvocationContextH\x00R\x1bincompleteInvocationContext\x1a\x93\x02\n" +
+	"\x16PersistedValueMutation\x12m\n" +
+	"\rmutation_type\x18\x01 \x01(\x0e2H.statefun.wire.reqreply.FromFunction.PersistedValueMutation.MutationTypeR\fmutationType\x12\x1d\n" +
 	"\n" +
-	"state_name\x18\x02 \x01(\tR\tstateName\x12E\n" +
-	"\vstate_value\x18\x03 \x01(\v2$.io.statefun.sdk.reqreply.TypedValueR\n" +
+	"state_name\x18\x02 \x01(\tR\tstateName\x12C\n" +
+	"\vstate_value\x18\x03 \x01(\v2\".statefun.wire.reqreply.TypedValueR\n" +
 	"stateValue\"&\n" +
 	"\fMutationType\x12\n" +
 	"\n" +
 	"\x06DELETE\x10\x00\x12\n" +
 	"\n" +
-	"\x06MODIFY\x10\x01\x1a\x89\x01\n" +
+	"\x06MODIFY\x10\x01\x1a\x85\x01\n" +
 	"\n" +
-	"Invocation\x129\n" +
-	"\x06target\x18\x01 \x01(\v2!.io.statefun.sdk.reqreply.AddressR\x06target\x12@\n" +
-	"\bargument\x18\x02 \x01(\v2$.io.statefun.sdk.reqreply.TypedValueR\bargument\x1a\x97\x02\n" +
+	"Invocation\x127\n" +
+	"\x06target\x18\x01 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x12>\n" +
+	"\bargument\x18\x02 \x01(\v2\".statefun.wire.reqreply.TypedValueR\bargument\x1a\x93\x02\n" +
 	"\x11DelayedInvocation\x126\n" +
 	"\x17is_cancellation_request\x18\n" +
 	" \x01(\bR\x15isCancellationRequest\x12-\n" +
 	"\x12cancellation_token\x18\v \x01(\tR\x11cancellationToken\x12\x1e\n" +
-	"\vdelay_in_ms\x18\x01 \x01(\x03R\tdelayInMs\x129\n" +
-	"\x06target\x18\x02 \x01(\v2!.io.statefun.sdk.reqreply.AddressR\x06target\x12@\n" +
-	"\bargument\x18\x03 \x01(\v2$.io.statefun.sdk.reqreply.TypedValueR\bargument\x1a\x9d\x01\n" +
+	"\vdelay_in_ms\x18\x01 \x01(\x03R\tdelayInMs\x127\n" +
+	"\x06target\x18\x02 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x12>\n" +
+	"\bargument\x18\x03 \x01(\v2\".statefun.wire.reqreply.TypedValueR\bargument\x1a\x9b\x01\n" +
 	"\rEgressMessage\x12)\n" +
 	"\x10egress_namespace\x18\x01 \x01(\tR\x0fegressNamespace\x12\x1f\n" +
 	"\vegress_type\x18\x02 \x01(\tR\n" +
-	"egressType\x12@\n" +
-	"\bargument\x18\x03 \x01(\v2$.io.statefun.sdk.reqreply.TypedValueR\bargument\x1a\xaa\x03\n" +
-	"\x12InvocationResponse\x12f\n" +
-	"\x0fstate_mutations\x18\x01 \x03(\v2=.io.statefun.sdk.reqreply.FromFunction.PersistedValueMutationR\x0estateMutations\x12^\n" +
-	"\x11outgoing_messages\x18\x02 \x03(\v21.io.statefun.sdk.reqreply.FromFunction.InvocationR\x10outgoingMessages\x12i\n" +
-	"\x13delayed_invocations\x18\x03 \x03(\v28.io.statefun.sdk.reqreply.FromFunction.DelayedInvocationR\x12delayedInvocations\x12a\n" +
-	"\x11outgoing_egresses\x18\x04 \x03(\v24.io.statefun.sdk.reqreply.FromFunction.EgressMessageR\x10outgoingEgresses\x1a\xd1\x01\n" +
-	"\x0eExpirationSpec\x12T\n" +
-	"\x04mode\x18\x01 \x01(\x0e2@.io.statefun.sdk.reqreply.FromFunction.ExpirationSpec.ExpireModeR\x04mode\x12.\n" +
+	"egressType\x12>\n" +
+	"\bargument\x18\x03 \x01(\v2\".statefun.wire.reqreply.TypedValueR\bargument\x1a\xa2\x03\n" +
+	"\x12InvocationResponse\x12d\n" +
+	"\x0fstate_mutations\x18\x01 \x03(\v2;.statefun.wire.reqreply.FromFunction.PersistedValueMutationR\x0estateMutations\x12\\\n" +
+	"\x11outgoing_messages\x18\x02 \x03(\v2/.statefun.wire.reqreply.FromFunction.InvocationR\x10outgoingMessages\x12g\n" +
+	"\x13delayed_invocations\x18\x03 \x03(\v26.statefun.wire.reqreply.FromFunction.DelayedInvocationR\x12delayedInvocations\x12_\n" +
+	"\x11outgoing_egresses\x18\x04 \x03(\v22.statefun.wire.reqreply.FromFunction.EgressMessageR\x10outgoingEgresses\x1a\xcf\x01\n" +
+	"\x0eExpirationSpec\x12R\n" +
+	"\x04mode\x18\x01 \x01(\x0e2>.statefun.wire.reqreply.FromFunction.ExpirationSpec.ExpireModeR\x04mode\x12.\n" +
 	"\x13expire_after_millis\x18\x02 \x01(\x03R\x11expireAfterMillis\"9\n" +
 	"\n" +
 	"ExpireMode\x12\b\n" +
 	"\x04NONE\x10\x00\x12\x0f\n" +
 	"\vAFTER_WRITE\x10\x01\x12\x10\n" +
-	"\fAFTER_INVOKE\x10\x02\x1a\xb8\x01\n" +
+	"\fAFTER_INVOKE\x10\x02\x1a\xb6\x01\n" +
 	"\x12PersistedValueSpec\x12\x1d\n" +
 	"\n" +
-	"state_name\x18\x01 \x01(\tR\tstateName\x12^\n" +
-	"\x0fexpiration_spec\x18\x02 \x01(\v25.io.statefun.sdk.reqreply.FromFunction.ExpirationSpecR\x0eexpirationSpec\x12#\n" +
-	"\rtype_typename\x18\x03 \x01(\tR\ftypeTypename\x1a\x7f\n" +
-	"\x1bIncompleteInvocationContext\x12`\n" +
-	"\x0emissing_values\x18\x01 \x03(\v29.io.statefun.sdk.reqreply.FromFunction.PersistedValueSpecR\rmissingValuesB\n" +
+	"state_name\x18\x01 \x01(\tR\tstateName\x12\\\n" +
+	"\x0fexpiration_spec\x18\x02 \x01(\v23.statefun.wire.reqreply.FromFunction.ExpirationSpecR\x0eexpirationSpec\x12#\n" +
+	"\rtype_typename\x18\x03 \x01(\tR\ftypeTypename\x1a}\n" +
+	"\x1bIncompleteInvocationContext\x12^\n" +
+	"\x0emissing_values\x18\x01 \x03(\v27.statefun.wire.reqreply.FromFunction.PersistedValueSpecR\rmissingValuesB\n" +
 	"\n" +
 	"\bresponseB3Z1github.com/statefun-go/statefun/internal/protocolb\x06proto3"
 
 var (
-	file_requestreply_proto_rawDescOnce sync.Once
-	file_requestreply_proto_rawDescData []byte
+	file_protocol_requestreply_proto_rawDescOnce sync.Once
+	file_protocol_requestreply_proto_rawDescData []byte
 )
 
-func file_requestreply_proto_rawDescGZIP() []byte {
-	file_requestreply_proto_rawDescOnce.Do(func() {
-		file_requestreply_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_requestreply_proto_rawDesc), len(file_requestreply_proto_rawDesc)))
+func file_protocol_requestreply_proto_rawDescGZIP() []byte {
+	file_protocol_requestreply_proto_rawDescOnce.Do(func() {
+		file_protocol_requestreply_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_protocol_requestreply_proto_rawDesc), len(file_protocol_requestreply_proto_rawDesc)))
 	})
-	return file_requestreply_proto_rawDescData
+	return file_protocol_requestreply_proto_rawDescData
 }
 
-var file_requestreply_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_requestreply_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
-var file_requestreply_proto_goTypes = []any{
-	(FromFunction_PersistedValueMutation_MutationType)(0), // 0: io.statefun.sdk.reqreply.FromFunction.PersistedValueMutation.MutationType
-	(FromFunction_ExpirationSpec_ExpireMode)(0),           // 1: io.statefun.sdk.reqreply.FromFunction.ExpirationSpec.ExpireMode
-	(*Address)(nil),                                  // 2: io.statefun.sdk.reqreply.Address
-	(*TypedValue)(nil),                               // 3: io.statefun.sdk.reqreply.TypedValue
-	(*ToFunction)(nil),                               // 4: io.statefun.sdk.reqreply.ToFunction
-	(*FromFunction)(nil),                             // 5: io.statefun.sdk.reqreply.FromFunction
-	(*ToFunction_PersistedValue)(nil),                // 6: io.statefun.sdk.reqreply.ToFunction.PersistedValue
-	(*ToFunction_Invocation)(nil),                    // 7: io.statefun.sdk.reqreply.ToFunction.Invocation
-	(*ToFunction_InvocationBatchRequest)(nil),        // 8: io.statefun.sdk.reqreply.ToFunction.InvocationBatchRequest
-	(*FromFunction_PersistedValueMutation)(nil),      // 9: io.statefun.sdk.reqreply.FromFunction.PersistedValueMutation
-	(*FromFunction_Invocation)(nil),                  // 10: io.statefun.sdk.reqreply.FromFunction.Invocation
-	(*FromFunction_DelayedInvocation)(nil),           // 11: io.statefun.sdk.reqreply.FromFunction.DelayedInvocation
-	(*FromFunction_EgressMessage)(nil),               // 12: io.statefun.sdk.reqreply.FromFunction.EgressMessage
-	(*FromFunction_InvocationResponse)(nil),          // 13: io.statefun.sdk.reqreply.FromFunction.InvocationResponse
-	(*FromFunction_ExpirationSpec)(nil),              // 14: io.statefun.sdk.reqreply.FromFunction.ExpirationSpec
-	(*FromFunction_PersistedValueSpec)(nil),          // 15: io.statefun.sdk.reqreply.FromFunction.PersistedValueSpec
-	(*FromFunction_IncompleteInvocationContext)(nil), // 16: io.statefun.sdk.reqreply.FromFunction.IncompleteInvocationContext
+var file_protocol_requestreply_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_protocol_requestreply_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_protocol_requestreply_proto_goTypes = []any{
+	(FromFunction_PersistedValueMutation_MutationType)(0), // 0: statefun.wire.reqreply.FromFunction.PersistedValueMutation.MutationType
+	(FromFunction_ExpirationSpec_ExpireMode)(0),           // 1: statefun.wire.reqreply.FromFunction.ExpirationSpec.ExpireMode
+	(*Address)(nil),                                  // 2: statefun.wire.reqreply.Address
+	(*TypedValue)(nil),                               // 3: statefun.wire.reqreply.TypedValue
+	(*ToFunction)(nil),                               // 4: statefun.wire.reqreply.ToFunction
+	(*FromFunction)(nil),                             // 5: statefun.wire.reqreply.FromFunction
+	(*ToFunction_PersistedValue)(nil),                // 6: statefun.wire.reqreply.ToFunction.PersistedValue
+	(*ToFunction_Invocation)(nil),                    // 7: statefun.wire.reqreply.ToFunction.Invocation
+	(*ToFunction_InvocationBatchRequest)(nil),        // 8: statefun.wire.reqreply.ToFunction.InvocationBatchRequest
+	(*FromFunction_PersistedValueMutation)(nil),      // 9: statefun.wire.reqreply.FromFunction.PersistedValueMutation
+	(*FromFunction_Invocation)(nil),                  // 10: statefun.wire.reqreply.FromFunction.Invocation
+	(*FromFunction_DelayedInvocation)(nil),           // 11: statefun.wire.reqreply.FromFunction.DelayedInvocation
+	(*FromFunction_EgressMessage)(nil),               // 12: statefun.wire.reqreply.FromFunction.EgressMessage
+	(*FromFunction_InvocationResponse)(nil),          // 13: statefun.wire.reqreply.FromFunction.InvocationResponse
+	(*FromFunction_ExpirationSpec)(nil),              // 14: statefun.wire.reqreply.FromFunction.ExpirationSpec
+	(*FromFunction_PersistedValueSpec)(nil),          // 15: statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	(*FromFunction_IncompleteInvocationContext)(nil), // 16: statefun.wire.reqreply.FromFunction.IncompleteInvocationContext
 }
-var file_requestreply_proto_depIdxs = []int32{
-	8,  // 0: io.statefun.sdk.reqreply.ToFunction.invocation:type_name -> io.statefun.sdk.reqreply.ToFunction.InvocationBatchRequest
-	13, // 1: io.statefun.sdk.reqreply.FromFunction.invocation_result:type_name -> io.statefun.sdk.reqreply.FromFunction.InvocationResponse
-	16, // 2: io.statefun.sdk.reqreply.FromFunction.incomplete_invocation_context:type_name -> io.statefun.sdk.reqreply.FromFunction.IncompleteInvocationContext
-	3,  // 3: io.statefun.sdk.reqreply.ToFunction.PersistedValue.state_value:type_name -> io.statefun.sdk.reqreply.TypedValue
-	2,  // 4: io.statefun.sdk.reqreply.ToFunction.Invocation.caller:type_name -> io.statefun.sdk.reqreply.Address
-	3,  // 5: io.statefun.sdk.reqreply.ToFunction.Invocation.argument:type_name -> io.statefun.sdk.reqreply.TypedValue
-	2,  // 6: io.statefun.sdk.reqreply.ToFunction.InvocationBatchRequest.target:type_name -> io.statefun.sdk.reqreply.Address
-	6,  // 7: io.statefun.sdk.reqreply.ToFunction.InvocationBatchRequest.state:type_name -> io.statefun.sdk.reqreply.ToFunction.PersistedValue
-	7,  // 8: io.statefun.sdk.reqreply.ToFunction.InvocationBatchRequest.invocations:type_name -> io.statefun.sdk.reqreply.ToFunction.Invocation
-	0,  // 9: io.statefun.sdk.reqreply.FromFunction.PersistedValueMutation.mutation_type:type_name -> io.statefun.sdk.reqreply.FromFunction.PersistedValueMutation.MutationType
-	3,  // 10: io.statefun.sdk.reqreply.FromFunction.PersistedValueMutation.state_value:type_name -> io.statefun.sdk.reqreply.TypedValue
-	2,  // 11: io.statefun.sdk.reqreply.FromFunction.Invocation.target:type_name -> io.statefun.sdk.reqreply.Address
-	3,  // 12: io.statefun.sdk.reqreply.FromFunction.Invocation.argument:type_name -> io.statefun.sdk.reqreply.TypedValue
-	2,  // 13: io.statefun.sdk.reqreply.FromFunction.DelayedInvocation.target:type_name -> io.statefun.sdk.reqreply.Address
-	3,  // 14: io.statefun.sdk.reqreply.FromFunction.DelayedInvocation.argument:type_name -> io.statefun.sdk.reqreply.TypedValue
-	3,  // 15: io.statefun.sdk.reqreply.FromFunction.EgressMessage.argument:type_name -> io.statefun.sdk.reqreply.TypedValue
-	9,  // 16: io.statefun.sdk.reqreply.FromFunction.InvocationResponse.state_mutations:type_name -> io.statefun.sdk.reqreply.FromFunction.PersistedValueMutation
-	10, // 17: io.statefun.sdk.reqreply.FromFunction.InvocationResponse.outgoing_messages:type_name -> io.statefun.sdk.reqreply.FromFunction.Invocation
-	11, // 18: io.statefun.sdk.reqreply.FromFunction.InvocationResponse.delayed_invocations:type_name -> io.statefun.sdk.reqreply.FromFunction.DelayedInvocation
-	12, // 19: io.statefun.sdk.reqreply.FromFunction.InvocationResponse.outgoing_egresses:type_name -> io.statefun.sdk.reqreply.FromFunction.EgressMessage
-	1,  // 20: io.statefun.sdk.reqreply.FromFunction.ExpirationSpec.mode:type_name -> io.statefun.sdk.reqreply.FromFunction.ExpirationSpec.ExpireMode
-	14, // 21: io.statefun.sdk.reqreply.FromFunction.PersistedValueSpec.expiration_spec:type_name -> io.statefun.sdk.reqreply.FromFunction.ExpirationSpec
-	15, // 22: io.statefun.sdk.reqreply.FromFunction.IncompleteInvocationContext.missing_values:type_name -> io.statefun.sdk.reqreply.FromFunction.PersistedValueSpec
+var file_protocol_requestreply_proto_depIdxs = []int32{
+	8,  // 0: statefun.wire.reqreply.ToFunction.invocation:type_name -> statefun.wire.reqreply.ToFunction.InvocationBatchRequest
+	13, // 1: statefun.wire.reqreply.FromFunction.invocation_result:type_name -> statefun.wire.reqreply.FromFunction.InvocationResponse
+	16, // 2: statefun.wire.reqreply.FromFunction.incomplete_invocation_context:type_name -> statefun.wire.reqreply.FromFunction.IncompleteInvocationContext
+	3,  // 3: statefun.wire.reqreply.ToFunction.PersistedValue.state_value:type_name -> statefun.wire.reqreply.TypedValue
+	2,  // 4: statefun.wire.reqreply.ToFunction.Invocation.caller:type_name -> statefun.wire.reqreply.Address
+	3,  // 5: statefun.wire.reqreply.ToFunction.Invocation.argument:type_name -> statefun.wire.reqreply.TypedValue
+	2,  // 6: statefun.wire.reqreply.ToFunction.InvocationBatchRequest.target:type_name -> statefun.wire.reqreply.Address
+	6,  // 7: statefun.wire.reqreply.ToFunction.InvocationBatchRequest.state:type_name -> statefun.wire.reqreply.ToFunction.PersistedValue
+	7,  // 8: statefun.wire.reqreply.ToFunction.InvocationBatchRequest.invocations:type_name -> statefun.wire.reqreply.ToFunction.Invocation
+	0,  // 9: statefun.wire.reqreply.FromFunction.PersistedValueMutation.mutation_type:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueMutation.MutationType
+	3,  // 10: statefun.wire.reqreply.FromFunction.PersistedValueMutation.state_value:type_name -> statefun.wire.reqreply.TypedValue
+	2,  // 11: statefun.wire.reqreply.FromFunction.Invocation.target:type_name -> statefun.wire.reqreply.Address
+	3,  // 12: statefun.wire.reqreply.FromFunction.Invocation.argument:type_name -> statefun.wire.reqreply.TypedValue
+	2,  // 13: statefun.wire.reqreply.FromFunction.DelayedInvocation.target:type_name -> statefun.wire.reqreply.Address
+	3,  // 14: statefun.wire.reqreply.FromFunction.DelayedInvocation.argument:type_name -> statefun.wire.reqreply.TypedValue
+	3,  // 15: statefun.wire.reqreply.FromFunction.EgressMessage.argument:type_name -> statefun.wire.reqreply.TypedValue
+	9,  // 16: statefun.wire.reqreply.FromFunction.InvocationResponse.state_mutations:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueMutation
+	10, // 17: statefun.wire.reqreply.FromFunction.InvocationResponse.outgoing_messages:type_name -> statefun.wire.reqreply.FromFunction.Invocation
+	11, // 18: statefun.wire.reqreply.FromFunction.InvocationResponse.delayed_invocations:type_name -> statefun.wire.reqreply.FromFunction.DelayedInvocation
+	12, // 19: statefun.wire.reqreply.FromFunction.InvocationResponse.outgoing_egresses:type_name -> statefun.wire.reqreply.FromFunction.EgressMessage
+	1,  // 20: statefun.wire.reqreply.FromFunction.ExpirationSpec.mode:type_name -> statefun.wire.reqreply.FromFunction.ExpirationSpec.ExpireMode
+	14, // 21: statefun.wire.reqreply.FromFunction.PersistedValueSpec.expiration_spec:type_name -> statefun.wire.reqreply.FromFunction.ExpirationSpec
+	15, // 22: statefun.wire.reqreply.FromFunction.IncompleteInvocationContext.missing_values:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
 	23, // [23:23] is the sub-list for method output_type
 	23, // [23:23] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
@@ -1191,15 +1196,15 @@ var file_requestreply_proto_depIdxs = []int32{
 	0,  // [0:23] is the sub-list for field type_name
 }
 
-func init() { file_requestreply_proto_init() }
-func file_requestreply_proto_init() {
-	if File_requestreply_proto != nil {
+func init() { file_protocol_requestreply_proto_init() }
+func file_protocol_requestreply_proto_init() {
+	if File_protocol_requestreply_proto != nil {
 		return
 	}
-	file_requestreply_proto_msgTypes[2].OneofWrappers = []any{
+	file_protocol_requestreply_proto_msgTypes[2].OneofWrappers = []any{
 		(*ToFunction_Invocation_)(nil),
 	}
-	file_requestreply_proto_msgTypes[3].OneofWrappers = []any{
+	file_protocol_requestreply_proto_msgTypes[3].OneofWrappers = []any{
 		(*FromFunction_InvocationResult)(nil),
 		(*FromFunction_IncompleteInvocationContext_)(nil),
 	}
@@ -1207,18 +1212,18 @@ func file_requestreply_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_requestreply_proto_rawDesc), len(file_requestreply_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_requestreply_proto_rawDesc), len(file_protocol_requestreply_proto_rawDesc)),
 			NumEnums:      2,
 			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_requestreply_proto_goTypes,
-		DependencyIndexes: file_requestreply_proto_depIdxs,
-		EnumInfos:         file_requestreply_proto_enumTypes,
-		MessageInfos:      file_requestreply_proto_msgTypes,
+		GoTypes:           file_protocol_requestreply_proto_goTypes,
+		DependencyIndexes: file_protocol_requestreply_proto_depIdxs,
+		EnumInfos:         file_protocol_requestreply_proto_enumTypes,
+		MessageInfos:      file_protocol_requestreply_proto_msgTypes,
 	}.Build()
-	File_requestreply_proto = out.File
-	file_requestreply_proto_goTypes = nil
-	file_requestreply_proto_depIdxs = nil
+	File_protocol_requestreply_proto = out.File
+	file_protocol_requestreply_proto_goTypes = nil
+	file_protocol_requestreply_proto_depIdxs = nil
 }

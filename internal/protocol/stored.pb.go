@@ -5,7 +5,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: stored.proto
+// source: protocol/stored.proto
 
 package protocol
 
@@ -40,7 +40,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_stored_proto_msgTypes[0]
+	mi := &file_protocol_stored_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +52,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_stored_proto_msgTypes[0]
+	mi := &file_protocol_stored_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +65,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_stored_proto_rawDescGZIP(), []int{0}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Envelope) GetTarget() *Address {
@@ -106,7 +106,7 @@ type Specs struct {
 
 func (x *Specs) Reset() {
 	*x = Specs{}
-	mi := &file_stored_proto_msgTypes[1]
+	mi := &file_protocol_stored_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -118,7 +118,7 @@ func (x *Specs) String() string {
 func (*Specs) ProtoMessage() {}
 
 func (x *Specs) ProtoReflect() protoreflect.Message {
-	mi := &file_stored_proto_msgTypes[1]
+	mi := &file_protocol_stored_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -131,7 +131,7 @@ func (x *Specs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Specs.ProtoReflect.Descriptor instead.
 func (*Specs) Descriptor() ([]byte, []int) {
-	return file_stored_proto_rawDescGZIP(), []int{1}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Specs) GetSpecs() []*FromFunction_PersistedValueSpec {
@@ -154,7 +154,7 @@ type EgressRecord struct {
 
 func (x *EgressRecord) Reset() {
 	*x = EgressRecord{}
-	mi := &file_stored_proto_msgTypes[2]
+	mi := &file_protocol_stored_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -166,7 +166,7 @@ func (x *EgressRecord) String() string {
 func (*EgressRecord) ProtoMessage() {}
 
 func (x *EgressRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_stored_proto_msgTypes[2]
+	mi := &file_protocol_stored_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -179,7 +179,7 @@ func (x *EgressRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressRecord.ProtoReflect.Descriptor instead.
 func (*EgressRecord) Descriptor() ([]byte, []int) {
-	return file_stored_proto_rawDescGZIP(), []int{2}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *EgressRecord) GetEgressNamespace() string {
@@ -203,51 +203,116 @@ func (x *EgressRecord) GetArgument() *TypedValue {
 	return nil
 }
 
-var File_stored_proto protoreflect.FileDescriptor
+// PartitionMeta is the bookkeeping of one partition, rewritten by every commit
+// of that partition (store key space 0x06). Fields may be added; a reader
+// treats a missing field as zero.
+type PartitionMeta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// commit_id is the id of the partition's last durable commit, counting
+	// from 1; 0 means the partition has never committed. The state API calls
+	// it the checkpoint id.
+	CommitId uint64 `protobuf:"varint,1,opt,name=commit_id,json=commitId,proto3" json:"commit_id,omitempty"`
+	// version_seq is the last version handed to a state entry of this
+	// partition; the next change gets version_seq+1.
+	VersionSeq    uint64 `protobuf:"varint,2,opt,name=version_seq,json=versionSeq,proto3" json:"version_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
 
-const file_stored_proto_rawDesc = "" +
+func (x *PartitionMeta) Reset() {
+	*x = PartitionMeta{}
+	mi := &file_protocol_stored_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionMeta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionMeta) ProtoMessage() {}
+
+func (x *PartitionMeta) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionMeta.ProtoReflect.Descriptor instead.
+func (*PartitionMeta) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PartitionMeta) GetCommitId() uint64 {
+	if x != nil {
+		return x.CommitId
+	}
+	return 0
+}
+
+func (x *PartitionMeta) GetVersionSeq() uint64 {
+	if x != nil {
+		return x.VersionSeq
+	}
+	return 0
+}
+
+var File_protocol_stored_proto protoreflect.FileDescriptor
+
+const file_protocol_stored_proto_rawDesc = "" +
 	"\n" +
-	"\fstored.proto\x12\x17statefun.runtime.stored\x1a\x12requestreply.proto\"\xf1\x01\n" +
-	"\bEnvelope\x129\n" +
-	"\x06target\x18\x01 \x01(\v2!.io.statefun.sdk.reqreply.AddressR\x06target\x129\n" +
-	"\x06caller\x18\x02 \x01(\v2!.io.statefun.sdk.reqreply.AddressR\x06caller\x12@\n" +
-	"\bargument\x18\x03 \x01(\v2$.io.statefun.sdk.reqreply.TypedValueR\bargument\x12-\n" +
-	"\x12cancellation_token\x18\x04 \x01(\tR\x11cancellationToken\"X\n" +
-	"\x05Specs\x12O\n" +
-	"\x05specs\x18\x01 \x03(\v29.io.statefun.sdk.reqreply.FromFunction.PersistedValueSpecR\x05specs\"\x9c\x01\n" +
+	"\x15protocol/stored.proto\x12\x17statefun.runtime.stored\x1a\x1bprotocol/requestreply.proto\"\xeb\x01\n" +
+	"\bEnvelope\x127\n" +
+	"\x06target\x18\x01 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x127\n" +
+	"\x06caller\x18\x02 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06caller\x12>\n" +
+	"\bargument\x18\x03 \x01(\v2\".statefun.wire.reqreply.TypedValueR\bargument\x12-\n" +
+	"\x12cancellation_token\x18\x04 \x01(\tR\x11cancellationToken\"V\n" +
+	"\x05Specs\x12M\n" +
+	"\x05specs\x18\x01 \x03(\v27.statefun.wire.reqreply.FromFunction.PersistedValueSpecR\x05specs\"\x9a\x01\n" +
 	"\fEgressRecord\x12)\n" +
 	"\x10egress_namespace\x18\x01 \x01(\tR\x0fegressNamespace\x12\x1f\n" +
 	"\vegress_type\x18\x02 \x01(\tR\n" +
-	"egressType\x12@\n" +
-	"\bargument\x18\x03 \x01(\v2$.io.statefun.sdk.reqreply.TypedValueR\bargumentB3Z1github.com/statefun-go/statefun/internal/protocolb\x06proto3"
+	"egressType\x12>\n" +
+	"\bargument\x18\x03 \x01(\v2\".statefun.wire.reqreply.TypedValueR\bargument\"M\n" +
+	"\rPartitionMeta\x12\x1b\n" +
+	"\tcommit_id\x18\x01 \x01(\x04R\bcommitId\x12\x1f\n" +
+	"\vversion_seq\x18\x02 \x01(\x04R\n" +
+	"versionSeqB3Z1github.com/statefun-go/statefun/internal/protocolb\x06proto3"
 
 var (
-	file_stored_proto_rawDescOnce sync.Once
-	file_stored_proto_rawDescData []byte
+	file_protocol_stored_proto_rawDescOnce sync.Once
+	file_protocol_stored_proto_rawDescData []byte
 )
 
-func file_stored_proto_rawDescGZIP() []byte {
-	file_stored_proto_rawDescOnce.Do(func() {
-		file_stored_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_stored_proto_rawDesc), len(file_stored_proto_rawDesc)))
+func file_protocol_stored_proto_rawDescGZIP() []byte {
+	file_protocol_stored_proto_rawDescOnce.Do(func() {
+		file_protocol_stored_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_protocol_stored_proto_rawDesc), len(file_protocol_stored_proto_rawDesc)))
 	})
-	return file_stored_proto_rawDescData
+	return file_protocol_stored_proto_rawDescData
 }
 
-var file_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
-var file_stored_proto_goTypes = []any{
+var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_protocol_stored_proto_goTypes = []any{
 	(*Envelope)(nil),                        // 0: statefun.runtime.stored.Envelope
 	(*Specs)(nil),                           // 1: statefun.runtime.stored.Specs
 	(*EgressRecord)(nil),                    // 2: statefun.runtime.stored.EgressRecord
-	(*Address)(nil),                         // 3: io.statefun.sdk.reqreply.Address
-	(*TypedValue)(nil),                      // 4: io.statefun.sdk.reqreply.TypedValue
-	(*FromFunction_PersistedValueSpec)(nil), // 5: io.statefun.sdk.reqreply.FromFunction.PersistedValueSpec
+	(*PartitionMeta)(nil),                   // 3: statefun.runtime.stored.PartitionMeta
+	(*Address)(nil),                         // 4: statefun.wire.reqreply.Address
+	(*TypedValue)(nil),                      // 5: statefun.wire.reqreply.TypedValue
+	(*FromFunction_PersistedValueSpec)(nil), // 6: statefun.wire.reqreply.FromFunction.PersistedValueSpec
 }
-var file_stored_proto_depIdxs = []int32{
-	3, // 0: statefun.runtime.stored.Envelope.target:type_name -> io.statefun.sdk.reqreply.Address
-	3, // 1: statefun.runtime.stored.Envelope.caller:type_name -> io.statefun.sdk.reqreply.Address
-	4, // 2: statefun.runtime.stored.Envelope.argument:type_name -> io.statefun.sdk.reqreply.TypedValue
-	5, // 3: statefun.runtime.stored.Specs.specs:type_name -> io.statefun.sdk.reqreply.FromFunction.PersistedValueSpec
-	4, // 4: statefun.runtime.stored.EgressRecord.argument:type_name -> io.statefun.sdk.reqreply.TypedValue
+var file_protocol_stored_proto_depIdxs = []int32{
+	4, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
+	4, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
+	5, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
+	6, // 3: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	5, // 4: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
 	5, // [5:5] is the sub-list for method output_type
 	5, // [5:5] is the sub-list for method input_type
 	5, // [5:5] is the sub-list for extension type_name
@@ -255,27 +320,27 @@ var file_stored_proto_depIdxs = []int32{
 	0, // [0:5] is the sub-list for field type_name
 }
 
-func init() { file_stored_proto_init() }
-func file_stored_proto_init() {
-	if File_stored_proto != nil {
+func init() { file_protocol_stored_proto_init() }
+func file_protocol_stored_proto_init() {
+	if File_protocol_stored_proto != nil {
 		return
 	}
-	file_requestreply_proto_init()
+	file_protocol_requestreply_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stored_proto_rawDesc), len(file_stored_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_stored_proto_rawDesc), len(file_protocol_stored_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_stored_proto_goTypes,
-		DependencyIndexes: file_stored_proto_depIdxs,
-		MessageInfos:      file_stored_proto_msgTypes,
+		GoTypes:           file_protocol_stored_proto_goTypes,
+		DependencyIndexes: file_protocol_stored_proto_depIdxs,
+		MessageInfos:      file_protocol_stored_proto_msgTypes,
 	}.Build()
-	File_stored_proto = out.File
-	file_stored_proto_goTypes = nil
-	file_stored_proto_depIdxs = nil
+	File_protocol_stored_proto = out.File
+	file_protocol_stored_proto_goTypes = nil
+	file_protocol_stored_proto_depIdxs = nil
 }

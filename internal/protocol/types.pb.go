@@ -7,7 +7,10 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: types.proto
+// source: protocol/types.proto
+
+// The proto package differs from StateFun's (io.statefun.sdk.types) so that this
+// file can share a binary with the official Go SDK; names never reach the wire.
 
 package protocol
 
@@ -35,7 +38,7 @@ type BooleanWrapper struct {
 
 func (x *BooleanWrapper) Reset() {
 	*x = BooleanWrapper{}
-	mi := &file_types_proto_msgTypes[0]
+	mi := &file_protocol_types_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +50,7 @@ func (x *BooleanWrapper) String() string {
 func (*BooleanWrapper) ProtoMessage() {}
 
 func (x *BooleanWrapper) ProtoReflect() protoreflect.Message {
-	mi := &file_types_proto_msgTypes[0]
+	mi := &file_protocol_types_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +63,7 @@ func (x *BooleanWrapper) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BooleanWrapper.ProtoReflect.Descriptor instead.
 func (*BooleanWrapper) Descriptor() ([]byte, []int) {
-	return file_types_proto_rawDescGZIP(), []int{0}
+	return file_protocol_types_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *BooleanWrapper) GetValue() bool {
@@ -79,7 +82,7 @@ type IntWrapper struct {
 
 func (x *IntWrapper) Reset() {
 	*x = IntWrapper{}
-	mi := &file_types_proto_msgTypes[1]
+	mi := &file_protocol_types_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -91,7 +94,7 @@ func (x *IntWrapper) String() string {
 func (*IntWrapper) ProtoMessage() {}
 
 func (x *IntWrapper) ProtoReflect() protoreflect.Message {
-	mi := &file_types_proto_msgTypes[1]
+	mi := &file_protocol_types_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -104,7 +107,7 @@ func (x *IntWrapper) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntWrapper.ProtoReflect.Descriptor instead.
 func (*IntWrapper) Descriptor() ([]byte, []int) {
-	return file_types_proto_rawDescGZIP(), []int{1}
+	return file_protocol_types_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *IntWrapper) GetValue() int32 {
@@ -123,7 +126,7 @@ type FloatWrapper struct {
 
 func (x *FloatWrapper) Reset() {
 	*x = FloatWrapper{}
-	mi := &file_types_proto_msgTypes[2]
+	mi := &file_protocol_types_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -135,7 +138,7 @@ func (x *FloatWrapper) String() string {
 func (*FloatWrapper) ProtoMessage() {}
 
 func (x *FloatWrapper) ProtoReflect() protoreflect.Message {
-	mi := &file_types_proto_msgTypes[2]
+	mi := &file_protocol_types_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -148,7 +151,7 @@ func (x *FloatWrapper) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FloatWrapper.ProtoReflect.Descriptor instead.
 func (*FloatWrapper) Descriptor() ([]byte, []int) {
-	return file_types_proto_rawDescGZIP(), []int{2}
+	return file_protocol_types_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *FloatWrapper) GetValue() float32 {
@@ -167,7 +170,7 @@ type LongWrapper struct {
 
 func (x *LongWrapper) Reset() {
 	*x = LongWrapper{}
-	mi := &file_types_proto_msgTypes[3]
+	mi := &file_protocol_types_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -179,7 +182,7 @@ func (x *LongWrapper) String() string {
 func (*LongWrapper) ProtoMessage() {}
 
 func (x *LongWrapper) ProtoReflect() protoreflect.Message {
-	mi := &file_types_proto_msgTypes[3]
+	mi := &file_protocol_types_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -192,7 +195,7 @@ func (x *LongWrapper) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LongWrapper.ProtoReflect.Descriptor instead.
 func (*LongWrapper) Descriptor() ([]byte, []int) {
-	return file_types_proto_rawDescGZIP(), []int{3}
+	return file_protocol_types_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LongWrapper) GetValue() int64 {
@@ -211,7 +214,7 @@ type DoubleWrapper struct {
 
 func (x *DoubleWrapper) Reset() {
 	*x = DoubleWrapper{}
-	mi := &file_types_proto_msgTypes[4]
+	mi := &file_protocol_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -223,7 +226,7 @@ func (x *DoubleWrapper) String() string {
 func (*DoubleWrapper) ProtoMessage() {}
 
 func (x *DoubleWrapper) ProtoReflect() protoreflect.Message {
-	mi := &file_types_proto_msgTypes[4]
+	mi := &file_protocol_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -236,7 +239,7 @@ func (x *DoubleWrapper) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoubleWrapper.ProtoReflect.Descriptor instead.
 func (*DoubleWrapper) Descriptor() ([]byte, []int) {
-	return file_types_proto_rawDescGZIP(), []int{4}
+	return file_protocol_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DoubleWrapper) GetValue() float64 {
@@ -255,7 +258,7 @@ type StringWrapper struct {
 
 func (x *StringWrapper) Reset() {
 	*x = StringWrapper{}
-	mi := &file_types_proto_msgTypes[5]
+	mi := &file_protocol_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +270,7 @@ func (x *StringWrapper) String() string {
 func (*StringWrapper) ProtoMessage() {}
 
 func (x *StringWrapper) ProtoReflect() protoreflect.Message {
-	mi := &file_types_proto_msgTypes[5]
+	mi := &file_protocol_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +283,7 @@ func (x *StringWrapper) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringWrapper.ProtoReflect.Descriptor instead.
 func (*StringWrapper) Descriptor() ([]byte, []int) {
-	return file_types_proto_rawDescGZIP(), []int{5}
+	return file_protocol_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StringWrapper) GetValue() string {
@@ -290,11 +293,11 @@ func (x *StringWrapper) GetValue() string {
 	return ""
 }
 
-var File_types_proto protoreflect.FileDescriptor
+var File_protocol_types_proto protoreflect.FileDescriptor
 
-const file_types_proto_rawDesc = "" +
+const file_protocol_types_proto_rawDesc = "" +
 	"\n" +
-	"\vtypes.proto\x12\x15io.statefun.sdk.types\"&\n" +
+	"\x14protocol/types.proto\x12\x13statefun.wire.types\"&\n" +
 	"\x0eBooleanWrapper\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\bR\x05value\"\"\n" +
 	"\n" +
@@ -310,27 +313,27 @@ const file_types_proto_rawDesc = "" +
 	"\x05value\x18\x01 \x01(\tR\x05valueB3Z1github.com/statefun-go/statefun/internal/protocolb\x06proto3"
 
 var (
-	file_types_proto_rawDescOnce sync.Once
-	file_types_proto_rawDescData []byte
+	file_protocol_types_proto_rawDescOnce sync.Once
+	file_protocol_types_proto_rawDescData []byte
 )
 
-func file_types_proto_rawDescGZIP() []byte {
-	file_types_proto_rawDescOnce.Do(func() {
-		file_types_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_types_proto_rawDesc), len(file_types_proto_rawDesc)))
+func file_protocol_types_proto_rawDescGZIP() []byte {
+	file_protocol_types_proto_rawDescOnce.Do(func() {
+		file_protocol_types_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_protocol_types_proto_rawDesc), len(file_protocol_types_proto_rawDesc)))
 	})
-	return file_types_proto_rawDescData
+	return file_protocol_types_proto_rawDescData
 }
 
-var file_types_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
-var file_types_proto_goTypes = []any{
-	(*BooleanWrapper)(nil), // 0: io.statefun.sdk.types.BooleanWrapper
-	(*IntWrapper)(nil),     // 1: io.statefun.sdk.types.IntWrapper
-	(*FloatWrapper)(nil),   // 2: io.statefun.sdk.types.FloatWrapper
-	(*LongWrapper)(nil),    // 3: io.statefun.sdk.types.LongWrapper
-	(*DoubleWrapper)(nil),  // 4: io.statefun.sdk.types.DoubleWrapper
-	(*StringWrapper)(nil),  // 5: io.statefun.sdk.types.StringWrapper
+var file_protocol_types_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_protocol_types_proto_goTypes = []any{
+	(*BooleanWrapper)(nil), // 0: statefun.wire.types.BooleanWrapper
+	(*IntWrapper)(nil),     // 1: statefun.wire.types.IntWrapper
+	(*FloatWrapper)(nil),   // 2: statefun.wire.types.FloatWrapper
+	(*LongWrapper)(nil),    // 3: statefun.wire.types.LongWrapper
+	(*DoubleWrapper)(nil),  // 4: statefun.wire.types.DoubleWrapper
+	(*StringWrapper)(nil),  // 5: statefun.wire.types.StringWrapper
 }
-var file_types_proto_depIdxs = []int32{
+var file_protocol_types_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for method output_type
 	0, // [0:0] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
@@ -338,26 +341,26 @@ var file_types_proto_depIdxs = []int32{
 	0, // [0:0] is the sub-list for field type_name
 }
 
-func init() { file_types_proto_init() }
-func file_types_proto_init() {
-	if File_types_proto != nil {
+func init() { file_protocol_types_proto_init() }
+func file_protocol_types_proto_init() {
+	if File_protocol_types_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_types_proto_rawDesc), len(file_types_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_types_proto_rawDesc), len(file_protocol_types_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_types_proto_goTypes,
-		DependencyIndexes: file_types_proto_depIdxs,
-		MessageInfos:      file_types_proto_msgTypes,
+		GoTypes:           file_protocol_types_proto_goTypes,
+		DependencyIndexes: file_protocol_types_proto_depIdxs,
+		MessageInfos:      file_protocol_types_proto_msgTypes,
 	}.Build()
-	File_types_proto = out.File
-	file_types_proto_goTypes = nil
-	file_types_proto_depIdxs = nil
+	File_protocol_types_proto = out.File
+	file_protocol_types_proto_goTypes = nil
+	file_protocol_types_proto_depIdxs = nil
 }

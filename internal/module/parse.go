@@ -1,0 +1,234 @@
+package module
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/statefun-go/statefun/internal/address"
+)
+
+// supportedKinds is listed in "unknown kind" errors.
+const supportedKinds = KindHTTPEndpointV2 + ", " + KindHTTPEndpointV1 + ", " +
+	KindPlaygroundIngress + ", " + KindPlaygroundEgress
+
+// Load reads and validates the module file at path. It returns an error
+// prefixed "module: " when the file cannot be read, and Errors when it is
+// invalid (see Parse).
+func Load(path string) (*Module, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("module: reading module file: %w", err)
+	}
+	return Parse(path, data)
+}
+
+// Parse validates the module file contents data; filename only names the
+// file in errors. When data is invalid it returns a nil Module and Errors,
+// which lists every problem found, in file order. A YAML syntax error stops
+// the reading at the broken document; the documents before it are still
+// checked. An empty file is a valid, empty module.
+func Parse(filename string, data []byte) (*Module, error) {
+	p := &parser{
+		file:       filename,
+		mod:        &Module{},
+		exact:      make(map[address.TypeName]Position),
+		namespaces: make(map[string]Position),
+		ports:      make(map[int]string),
+	}
+	roots := p.decode(data)
+
+	var live []int
+	for i, r := range roots {
+		if r != nil {
+			live = append(live, i)
+		}
+	}
+	if len(live) == 1 && isLegacy(roots[live[0]]) {
+		p.legacy(live[0]+1, roots[live[0]])
+	} else {
+		for _, i := range live {
+			p.component(i+1, roots[i])
+		}
+	}
+
+	if len(p.errs) > 0 {
+		slices.SortStableFunc(p.errs, func(a, b *Error) int {
+			if a.Document != b.Document {
+				return a.Document - b.Document
+			}
+			return a.Line - b.Line
+		})
+		return nil, p.errs
+	}
+	return p.mod, nil
+}
+
+// parser holds the state of one Parse call.
+type parser struct {
+	file string
+	errs Errors
+	mod  *Module
+
+	// exact and namespaces hold where each function type and namespace was
+	// bound (the position of the functions value), to report duplicates.
+	exact      map[address.TypeName]Position
+	namespaces map[string]Position
+	// ingress and egress are the playground components seen so far; a
+	// module may have one of each, because their ids are fixed.
+	ingress, egress *Position
+	// ports says which playground component listens on a port.
+	ports map[int]string
+}
+
+// decode splits data into documents and returns their roots, nil for null
+// documents. A syntax error is recorded and ends the stream.
+func (p *parser) decode(data []byte) []*yaml.Node {
+	var roots []*yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			return roots
+		}
+		if err != nil {
+			p.syntaxError(len(roots)+1, err, data)
+			return roots
+		}
+		var root *yaml.Node
+		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+			root = resolve(n.Content[0])
+		}
+		if root != nil && root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+			root = nil
+		}
+		roots = append(roots, root)
+	}
+}
+
+var (
+	syntaxLineRE    = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+	unknownAnchorRE = regexp.MustCompile(`^yaml: unknown anchor '(.*)' referenced$`)
+)
+
+// parserProblems are the messages of libyaml's parser (as opposed to its
+// scanner). yaml.v3 reports their line 0-based, scanner lines 1-based.
+var parserProblems = map[string]bool{
+	"did not find expected <stream-start>":   true,
+	"did not find expected <document start>": true,
+	"found undefined tag handle":             true,
+	"did not find expected node content":     true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected key":              true,
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"found duplicate %YAML directive":        true,
+	"found incompatible YAML document":       true,
+	"found duplicate %TAG directive":         true,
+}
+
+// syntaxError records a yaml.v3 error, recovering its line: yaml.v3 only
+// puts it in the message text, 0-based for some problems, and not at all
+// for unknown anchors or problems on the first line.
+func (p *parser) syntaxError(num int, err error, data []byte) {
+	text := err.Error()
+	e := &Error{File: p.file, Document: num, Msg: "invalid YAML: " + strings.TrimPrefix(text, "yaml: "), Err: err}
+	switch m := syntaxLineRE.FindStringSubmatch(text); {
+	case m != nil:
+		e.Line, _ = strconv.Atoi(m[1])
+		e.Msg = "invalid YAML: " + m[2]
+		if parserProblems[m[2]] {
+			e.Line++
+		}
+	case unknownAnchorRE.MatchString(text):
+		name := unknownAnchorRE.FindStringSubmatch(text)[1]
+		if i := bytes.Index(data, []byte("*"+name)); i >= 0 {
+			e.Line = bytes.Count(data[:i], []byte("\n")) + 1
+			e.Column = i - bytes.LastIndexByte(data[:i], '\n')
+		}
+	default:
+		e.Line = 1
+	}
+	// Problems found at the end of the stream point past the last line.
+	lines := bytes.Count(data, []byte("\n"))
+	if !bytes.HasSuffix(data, []byte("\n")) {
+		lines++
+	}
+	e.Line = min(e.Line, lines)
+	p.errs = append(p.errs, e)
+}
+
+// isLegacy reports whether root is a document of the single-document
+// format of StateFun 2.x and 3.0: a "version" key and no "kind".
+func isLegacy(root *yaml.Node) bool {
+	if root.Kind != yaml.MappingNode {
+		return false
+	}
+	var version, kind bool
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		switch resolve(root.Content[i]).Value {
+		case "version":
+			version = true
+		case "kind":
+			kind = true
+		}
+	}
+	return version && !kind
+}
+
+// component validates one kind/spec document and adds it to the module.
+func (p *parser) component(num int, root *yaml.Node) {
+	d := &doc{p: p, num: num}
+	if root.Kind != yaml.MappingNode {
+		d.errorf(root, "", "a document must be a mapping with kind and spec, got %s", describe(root))
+		return
+	}
+	top, ok := d.object(field{node: root})
+	if !ok {
+		return
+	}
+	kf := top.get("kind")
+	if kf.node == nil {
+		if vf := top.get("version"); vf.node != nil {
+			d.errorf(vf.key, vf.path, "a legacy module (with a version and no kind) must be the only document in its file")
+			return
+		}
+	}
+	kind, ok := d.requireStr(kf)
+	if !ok {
+		return
+	}
+	d.kind = kind
+	p.bind(d, kf, top.get("spec"), d.pos(root))
+}
+
+// bind validates spec as a component of the kind in kf and adds it to the
+// module. pos is where the component starts.
+func (p *parser) bind(d *doc, kf, spec field, pos Position) {
+	switch d.kind {
+	case KindHTTPEndpointV2, KindHTTPEndpointV1:
+		p.endpoint(d, spec, pos)
+	case KindPlaygroundIngress:
+		p.playgroundIngress(d, kf, spec, pos)
+	case KindPlaygroundEgress:
+		p.playgroundEgress(d, kf, spec, pos)
+	case KindKafkaIngress, KindKafkaEgress, KindKinesisIngress, KindKinesisEgress:
+		what := d.kind
+		if kf.node.Value != d.kind {
+			what = fmt.Sprintf("%s (legacy %s)", d.kind, kf.node.Value)
+		}
+		d.report(kf.node, kf.path, ErrNotSupported, fmt.Sprintf(
+			"%s is not supported yet; supported kinds: %s", what, supportedKinds))
+	default:
+		d.errorf(kf.node, kf.path, "unknown kind %q; supported kinds: %s", d.kind, supportedKinds)
+	}
+}

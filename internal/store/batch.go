@@ -1,0 +1,208 @@
+package store
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/protocol"
+	"google.golang.org/protobuf/proto"
+)
+
+// Batch collects writes to commit atomically: after a crash either all of a
+// committed batch is in the store or none of it. The engine builds one Batch
+// per group commit (state changes, consumed inbox messages, produced
+// messages, egress records, timer changes and partition meta of every
+// partition in the group) and commits it with sync.
+//
+// The Put and Delete methods do not fail: the layouts cannot fail to encode,
+// and a record that protobuf refuses to marshal (a string field that is not
+// valid UTF-8) is remembered and returned by Commit, which then writes
+// nothing. They panic on programmer errors: a partition outside the store's,
+// a nil record, use after Commit or Close. Writes in one batch apply in
+// order, so a later write to the same key wins.
+//
+// A Batch is not safe for concurrent use. Its writes are invisible to reads
+// until Commit.
+type Batch struct {
+	db  *DB
+	pb  *pebble.Batch
+	key []byte // scratch for encoding keys; pebble copies them
+	val []byte // scratch for encoding values
+	err error  // the first encoding error, returned by Commit
+}
+
+// NewBatch returns an empty batch. Call Close when done with it, committed
+// or not.
+func (db *DB) NewBatch() *Batch {
+	return &Batch{db: db, pb: db.pdb.NewBatch()}
+}
+
+// live returns the pebble batch, panicking if b was committed or closed.
+func (b *Batch) live() *pebble.Batch {
+	if b.pb == nil {
+		panic("store: batch used after Commit or Close")
+	}
+	return b.pb
+}
+
+// partition checks that p is a partition of the store.
+func (b *Batch) partition(p int) int {
+	if p < 0 || p >= b.db.partitions {
+		panic(fmt.Sprintf("store: partition %d out of range [0, %d)", p, b.db.partitions))
+	}
+	return p
+}
+
+func (b *Batch) set(key, val []byte) {
+	// pebble's Set fails only on an indexed batch whose index rejects the
+	// key, which ours are not.
+	if err := b.live().Set(key, val, nil); err != nil {
+		panic(fmt.Sprintf("store: batch set %s: %v", formatKey(key), err))
+	}
+}
+
+func (b *Batch) delete(key []byte) {
+	if err := b.live().Delete(key, nil); err != nil {
+		panic(fmt.Sprintf("store: batch delete %s: %v", formatKey(key), err))
+	}
+}
+
+// setProto writes m at key (b.key).
+func (b *Batch) setProto(key []byte, m proto.Message) {
+	val, err := marshalOpts.MarshalAppend(b.val[:0], m)
+	if err != nil {
+		if b.err == nil {
+			b.err = fmt.Errorf("store: encode %s: %w", formatKey(key), err)
+		}
+		return
+	}
+	b.val = val
+	b.set(key, val)
+}
+
+// PutState writes the entry of state of instance a.
+func (b *Batch) PutState(a address.Address, state string, e Entry) {
+	b.key = stateKey(b.key[:0], a, state)
+	b.val = appendEntry(b.val[:0], e)
+	b.set(b.key, b.val)
+}
+
+// DeleteState removes the entry of state of instance a, if any.
+func (b *Batch) DeleteState(a address.Address, state string) {
+	b.key = stateKey(b.key[:0], a, state)
+	b.delete(b.key)
+}
+
+// PutInbox writes a message into a partition inbox.
+func (b *Batch) PutInbox(k InboxKey, env *protocol.Envelope) {
+	if env == nil {
+		panic("store: PutInbox with a nil envelope")
+	}
+	b.partition(k.Partition)
+	b.key = inboxKey(b.key[:0], k)
+	b.setProto(b.key, env)
+}
+
+// DeleteInbox removes a message from a partition inbox (it was consumed).
+func (b *Batch) DeleteInbox(k InboxKey) {
+	b.partition(k.Partition)
+	b.key = inboxKey(b.key[:0], k)
+	b.delete(b.key)
+}
+
+// PutTimer writes a delayed message: env is delivered to its target at
+// k.Due. Its caller is the sender; its CancellationToken is set when the
+// sender gave one.
+func (b *Batch) PutTimer(k TimerKey, env *protocol.Envelope) {
+	if env == nil {
+		panic("store: PutTimer with a nil envelope")
+	}
+	b.partition(k.Partition)
+	b.key = timerKey(b.key[:0], k)
+	b.setProto(b.key, env)
+}
+
+// DeleteTimer removes a delayed message (it was delivered or cancelled).
+func (b *Batch) DeleteTimer(k TimerKey) {
+	b.partition(k.Partition)
+	b.key = timerKey(b.key[:0], k)
+	b.delete(b.key)
+}
+
+// PutSpecs replaces the registered state specs of function type t.
+func (b *Batch) PutSpecs(t address.TypeName, specs []*protocol.FromFunction_PersistedValueSpec) {
+	b.key = specsKey(b.key[:0], t)
+	b.setProto(b.key, &protocol.Specs{Specs: specs})
+}
+
+// PutMeta replaces the meta record of partition p.
+func (b *Batch) PutMeta(p int, m PartitionMeta) {
+	b.key = partitionKey(b.key[:0], b.partition(p))
+	b.setProto(b.key, &protocol.PartitionMeta{CommitId: m.CommitID, VersionSeq: m.VersionSeq})
+}
+
+// PutEgress writes a record into the outbox (egress, route) at seq. egress is
+// the egress's typename as one string, "namespace/type".
+func (b *Batch) PutEgress(egress, route string, seq uint64, rec *protocol.EgressRecord) {
+	if rec == nil {
+		panic("store: PutEgress with a nil record")
+	}
+	b.key = egressKey(b.key[:0], egress, route, seq)
+	b.setProto(b.key, rec)
+}
+
+// DeleteEgress removes a record from the outbox (egress, route) (it was
+// handed on).
+func (b *Batch) DeleteEgress(egress, route string, seq uint64) {
+	b.key = egressKey(b.key[:0], egress, route, seq)
+	b.delete(b.key)
+}
+
+// Len returns the number of writes in the batch.
+func (b *Batch) Len() int { return int(b.live().Count()) }
+
+// Size returns the size of the batch's encoding in bytes, roughly what it
+// adds to the write-ahead log.
+func (b *Batch) Size() int { return b.live().Len() }
+
+// Commit applies every write of the batch to the store in one atomic Pebble
+// batch. With sync, it returns only once the batch is durable on disk (the
+// write-ahead log is synced); without, a crash of the machine or process may
+// lose it (whole, never in part), though reads see it at once. An empty batch
+// commits nothing and returns nil at once.
+//
+// Commit returns the first encoding error of the batch, if any, and then
+// writes nothing. After Commit, only Close may be called. (Pebble treats a
+// failed write of its log as fatal and stops the process through its
+// Logger.Fatalf.)
+func (b *Batch) Commit(sync bool) error {
+	pb := b.live()
+	if b.err != nil {
+		b.Close()
+		return b.err
+	}
+	if pb.Empty() {
+		b.Close()
+		return nil
+	}
+	opts := pebble.NoSync
+	if sync {
+		opts = pebble.Sync
+	}
+	err := pb.Commit(opts)
+	b.Close()
+	if err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	return nil
+}
+
+// Close releases the batch, discarding its writes if it was not committed.
+// Close may be called more than once.
+func (b *Batch) Close() {
+	if b.pb != nil {
+		_ = b.pb.Close()
+		b.pb = nil
+	}
+}

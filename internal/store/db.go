@@ -1,0 +1,235 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// FormatVersion is the version of the layout described in docs/storage.md
+// that this build reads and writes. It is stored under the global meta key
+// "format" when a store is created. Part of the file format.
+//
+// The upgrade rule: Open refuses a store whose version is above
+// FormatVersion (ErrFormatTooNew) and leaves it untouched. A store with an
+// older version is upgraded by Open, in one synced batch that also rewrites
+// the "format" record, before anything reads it; every older version must
+// keep its upgrade step here for as long as such stores may exist. Version 1
+// is the first, so there are no upgrade steps yet. A change that only adds a
+// key space, or adds protobuf fields that old readers ignore, needs no new
+// version; a change that older builds would misread does.
+const FormatVersion uint32 = 1
+
+// DefaultPartitions is the partition count of a store created with
+// Options.Partitions zero.
+const DefaultPartitions = 16
+
+// pebbleFormat is the Pebble format major version stores are created with
+// and ratcheted to. Pinned, rather than pebble.FormatNewest, so that a Pebble
+// upgrade never rewrites the on-disk format by itself: raising it is a
+// deliberate change (it makes older builds unable to open the store).
+const pebbleFormat = pebble.FormatValueSeparation
+
+// Options configures Open. The zero value works: a disk store, adopting the
+// partition count of an existing store or DefaultPartitions for a new one.
+type Options struct {
+	// Partitions is the application's partition count P. A new store records
+	// it; an existing store must have been created with the same count, or
+	// Open fails with ErrPartitionCount. Zero adopts the count of an
+	// existing store and creates a new one with DefaultPartitions. Negative
+	// values and values above MaxPartitions are an error.
+	Partitions int
+
+	// CacheSize is the size of Pebble's block cache in bytes, overriding the
+	// default 64 MiB. Zero means the default; negative is an error.
+	CacheSize int64
+
+	// MemTableSize is the size of one Pebble memtable in bytes, overriding
+	// the default 32 MiB. Larger memtables absorb bigger group commits
+	// before a flush. Zero means the default.
+	MemTableSize uint64
+
+	// FS is the filesystem the store lives on. Nil means the operating
+	// system's (vfs.Default); tests use vfs.NewMem or vfs.NewCrashableMem.
+	FS vfs.FS
+
+	// Logger receives Pebble's log lines. Nil means Pebble's default, the
+	// standard library's log package.
+	Logger pebble.Logger
+}
+
+const (
+	defaultCacheSize    = 64 << 20
+	defaultMemTableSize = 32 << 20
+)
+
+// withDefaults returns o with every zero field that has a default filled in,
+// or an error for a value out of range.
+func (o Options) withDefaults() (Options, error) {
+	if o.Partitions < 0 || o.Partitions > MaxPartitions {
+		return o, fmt.Errorf("store: Options.Partitions is %d, want 0 (adopt) or 1..%d", o.Partitions, MaxPartitions)
+	}
+	if o.CacheSize < 0 {
+		return o, fmt.Errorf("store: Options.CacheSize is %d, want >= 0", o.CacheSize)
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = defaultCacheSize
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = defaultMemTableSize
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		o.Logger = pebble.DefaultLogger
+	}
+	return o, nil
+}
+
+// DB is the embedded store of one process: one Pebble database holding every
+// key space (docs/storage.md). A DB is safe for concurrent use: reads may run
+// concurrently with each other and with commits, and see whole commits only. The partition state machines
+// never touch a DB; the engine reads from it and writes one Batch per group
+// commit.
+type DB struct {
+	closed     atomic.Bool
+	pdb        *pebble.DB
+	dir        string
+	partitions int
+}
+
+// Open opens the store in dir, creating it if it does not exist.
+//
+// A new store is stamped with FormatVersion and the partition count in one
+// synced write. An existing store is checked: Open fails with an error
+// wrapping ErrFormatTooNew if it was written by a newer build,
+// ErrPartitionCount if Options.Partitions is set and differs, and ErrCorrupt
+// if its meta records are missing or malformed. Pebble's own errors (a store
+// locked by another process, say) are returned wrapped.
+func Open(dir string, opts Options) (*DB, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	popts := &pebble.Options{
+		FS:                 opts.FS,
+		CacheSize:          opts.CacheSize,
+		MemTableSize:       opts.MemTableSize,
+		Logger:             opts.Logger,
+		FormatMajorVersion: pebbleFormat,
+	}
+	pdb, err := pebble.Open(dir, popts)
+	if err != nil {
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	}
+	db := &DB{pdb: pdb, dir: dir}
+	if err := db.checkMeta(opts.Partitions); err != nil {
+		_ = pdb.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// checkMeta stamps a new store or checks an existing one against this build
+// and the configured partition count (0 = adopt), and sets db.partitions.
+func (db *DB) checkMeta(want int) error {
+	format, ok, err := db.metaU32(metaFormat)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return db.create(want)
+	}
+	switch {
+	case format > FormatVersion:
+		return fmt.Errorf("%w: %s has format %d, this build reads formats up to %d; run a newer build",
+			ErrFormatTooNew, db.dir, format, FormatVersion)
+	case format < 1:
+		return corrupt(metaKey(nil, metaFormat), fmt.Errorf("format %d does not exist", format))
+	}
+	// Formats in [1, FormatVersion) would be upgraded here; none exist yet.
+
+	p, ok, err := db.metaU32(metaPartitions)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !ok:
+		return corrupt(metaKey(nil, metaPartitions), errors.New("missing"))
+	case p == 0 || p > MaxPartitions:
+		return corrupt(metaKey(nil, metaPartitions), fmt.Errorf("partition count %d out of range", p))
+	case want != 0 && uint32(want) != p:
+		return fmt.Errorf("%w: %s was created with %d partitions, but %d are configured; the partition count cannot change",
+			ErrPartitionCount, db.dir, p, want)
+	}
+	db.partitions = int(p)
+	return nil
+}
+
+// create stamps an empty store with the format version and partition count.
+// A store that holds keys but no format record is refused: it was not
+// written by this package, or lost its meta.
+func (db *DB) create(partitions int) error {
+	it, err := db.pdb.NewIter(nil)
+	if err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	hasData := it.First()
+	var first []byte
+	if hasData {
+		first = append(first, it.Key()...)
+	}
+	if err := closeIter(it); err != nil {
+		return err
+	}
+	if hasData {
+		return corrupt(first, fmt.Errorf("%s holds data but no format record", db.dir))
+	}
+	if partitions == 0 {
+		partitions = DefaultPartitions
+	}
+	b := db.pdb.NewBatch()
+	defer b.Close()
+	_ = b.Set(metaKey(nil, metaFormat), appendU32(nil, FormatVersion), nil)
+	_ = b.Set(metaKey(nil, metaPartitions), appendU32(nil, uint32(partitions)), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("store: stamp new store %s: %w", db.dir, err)
+	}
+	db.partitions = partitions
+	return nil
+}
+
+// metaU32 reads a u32 global meta record.
+func (db *DB) metaU32(name string) (v uint32, ok bool, err error) {
+	key := metaKey(nil, name)
+	val, found, err := db.get(key)
+	if err != nil || !found {
+		return 0, false, err
+	}
+	v, err = decodeU32(val)
+	if err != nil {
+		return 0, false, corrupt(key, err)
+	}
+	return v, true, nil
+}
+
+// Partitions returns the store's partition count P.
+func (db *DB) Partitions() int { return db.partitions }
+
+// Close closes the store, syncing the write-ahead log, so writes committed
+// without sync are durable once Close returns nil. Every iteration must have
+// ended; no other method may be called after Close. Closing a closed DB
+// does nothing and returns nil.
+func (db *DB) Close() error {
+	if db.closed.Swap(true) {
+		return nil
+	}
+	if err := db.pdb.Close(); err != nil {
+		return fmt.Errorf("store: close: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,359 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/statefun-go/statefun/internal/address"
+)
+
+// Key spaces. The first byte of every key names the space it belongs to, so
+// each space is one contiguous range of the store and is scanned on its own.
+//
+// These values are part of the file format. A number is never reused: a
+// retired space stays here as a commented-out line. docs/storage.md describes
+// every space; a change here is a change there.
+const (
+	spaceMeta  byte = 0x00 // global meta: format version, partition count
+	spaceState byte = 0x01 // state entries
+	spaceInbox byte = 0x02 // partition inboxes
+	spaceTimer byte = 0x03 // delayed-message timers
+	// spaceCancel byte = 0x04 // reserved: the cancellation-token index (DESIGN.md §4), not yet written
+	spaceSpecs     byte = 0x05 // registered specs per function type
+	spacePartition byte = 0x06 // partition meta
+	spaceEgress    byte = 0x07 // egress outboxes
+)
+
+// Names of the global meta keys (space 0x00). Part of the file format.
+const (
+	metaFormat     = "format"     // value: FormatVersion, u32 BE
+	metaPartitions = "partitions" // value: the partition count P, u32 BE
+)
+
+// MaxPartitions is the largest partition count a store can hold: partition
+// numbers are written as u16 inside keys.
+const MaxPartitions = 1 << 16
+
+// SourceIngress is the InboxKey.Source of a message that came from an
+// ingress rather than from another partition. Part of the file format.
+const SourceIngress uint32 = 0xFFFFFFFF
+
+// errBadKey is returned (wrapped as corruption) when a key of a known space
+// does not have that space's layout.
+var errBadKey = errors.New("bad key layout")
+
+// partitionU16 converts a partition number for a key. A partition outside
+// [0, MaxPartitions) is a programmer error.
+func partitionU16(p int) uint16 {
+	if p < 0 || p >= MaxPartitions {
+		panic(fmt.Sprintf("store: partition %d out of range [0, %d)", p, MaxPartitions))
+	}
+	return uint16(p)
+}
+
+// metaKey appends the key of a global meta record.
+//
+//	+------+-----------------------------+
+//	| 0x00 | name (raw bytes, no escape) |
+//	+------+-----------------------------+
+//
+// Names are the metaXxx constants.
+func metaKey(dst []byte, name string) []byte {
+	dst = append(dst, spaceMeta)
+	return append(dst, name...)
+}
+
+// stateKey appends the key of one state entry: the state named state of the
+// function instance a.
+//
+//	+------+----------------+-----------+---------+----------------+
+//	| 0x01 | str(namespace) | str(type) | str(id) | str(statename) |
+//	+------+----------------+-----------+---------+----------------+
+//
+// Namespace and type are the two halves of the function's typename. Sorting
+// by type, then id keeps all state of one instance together
+// (ScanAddressState) and all instances of one type together (ScanIDs).
+// The value is an entry; see appendEntry.
+func stateKey(dst []byte, a address.Address, state string) []byte {
+	dst = stateAddressPrefix(dst, a)
+	return appendString(dst, state)
+}
+
+// stateTypePrefix appends 0x01 | str(namespace) | str(type): the prefix of
+// every state key of function type t.
+func stateTypePrefix(dst []byte, t address.TypeName) []byte {
+	dst = append(dst, spaceState)
+	dst = appendString(dst, t.Namespace)
+	return appendString(dst, t.Name)
+}
+
+// stateAddressPrefix appends the prefix of every state key of instance a.
+func stateAddressPrefix(dst []byte, a address.Address) []byte {
+	dst = stateTypePrefix(dst, a.Type)
+	return appendString(dst, a.ID)
+}
+
+// decodeStateKey is the inverse of stateKey.
+func decodeStateKey(key []byte) (a address.Address, state string, err error) {
+	if len(key) == 0 || key[0] != spaceState {
+		return a, "", errBadKey
+	}
+	b := key[1:]
+	for _, p := range []*string{&a.Type.Namespace, &a.Type.Name, &a.ID, &state} {
+		if *p, b, err = decodeString(b); err != nil {
+			return address.Address{}, "", err
+		}
+	}
+	if len(b) != 0 {
+		return address.Address{}, "", errBadKey
+	}
+	return a, state, nil
+}
+
+// InboxKey names one message in a partition inbox. Within a partition, keys
+// sort by Source, then Seq, so messages from one source are read in the
+// order that source sent them.
+type InboxKey struct {
+	Partition int
+	// Source is the partition that produced the message, or SourceIngress.
+	Source uint32
+	// Seq orders the messages of one source; the source assigns it.
+	Seq uint64
+}
+
+const inboxKeyLen = 1 + 2 + 4 + 8
+
+// inboxKey appends the key of an inbox message.
+//
+//	+------+------------------+---------------+------------+
+//	| 0x02 | partition u16 BE | source u32 BE | seq u64 BE |
+//	+------+------------------+---------------+------------+
+//	  1 B         2 B               4 B            8 B       = 15 bytes
+//
+// source is the producing partition, or 0xffffffff (SourceIngress) for an
+// ingress. The value is a protocol.Envelope.
+func inboxKey(dst []byte, k InboxKey) []byte {
+	dst = inboxPrefix(dst, k.Partition)
+	dst = binary.BigEndian.AppendUint32(dst, k.Source)
+	return binary.BigEndian.AppendUint64(dst, k.Seq)
+}
+
+// inboxPrefix appends 0x02 | partition: the prefix of one partition's inbox.
+func inboxPrefix(dst []byte, partition int) []byte {
+	dst = append(dst, spaceInbox)
+	return binary.BigEndian.AppendUint16(dst, partitionU16(partition))
+}
+
+// decodeInboxKey is the inverse of inboxKey.
+func decodeInboxKey(key []byte) (InboxKey, error) {
+	if len(key) != inboxKeyLen || key[0] != spaceInbox {
+		return InboxKey{}, errBadKey
+	}
+	return InboxKey{
+		Partition: int(binary.BigEndian.Uint16(key[1:])),
+		Source:    binary.BigEndian.Uint32(key[3:]),
+		Seq:       binary.BigEndian.Uint64(key[7:]),
+	}, nil
+}
+
+// TimerKey names one delayed message. Within a partition, keys sort by Due,
+// then ID, so a scan yields timers in the order they fall due.
+type TimerKey struct {
+	Partition int
+	// Due is when the message is to be delivered, in Unix milliseconds. It
+	// may be zero or negative.
+	Due int64
+	// ID tells apart timers due at the same millisecond; the partition
+	// assigns it.
+	ID uint64
+}
+
+const timerKeyLen = 1 + 2 + 8 + 8
+
+// timerKey appends the key of a delayed message.
+//
+//	+------+------------------+--------------------------+-----------------+
+//	| 0x03 | partition u16 BE | due u64 BE, sign flipped | timer id u64 BE |
+//	+------+------------------+--------------------------+-----------------+
+//	  1 B         2 B                     8 B                    8 B         = 19 bytes
+//
+// due is Unix milliseconds, an int64 written as uint64(due) ^ 1<<63 so that
+// byte order is numeric order for negative values too: math.MinInt64 is
+// 00 00 00 00 00 00 00 00, -1 is 7f ff ff ff ff ff ff ff, 0 is
+// 80 00 00 00 00 00 00 00. The value is a protocol.Envelope whose caller is
+// the sender and whose cancellation token is set when one was given.
+func timerKey(dst []byte, k TimerKey) []byte {
+	dst = timerPrefix(dst, k.Partition)
+	dst = binary.BigEndian.AppendUint64(dst, flipSign(k.Due))
+	return binary.BigEndian.AppendUint64(dst, k.ID)
+}
+
+// timerPrefix appends 0x03 | partition: the prefix of one partition's timers.
+func timerPrefix(dst []byte, partition int) []byte {
+	dst = append(dst, spaceTimer)
+	return binary.BigEndian.AppendUint16(dst, partitionU16(partition))
+}
+
+// flipSign maps int64 onto uint64 preserving order.
+func flipSign(v int64) uint64 { return uint64(v) ^ (1 << 63) }
+
+// unflipSign is the inverse of flipSign.
+func unflipSign(u uint64) int64 { return int64(u ^ (1 << 63)) }
+
+// decodeTimerKey is the inverse of timerKey.
+func decodeTimerKey(key []byte) (TimerKey, error) {
+	if len(key) != timerKeyLen || key[0] != spaceTimer {
+		return TimerKey{}, errBadKey
+	}
+	return TimerKey{
+		Partition: int(binary.BigEndian.Uint16(key[1:])),
+		Due:       unflipSign(binary.BigEndian.Uint64(key[3:])),
+		ID:        binary.BigEndian.Uint64(key[11:]),
+	}, nil
+}
+
+// specsKey appends the key of the registered specs of function type t.
+//
+//	+------+----------------+-----------+
+//	| 0x05 | str(namespace) | str(type) |
+//	+------+----------------+-----------+
+//
+// The value is a protocol.Specs.
+func specsKey(dst []byte, t address.TypeName) []byte {
+	dst = append(dst, spaceSpecs)
+	dst = appendString(dst, t.Namespace)
+	return appendString(dst, t.Name)
+}
+
+// decodeSpecsKey is the inverse of specsKey.
+func decodeSpecsKey(key []byte) (t address.TypeName, err error) {
+	if len(key) == 0 || key[0] != spaceSpecs {
+		return t, errBadKey
+	}
+	b := key[1:]
+	if t.Namespace, b, err = decodeString(b); err != nil {
+		return address.TypeName{}, err
+	}
+	if t.Name, b, err = decodeString(b); err != nil {
+		return address.TypeName{}, err
+	}
+	if len(b) != 0 {
+		return address.TypeName{}, errBadKey
+	}
+	return t, nil
+}
+
+const partitionKeyLen = 1 + 2
+
+// partitionKey appends the key of a partition's meta record.
+//
+//	+------+------------------+
+//	| 0x06 | partition u16 BE |
+//	+------+------------------+
+//
+// The value is a protocol.PartitionMeta.
+func partitionKey(dst []byte, partition int) []byte {
+	dst = append(dst, spacePartition)
+	return binary.BigEndian.AppendUint16(dst, partitionU16(partition))
+}
+
+// egressKey appends the key of one record waiting in an egress outbox.
+//
+//	+------+-------------+------------+------------+
+//	| 0x07 | str(egress) | str(route) | seq u64 BE |
+//	+------+-------------+------------+------------+
+//
+// egress is the egress's typename as one string, "namespace/type"; route
+// picks a queue within it (the playground egress's topic). seq orders the
+// records of one route. The value is a protocol.EgressRecord.
+func egressKey(dst []byte, egress, route string, seq uint64) []byte {
+	dst = egressPrefix(dst, egress, route)
+	return binary.BigEndian.AppendUint64(dst, seq)
+}
+
+// egressPrefix appends 0x07 | str(egress) | str(route): the prefix of one
+// outbox.
+func egressPrefix(dst []byte, egress, route string) []byte {
+	dst = append(dst, spaceEgress)
+	dst = appendString(dst, egress)
+	return appendString(dst, route)
+}
+
+// decodeEgressKey is the inverse of egressKey.
+func decodeEgressKey(key []byte) (egress, route string, seq uint64, err error) {
+	if len(key) == 0 || key[0] != spaceEgress {
+		return "", "", 0, errBadKey
+	}
+	b := key[1:]
+	if egress, b, err = decodeString(b); err != nil {
+		return "", "", 0, err
+	}
+	if route, b, err = decodeString(b); err != nil {
+		return "", "", 0, err
+	}
+	if len(b) != 8 {
+		return "", "", 0, errBadKey
+	}
+	return egress, route, binary.BigEndian.Uint64(b), nil
+}
+
+// formatKey renders a key for error messages and test output, decoding the
+// spaces it knows, for example
+//
+//	state("example", "greeter", "alice", "seen_count")
+//	inbox(p=3, source=ingress, seq=7)
+//
+// and falling back to hex (key(01 02 …)) for anything it cannot decode.
+func formatKey(key []byte) string {
+	q := strconv.Quote
+	if len(key) > 0 {
+		switch key[0] {
+		case spaceMeta:
+			return "meta(" + q(string(key[1:])) + ")"
+		case spaceState:
+			if a, s, err := decodeStateKey(key); err == nil {
+				return fmt.Sprintf("state(%s, %s, %s, %s)", q(a.Type.Namespace), q(a.Type.Name), q(a.ID), q(s))
+			}
+		case spaceInbox:
+			if k, err := decodeInboxKey(key); err == nil {
+				src := strconv.FormatUint(uint64(k.Source), 10)
+				if k.Source == SourceIngress {
+					src = "ingress"
+				}
+				return fmt.Sprintf("inbox(p=%d, source=%s, seq=%d)", k.Partition, src, k.Seq)
+			}
+		case spaceTimer:
+			if k, err := decodeTimerKey(key); err == nil {
+				return fmt.Sprintf("timer(p=%d, due=%d, id=%d)", k.Partition, k.Due, k.ID)
+			}
+		case spaceSpecs:
+			if t, err := decodeSpecsKey(key); err == nil {
+				return fmt.Sprintf("specs(%s, %s)", q(t.Namespace), q(t.Name))
+			}
+		case spacePartition:
+			if len(key) == partitionKeyLen {
+				return fmt.Sprintf("partition(%d)", binary.BigEndian.Uint16(key[1:]))
+			}
+		case spaceEgress:
+			if e, r, seq, err := decodeEgressKey(key); err == nil {
+				return fmt.Sprintf("egress(%s, %s, seq=%d)", q(e), q(r), seq)
+			}
+		}
+	}
+	return "key(" + hexSpaced(key) + ")"
+}
+
+// hexSpaced renders b as lower-case hex bytes separated by spaces.
+func hexSpaced(b []byte) string {
+	var sb strings.Builder
+	for i, c := range b {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		fmt.Fprintf(&sb, "%02x", c)
+	}
+	return sb.String()
+}

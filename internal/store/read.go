@@ -1,0 +1,385 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/protocol"
+	"google.golang.org/protobuf/proto"
+)
+
+// Reads. Every scan runs on one Pebble iterator, so it sees one consistent
+// snapshot: whole commits, never part of one. A scan stops at the first
+// error its callback returns and returns that error as it is.
+
+// PartitionMeta is the bookkeeping of one partition, rewritten by each of
+// its commits.
+type PartitionMeta struct {
+	// CommitID is the id of the partition's last durable commit, counting
+	// from 1; 0 means it never committed. The state API calls it the
+	// checkpoint id.
+	CommitID uint64
+	// VersionSeq is the last version given to a state entry of the
+	// partition; the next change gets VersionSeq+1.
+	VersionSeq uint64
+}
+
+// get returns a copy of the value at key.
+func (db *DB) get(key []byte) (val []byte, ok bool, err error) {
+	v, closer, err := db.pdb.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("store: get %s: %w", formatKey(key), err)
+	}
+	val = append([]byte{}, v...)
+	if err := closer.Close(); err != nil {
+		return nil, false, fmt.Errorf("store: get %s: %w", formatKey(key), err)
+	}
+	return val, true, nil
+}
+
+// newIter returns an iterator over [lower, upper); a nil upper means no
+// upper bound.
+func (db *DB) newIter(lower, upper []byte) (*pebble.Iterator, error) {
+	it, err := db.pdb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, fmt.Errorf("store: new iterator: %w", err)
+	}
+	return it, nil
+}
+
+// closeIter closes it and returns the error it met, if any.
+func closeIter(it *pebble.Iterator) error {
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("store: iterate: %w", err)
+	}
+	return nil
+}
+
+// finish closes it and returns err, or else the iterator's own error.
+func finish(it *pebble.Iterator, err error) error {
+	if cerr := closeIter(it); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// checkPartition returns an error if p is not a partition of the store.
+func (db *DB) checkPartition(p int) error {
+	if p < 0 || p >= db.partitions {
+		return fmt.Errorf("store: partition %d out of range [0, %d)", p, db.partitions)
+	}
+	return nil
+}
+
+// GetState returns the entry of state of instance a, and false if there is
+// none.
+func (db *DB) GetState(a address.Address, state string) (Entry, bool, error) {
+	key := stateKey(nil, a, state)
+	val, ok, err := db.get(key)
+	if err != nil || !ok {
+		return Entry{}, false, err
+	}
+	e, err := decodeEntry(val)
+	if err != nil {
+		return Entry{}, false, corrupt(key, err)
+	}
+	return e, true, nil
+}
+
+// ScanAddressState calls fn with every state entry of instance a, in state
+// name order.
+func (db *DB) ScanAddressState(a address.Address, fn func(state string, e Entry) error) error {
+	prefix := stateAddressPrefix(nil, a)
+	it, err := db.newIter(prefix, prefixSuccessor(prefix))
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		key := it.Key()
+		state, rest, err := decodeString(key[len(prefix):])
+		if err == nil && len(rest) != 0 {
+			err = errBadKey
+		}
+		if err != nil {
+			return finish(it, corrupt(key, err))
+		}
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return finish(it, fmt.Errorf("store: read %s: %w", formatKey(key), err))
+		}
+		e, err := decodeEntry(val)
+		if err != nil {
+			return finish(it, corrupt(key, err))
+		}
+		if err := fn(state, e); err != nil {
+			return finish(it, err)
+		}
+	}
+	return finish(it, nil)
+}
+
+// ScanIDs calls fn with the ids of function type t that hold state, in key
+// order (which is string order), until fn returns false. It lists only ids
+// that start with prefix (all ids if prefix is empty) and that are strictly
+// greater than after, so the last id of one page is the cursor of the next.
+// (The empty id is the smallest string, so it is never listed; StateFun ids
+// are not empty.) Values are not read.
+func (db *DB) ScanIDs(t address.TypeName, prefix, after string, fn func(id string) bool) error {
+	tp := stateTypePrefix(nil, t)
+	lower := appendEscaped(bytes.Clone(tp), prefix)
+	upper := prefixSuccessor(lower)
+	// Every key of id `after` starts with tp+str(after); the successor of
+	// that prefix is the first key of a greater id.
+	if s := prefixSuccessor(appendString(bytes.Clone(tp), after)); bytes.Compare(s, lower) > 0 {
+		lower = s
+	}
+	if upper != nil && bytes.Compare(lower, upper) >= 0 {
+		return nil
+	}
+	it, err := db.newIter(lower, upper)
+	if err != nil {
+		return err
+	}
+	var idPrefix []byte
+	for valid := it.First(); valid; {
+		key := it.Key()
+		id, rest, err := decodeString(key[len(tp):])
+		if err != nil {
+			return finish(it, corrupt(key, err))
+		}
+		if !fn(id) {
+			break
+		}
+		idPrefix = append(idPrefix[:0], key[:len(key)-len(rest)]...)
+		valid = skipPast(it, idPrefix)
+	}
+	return finish(it, nil)
+}
+
+// ScanTypes calls fn with every function type that holds state, in key
+// order, until fn returns false. It seeks past each type's keys rather than
+// reading them, and reads no values.
+func (db *DB) ScanTypes(fn func(t address.TypeName) bool) error {
+	it, err := db.newIter([]byte{spaceState}, []byte{spaceState + 1})
+	if err != nil {
+		return err
+	}
+	var typePrefix []byte
+	for valid := it.First(); valid; {
+		key := it.Key()
+		var t address.TypeName
+		ns, rest, err := decodeString(key[1:])
+		if err == nil {
+			t.Namespace = ns
+			t.Name, rest, err = decodeString(rest)
+		}
+		if err != nil {
+			return finish(it, corrupt(key, err))
+		}
+		if !fn(t) {
+			break
+		}
+		typePrefix = append(typePrefix[:0], key[:len(key)-len(rest)]...)
+		valid = skipPast(it, typePrefix)
+	}
+	return finish(it, nil)
+}
+
+// skipPast moves it to the first key that does not start with prefix, which
+// is where it stands. It steps a few times first (cheap when the prefix holds
+// only a few keys, the usual case for one id), then seeks. It reports
+// whether the iterator is still valid.
+func skipPast(it *pebble.Iterator, prefix []byte) bool {
+	const steps = 3
+	for range steps {
+		if !it.Next() {
+			return false
+		}
+		if !bytes.HasPrefix(it.Key(), prefix) {
+			return true
+		}
+	}
+	next := prefixSuccessor(prefix)
+	if next == nil {
+		return false
+	}
+	return it.SeekGE(next)
+}
+
+// Specs returns the registered state specs of function type t, in
+// registration order, or nil if none are registered.
+func (db *DB) Specs(t address.TypeName) ([]*protocol.FromFunction_PersistedValueSpec, error) {
+	key := specsKey(nil, t)
+	val, ok, err := db.get(key)
+	if err != nil || !ok {
+		return nil, err
+	}
+	var s protocol.Specs
+	if err := unmarshalValue(key, val, &s); err != nil {
+		return nil, err
+	}
+	return s.Specs, nil
+}
+
+// AllSpecs calls fn with the registered specs of every function type, in
+// key order.
+func (db *DB) AllSpecs(fn func(t address.TypeName, specs []*protocol.FromFunction_PersistedValueSpec) error) error {
+	it, err := db.newIter([]byte{spaceSpecs}, []byte{spaceSpecs + 1})
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		key := it.Key()
+		t, err := decodeSpecsKey(key)
+		if err != nil {
+			return finish(it, corrupt(key, err))
+		}
+		var s protocol.Specs
+		if err := iterValue(it, &s); err != nil {
+			return finish(it, err)
+		}
+		if err := fn(t, s.Specs); err != nil {
+			return finish(it, err)
+		}
+	}
+	return finish(it, nil)
+}
+
+// iterValue decodes the protobuf value at the iterator's position into m.
+func iterValue(it *pebble.Iterator, m proto.Message) error {
+	val, err := it.ValueAndErr()
+	if err != nil {
+		return fmt.Errorf("store: read %s: %w", formatKey(it.Key()), err)
+	}
+	return unmarshalValue(it.Key(), val, m)
+}
+
+// Meta returns the meta record of partition p; the zero PartitionMeta if the
+// partition has never committed.
+func (db *DB) Meta(p int) (PartitionMeta, error) {
+	if err := db.checkPartition(p); err != nil {
+		return PartitionMeta{}, err
+	}
+	key := partitionKey(nil, p)
+	val, ok, err := db.get(key)
+	if err != nil || !ok {
+		return PartitionMeta{}, err
+	}
+	var m protocol.PartitionMeta
+	if err := unmarshalValue(key, val, &m); err != nil {
+		return PartitionMeta{}, err
+	}
+	return PartitionMeta{CommitID: m.CommitId, VersionSeq: m.VersionSeq}, nil
+}
+
+// ScanInbox calls fn with every message in the inbox of partition p, in key
+// order: by source, then sequence number.
+func (db *DB) ScanInbox(p int, fn func(k InboxKey, env *protocol.Envelope) error) error {
+	if err := db.checkPartition(p); err != nil {
+		return err
+	}
+	prefix := inboxPrefix(nil, p)
+	it, err := db.newIter(prefix, prefixSuccessor(prefix))
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		k, err := decodeInboxKey(it.Key())
+		if err != nil {
+			return finish(it, corrupt(it.Key(), err))
+		}
+		env := new(protocol.Envelope)
+		if err := iterValue(it, env); err != nil {
+			return finish(it, err)
+		}
+		if err := fn(k, env); err != nil {
+			return finish(it, err)
+		}
+	}
+	return finish(it, nil)
+}
+
+// ScanTimers calls fn with every delayed message of partition p, in the
+// order they fall due (by due time, then timer id).
+func (db *DB) ScanTimers(p int, fn func(k TimerKey, env *protocol.Envelope) error) error {
+	if err := db.checkPartition(p); err != nil {
+		return err
+	}
+	prefix := timerPrefix(nil, p)
+	it, err := db.newIter(prefix, prefixSuccessor(prefix))
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		k, err := decodeTimerKey(it.Key())
+		if err != nil {
+			return finish(it, corrupt(it.Key(), err))
+		}
+		env := new(protocol.Envelope)
+		if err := iterValue(it, env); err != nil {
+			return finish(it, err)
+		}
+		if err := fn(k, env); err != nil {
+			return finish(it, err)
+		}
+	}
+	return finish(it, nil)
+}
+
+// NextEgress returns the first record of the outbox (egress, route) whose
+// sequence number is greater than afterSeq, and ok false if there is none.
+func (db *DB) NextEgress(egress, route string, afterSeq uint64) (seq uint64, rec *protocol.EgressRecord, ok bool, err error) {
+	if afterSeq == math.MaxUint64 {
+		return 0, nil, false, nil
+	}
+	prefix := egressPrefix(nil, egress, route)
+	it, err := db.newIter(egressKey(nil, egress, route, afterSeq+1), prefixSuccessor(prefix))
+	if err != nil {
+		return 0, nil, false, err
+	}
+	if !it.First() {
+		return 0, nil, false, finish(it, nil)
+	}
+	key := it.Key()
+	if len(key) != len(prefix)+8 {
+		return 0, nil, false, finish(it, corrupt(key, errBadKey))
+	}
+	seq = binary.BigEndian.Uint64(key[len(prefix):])
+	rec = new(protocol.EgressRecord)
+	if err := iterValue(it, rec); err != nil {
+		return 0, nil, false, finish(it, err)
+	}
+	return seq, rec, true, finish(it, nil)
+}
+
+// MaxEgressSeq returns the highest sequence number in any egress outbox, or
+// 0 if every outbox is empty. It visits the last key of each outbox only,
+// walking backwards.
+func (db *DB) MaxEgressSeq() (uint64, error) {
+	it, err := db.newIter([]byte{spaceEgress}, []byte{spaceEgress + 1})
+	if err != nil {
+		return 0, err
+	}
+	var maxSeq uint64
+	var outbox []byte
+	for valid := it.Last(); valid; valid = it.SeekLT(outbox) {
+		key := it.Key()
+		_, _, seq, err := decodeEgressKey(key)
+		if err != nil {
+			return 0, finish(it, corrupt(key, err))
+		}
+		maxSeq = max(maxSeq, seq)
+		// Every key of this outbox starts with key minus its seq; the
+		// previous outbox's last key is the greatest key below that.
+		outbox = append(outbox[:0], key[:len(key)-8]...)
+	}
+	return maxSeq, finish(it, nil)
+}

@@ -1,0 +1,264 @@
+package sdktest
+
+import (
+	"bytes"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"sync"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/statefun-go/statefun/internal/protocol"
+)
+
+// maxBody caps the request and reply bodies the proxy reads (the runtime's
+// default payload_max_bytes).
+const maxBody = 32 << 20
+
+// FeatureServer hosts sdkcmd.FeaturesFn and sdkcmd.StatelessFn (package
+// sdkfn, official Go SDK) for a test. The SDK runs in a child process; an
+// in-process httptest server in front of it forwards every request
+// unchanged and observes it, so the server can count invocations, hold a
+// request in flight and inject failures.
+type FeatureServer struct {
+	// URL is the endpoint to configure for the function types, e.g. as the
+	// urlPathTemplate of an io.statefun.endpoints.v2/http endpoint for
+	// "sdktest/*". Every path reaches the same functions.
+	URL string
+
+	child    *child
+	srv      *httptest.Server
+	upstream string
+	closing  chan struct{}
+	once     sync.Once
+
+	mu      sync.Mutex
+	calls   map[string]int // address key -> invocations the SDK ran
+	batches []Batch
+	holds   map[string][]*Hold
+	fails   map[string]int
+}
+
+// Batch is one request the FeatureServer received, in arrival order.
+type Batch struct {
+	// Target is the batch's address key ("namespace/type/id").
+	Target string
+	// Callers holds each invocation's caller key, "" for no caller.
+	Callers []string
+	// Args holds each invocation's argument.
+	Args []*protocol.TypedValue
+	// States holds the names of the state entries attached to the batch.
+	States []string
+	// Status is the HTTP status answered; Incomplete reports whether the
+	// answer was an IncompleteInvocationContext.
+	Status     int
+	Incomplete bool
+}
+
+// StartFeatureServer starts a FeatureServer that stops when t ends. It
+// builds the sdkserver binary on first use (see SDKServerBinary).
+func StartFeatureServer(t testing.TB) *FeatureServer {
+	t.Helper()
+	bin := SDKServerBinary(t)
+	c := startChild(t, "sdkserver features", exec.Command(bin, "-fn", "features", "-exit-on-stdin-eof"))
+	s := &FeatureServer{
+		child:    c,
+		upstream: "http://" + c.addr + "/statefun",
+		closing:  make(chan struct{}),
+		calls:    map[string]int{},
+		holds:    map[string][]*Hold{},
+		fails:    map[string]int{},
+	}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	s.URL = s.srv.URL + "/statefun"
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Close releases every hold, stops the proxy and the child process. It is
+// idempotent; StartFeatureServer registers it as a cleanup.
+func (s *FeatureServer) Close() {
+	s.once.Do(func() {
+		close(s.closing)
+		s.srv.Close()
+		s.child.stop()
+	})
+}
+
+// Invocations is how many invocations of the address the SDK has run: the
+// invocations of every batch answered with an invocation result. Batches
+// answered with IncompleteInvocationContext or an error do not count.
+func (s *FeatureServer) Invocations(fnType, id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[AddressKey(Address(fnType, id))]
+}
+
+// InvocationCounts is a copy of every address's Invocations, keyed by
+// "namespace/type/id".
+func (s *FeatureServer) InvocationCounts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.calls)
+}
+
+// Batches is a copy of every request received so far.
+func (s *FeatureServer) Batches() []Batch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Batch(nil), s.batches...)
+}
+
+// Hold makes the next request for the address wait, before it reaches the
+// SDK, until the returned Hold is released (or the server closes). Holds of
+// one address apply to successive requests in the order they were made.
+func (s *FeatureServer) Hold(fnType, id string) *Hold {
+	h := &Hold{arrived: make(chan struct{}), release: make(chan struct{})}
+	key := AddressKey(Address(fnType, id))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.holds[key] = append(s.holds[key], h)
+	return h
+}
+
+// FailNext makes the next n requests for the address fail with HTTP 500
+// without reaching the SDK, as a crashed or overloaded function would.
+func (s *FeatureServer) FailNext(fnType, id string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fails[AddressKey(Address(fnType, id))] += n
+}
+
+// Hold is a request kept in flight by FeatureServer.Hold.
+type Hold struct {
+	arrived     chan struct{}
+	release     chan struct{}
+	releaseOnce sync.Once
+}
+
+// Arrived is closed once the held request has arrived and is waiting.
+func (h *Hold) Arrived() <-chan struct{} { return h.arrived }
+
+// Release lets the held request (or, if it has not arrived yet, the next
+// one) through. It is idempotent.
+func (h *Hold) Release() { h.releaseOnce.Do(func() { close(h.release) }) }
+
+func (s *FeatureServer) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		http.Error(w, "sdktest: reading request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req protocol.ToFunction
+	_ = proto.Unmarshal(body, &req) // a bad body still goes to the SDK, which rejects it
+	batch := req.GetInvocation()
+	b := Batch{Target: AddressKey(batch.GetTarget())}
+	for _, inv := range batch.GetInvocations() {
+		caller := ""
+		if inv.GetCaller() != nil {
+			caller = AddressKey(inv.GetCaller())
+		}
+		b.Callers = append(b.Callers, caller)
+		b.Args = append(b.Args, inv.GetArgument())
+	}
+	for _, st := range batch.GetState() {
+		b.States = append(b.States, st.GetStateName())
+	}
+
+	hold, fail := s.take(b.Target)
+	if hold != nil {
+		close(hold.arrived)
+		select {
+		case <-hold.release:
+		case <-s.closing:
+		case <-r.Context().Done():
+		}
+	}
+	if fail {
+		b.Status = http.StatusInternalServerError
+		s.record(b, 0)
+		http.Error(w, "sdktest: injected failure", http.StatusInternalServerError)
+		return
+	}
+
+	status, header, reply, err := s.forward(r, body)
+	if err != nil {
+		b.Status = http.StatusBadGateway
+		s.record(b, 0)
+		http.Error(w, "sdktest: forwarding to the SDK: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	b.Status = status
+	ran := 0
+	if status == http.StatusOK {
+		var from protocol.FromFunction
+		if proto.Unmarshal(reply, &from) == nil {
+			if from.GetIncompleteInvocationContext() != nil {
+				b.Incomplete = true
+			} else {
+				ran = len(b.Callers)
+			}
+		}
+	}
+	s.record(b, ran)
+	for _, k := range []string{"Content-Type", "Content-Length"} {
+		if v := header.Get(k); v != "" {
+			w.Header().Set(k, v)
+		}
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(reply)
+}
+
+// take pops the next hold and failure for an address.
+func (s *FeatureServer) take(key string) (*Hold, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var h *Hold
+	if hs := s.holds[key]; len(hs) > 0 {
+		h = hs[0]
+		s.holds[key] = hs[1:]
+	}
+	fail := s.fails[key] > 0
+	if fail {
+		s.fails[key]--
+	}
+	return h, fail
+}
+
+func (s *FeatureServer) record(b Batch, ran int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.batches = append(s.batches, b)
+	if ran > 0 {
+		s.calls[b.Target] += ran
+	}
+}
+
+// forward sends the request to the SDK with its method and content headers
+// unchanged, so the SDK's own request checks still apply.
+func (s *FeatureServer) forward(r *http.Request, body []byte) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, s.upstream, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	for _, k := range []string{"Content-Type", "Accept", "User-Agent"} {
+		if v := r.Header.Get(k); v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	reply, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return resp.StatusCode, resp.Header, reply, nil
+}

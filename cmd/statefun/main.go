@@ -1,0 +1,127 @@
+// Command statefun runs StateFun applications: `statefun run --module
+// module.yaml` starts the runtime on the embedded store.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"syscall"
+
+	"github.com/statefun-go/statefun/internal/app"
+)
+
+const usage = `statefun runs Apache Flink StateFun 3.x applications (module.yaml plus
+remote functions built with the official SDKs) on one binary.
+
+Usage:
+  statefun run --module FILE [--data-dir DIR] [--admin-addr HOST:PORT]
+  statefun version
+
+Run "statefun run -h" for the flags of run.
+`
+
+func main() {
+	os.Exit(mainErr(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func mainErr(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return run(args[1:], stderr)
+	case "version":
+		fmt.Fprintln(stdout, "statefun", version())
+		return 0
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "statefun: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+// env returns the environment variable's value, or def.
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func run(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("statefun run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	modulePath := fs.String("module", env("STATEFUN_MODULE", "module.yaml"), "the module.yaml to run (env STATEFUN_MODULE)")
+	dataDir := fs.String("data-dir", env("STATEFUN_DATA_DIR", "statefun-data"), "directory of the embedded store (env STATEFUN_DATA_DIR)")
+	adminAddr := fs.String("admin-addr", env("STATEFUN_ADMIN_ADDR", "127.0.0.1:8070"), "admin listener: /metrics, /healthz, /readyz (env STATEFUN_ADMIN_ADDR)")
+	partitions := fs.Int("partitions", 0, "partitions of a new store; 0 adopts the store's, or 16 for a new one (env STATEFUN_PARTITIONS)")
+	listenHost := fs.String("listen-host", env("STATEFUN_LISTEN_HOST", ""), "host the module's ingress and egress ports bind to; empty means all interfaces (env STATEFUN_LISTEN_HOST)")
+	logLevel := fs.String("log-level", env("STATEFUN_LOG_LEVEL", "info"), "debug, info, warn or error (env STATEFUN_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "statefun run: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if v, ok := os.LookupEnv("STATEFUN_PARTITIONS"); ok && *partitions == 0 {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			fmt.Fprintf(stderr, "statefun run: STATEFUN_PARTITIONS=%q is not a number\n", v)
+			return 2
+		}
+		*partitions = n
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(stderr, "statefun run: --log-level %q: want debug, info, warn or error\n", *logLevel)
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	a, err := app.Start(app.Config{
+		ModulePath: *modulePath,
+		DataDir:    *dataDir,
+		AdminAddr:  *adminAddr,
+		Partitions: *partitions,
+		ListenHost: *listenHost,
+		Logger:     logger,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "statefun: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	code := 0
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case <-a.Failed():
+		code = 1
+	}
+	if err := a.Close(); err != nil && !errors.Is(err, context.Canceled) {
+		logger.Error("shutdown", "error", err)
+		code = 1
+	}
+	return code
+}

@@ -1,0 +1,46 @@
+// Package e2e runs the statefun binary as a separate process against
+// functions built with the official SDKs, over real HTTP.
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// binary is the statefun binary built once for the package's tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	// The official Go SDK logs every negotiation through the log package.
+	log.SetOutput(io.Discard)
+	dir, err := os.MkdirTemp("", "statefun-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "statefun")
+	build := exec.Command("go", "build", "-race", "-o", binary, "github.com/statefun-go/statefun/cmd/statefun")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building statefun:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runtime is one statefun process with its module and data directory.
+type runtime struct {
+	t       testing.TB
+	dir     string
+	module  string
+	ingress string // base URL
+	egress  string
+	admin   string
+	cmd     *exec.Cmd
+	logMu   sync.Mutex
+	log     bytes.Buffer
+	exited  chan struct{}
+}
+
+// newRuntime writes a module.yaml binding every function namespace in
+// namespaces to fnURL, with a playground ingress and an egress of topics.
+func newRuntime(t testing.TB, fnURL string, namespaces []string, topics []string) *runtime {
+	dir := t.TempDir()
+	in, out, adm := freePort(t), freePort(t), freePort(t)
+	var mod strings.Builder
+	for _, ns := range namespaces {
+		fmt.Fprintf(&mod, "kind: io.statefun.endpoints.v2/http\nspec:\n  functions: %s/*\n  urlPathTemplate: %s\n  transport:\n    type: io.statefun.transports.v1/async\n    call: 5s\n---\n", ns, fnURL)
+	}
+	fmt.Fprintf(&mod, "kind: io.statefun.playground.v1/ingress\nspec:\n  port: %d\n---\n", in)
+	fmt.Fprintf(&mod, "kind: io.statefun.playground.v1/egress\nspec:\n  port: %d\n  topics: [%s]\n", out, strings.Join(topics, ", "))
+	path := filepath.Join(dir, "module.yaml")
+	if err := os.WriteFile(path, []byte(mod.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &runtime{t: t, dir: dir, module: path,
+		ingress: fmt.Sprintf("http://127.0.0.1:%d", in),
+		egress:  fmt.Sprintf("http://127.0.0.1:%d", out),
+		admin:   fmt.Sprintf("127.0.0.1:%d", adm)}
+	t.Cleanup(func() {
+		r.kill()
+		if t.Failed() {
+			t.Logf("runtime log:\n%s", r.logs())
+		}
+	})
+	return r
+}
+
+func (r *runtime) Write(p []byte) (int, error) {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	return r.log.Write(p)
+}
+
+func (r *runtime) logs() string {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
+	s := r.log.String()
+	if len(s) > 20000 {
+		s = "…" + s[len(s)-20000:]
+	}
+	return s
+}
+
+// start launches the process and waits until it is ready.
+func (r *runtime) start() {
+	r.t.Helper()
+	r.cmd = exec.Command(binary, "run", "--module", r.module, "--data-dir", filepath.Join(r.dir, "data"),
+		"--admin-addr", r.admin, "--partitions", "8")
+	r.cmd.Env = append(os.Environ(), "STATEFUN_LISTEN_HOST=127.0.0.1")
+	r.cmd.Stdout, r.cmd.Stderr = r, r
+	if err := r.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.exited = make(chan struct{})
+	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(r.cmd, r.exited)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + r.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-r.exited:
+			r.t.Fatalf("statefun exited during start:\n%s", r.logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	r.t.Fatalf("statefun not ready after 30s:\n%s", r.logs())
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (r *runtime) kill() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	r.cmd.Process.Signal(syscall.SIGKILL)
+	<-r.exited
+	r.cmd = nil
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (r *runtime) stop() error {
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.exited:
+	case <-time.After(20 * time.Second):
+		r.t.Fatal("statefun did not stop within 20s of SIGTERM")
+	}
+	err := r.cmd.ProcessState
+	r.cmd = nil
+	if !err.Success() {
+		return fmt.Errorf("statefun exited with %v", err)
+	}
+	return nil
+}
+
+// send puts one message through the playground ingress.
+func (r *runtime) send(path, typename, body string) (int, error) {
+	req, _ := http.NewRequest(http.MethodPut, r.ingress+path, strings.NewReader(body))
+	if typename != "" {
+		req.Header.Set("Content-Type", "application/vnd."+typename)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// pop takes one record from an egress topic: payload, found.
+func (r *runtime) pop(topic string) (string, bool, error) {
+	resp, err := http.Get(r.egress + "/" + topic)
+	if err != nil {
+		return "", false, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	switch resp.StatusCode {
+	case 200:
+		return string(b), true, nil
+	case 404:
+		return "", false, nil
+	default:
+		return "", false, fmt.Errorf("egress GET /%s: %s: %s", topic, resp.Status, b)
+	}
+}
+
+// collect pops topic until want records have come or timeout passes.
+func (r *runtime) collect(topic string, want int, timeout time.Duration) []string {
+	r.t.Helper()
+	var got []string
+	deadline := time.Now().Add(timeout)
+	for len(got) < want && time.Now().Before(deadline) {
+		p, ok, err := r.pop(topic)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if ok {
+			got = append(got, p)
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return got
+}

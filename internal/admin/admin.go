@@ -1,0 +1,31 @@
+// Package admin is the admin listener's handler: metrics, health and
+// readiness now; the state access API mounts beside them.
+package admin
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Health answers readiness: nil when the runtime serves, else why not.
+type Health func() error
+
+// Handler returns the admin mux: /metrics (Prometheus), /healthz (the
+// process is up), /readyz (the runtime is restored and running).
+func Handler(g prometheus.Gatherer, ready Health) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	return mux
+}

@@ -1,0 +1,252 @@
+// Package app assembles a runnable application from a module.yaml: the
+// store, the engine, the remote-function clients, the ingress and egress
+// listeners and the admin listener. cmd/statefun and the end-to-end tests
+// both start the runtime through it.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/admin"
+	"github.com/statefun-go/statefun/internal/egress"
+	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/ingress"
+	"github.com/statefun-go/statefun/internal/invoker"
+	"github.com/statefun-go/statefun/internal/module"
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// Config is how the runtime is started.
+type Config struct {
+	// ModulePath is the module.yaml to run. Required.
+	ModulePath string
+	// DataDir holds the store. Required.
+	DataDir string
+	// AdminAddr is the admin listener's address; default 127.0.0.1:8070.
+	AdminAddr string
+	// Partitions is P for a new store; 0 adopts an existing store's P (16
+	// for a new one). A different P than the store's is refused.
+	Partitions int
+	// ListenHost is the host the module's ingress and egress ports bind to;
+	// default "" (all interfaces, as the playground does).
+	ListenHost string
+	// RetryBase and RetryMax bound the backoff of failed calls (defaults
+	// 50ms and 10s).
+	RetryBase, RetryMax time.Duration
+	Logger              *slog.Logger
+}
+
+// App is a running runtime.
+type App struct {
+	cfg     Config
+	log     *slog.Logger
+	db      *store.DB
+	eng     *engine.Engine
+	fns     *functions
+	servers []*http.Server
+	addrs   map[string]string
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+// Start loads the module, opens the store, restores the partitions and
+// starts every listener. Errors name what was wrong (a module error carries
+// file, line and field).
+func Start(cfg Config) (*App, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.AdminAddr == "" {
+		cfg.AdminAddr = "127.0.0.1:8070"
+	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("app: a data directory is required")
+	}
+	mod, err := module.Load(cfg.ModulePath)
+	if err != nil {
+		return nil, err
+	}
+	fns, err := newFunctions(mod)
+	if err != nil {
+		return nil, err
+	}
+	db, err := store.Open(cfg.DataDir, store.Options{Partitions: cfg.Partitions, Logger: pebbleLogger{cfg.Logger}})
+	if err != nil {
+		return nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var topics []string
+	for _, eg := range mod.Egresses {
+		topics = append(topics, eg.Topics...)
+	}
+	eng, err := engine.New(engine.Options{
+		Store:     db,
+		Functions: fns,
+		MaxBatch:  fns.maxBatch,
+		Egress:    egress.NewRouter(topics).Route,
+		RetryBase: cfg.RetryBase,
+		RetryMax:  cfg.RetryMax,
+		Logger:    cfg.Logger,
+		Metrics:   engine.NewMetrics(reg),
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	a := &App{cfg: cfg, log: cfg.Logger, db: db, eng: eng, fns: fns, addrs: map[string]string{}}
+	eng.Start()
+
+	ready := func() error {
+		if err := eng.Err(); err != nil {
+			return err
+		}
+		return nil
+	}
+	if err := a.listen("admin", cfg.AdminAddr, admin.Handler(reg, ready)); err != nil {
+		a.Close()
+		return nil, err
+	}
+	for i, in := range mod.Ingresses {
+		h := &ingress.Playground{Sink: eng, Busy: func(err error) bool { return errors.Is(err, engine.ErrBusy) }, Logger: cfg.Logger}
+		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	for i, eg := range mod.Egresses {
+		h := &egress.Playground{Source: eng, Topics: eg.Topics, Logger: cfg.Logger}
+		if err := a.listen(fmt.Sprintf("egress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(eg.Port)), h); err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
+	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir,
+		"partitions", eng.Partitions(), "admin", a.addrs["admin"])
+	return a, nil
+}
+
+func (a *App) listen(name, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("app: %s listener: %w", name, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	a.servers = append(a.servers, srv)
+	a.addrs[name] = ln.Addr().String()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("listener stopped", "listener", name, "error", err)
+		}
+	}()
+	return nil
+}
+
+// Addr returns the bound address of a listener: "admin", "ingress0",
+// "egress0", ...
+func (a *App) Addr(name string) string { return a.addrs[name] }
+
+// Engine returns the running engine.
+func (a *App) Engine() *engine.Engine { return a.eng }
+
+// Failed is closed when the engine stopped on an error.
+func (a *App) Failed() <-chan struct{} { return a.eng.Failed() }
+
+// Close shuts down cleanly: listeners stop taking requests (those in
+// progress finish, up to a few seconds), the engine stops, the store closes.
+// Every message that was acknowledged is durable.
+func (a *App) Close() error {
+	var err error
+	a.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, s := range a.servers {
+			s.Shutdown(ctx)
+		}
+		a.wg.Wait()
+		a.eng.Close()
+		a.fns.close()
+		err = a.db.Close()
+	})
+	return err
+}
+
+// functions calls remote functions through the endpoint module.yaml binds
+// to each function type, one client (connection pool) per endpoint.
+type functions struct {
+	mod     *module.Module
+	clients map[*module.Endpoint]*invoker.Client
+}
+
+func newFunctions(mod *module.Module) (*functions, error) {
+	f := &functions{mod: mod, clients: map[*module.Endpoint]*invoker.Client{}}
+	for _, ep := range mod.Endpoints {
+		c, err := invoker.New(invoker.Options{
+			CallTimeout:     ep.Transport.Call,
+			ConnectTimeout:  ep.Transport.Connect,
+			PoolTTL:         ep.Transport.PoolTTL,
+			PoolSize:        ep.Transport.PoolSize,
+			PayloadMaxBytes: ep.Transport.PayloadMaxBytes,
+			TrustCACerts:    ep.Transport.TrustCACerts,
+			ClientCert:      ep.Transport.ClientCert,
+			ClientKey:       ep.Transport.ClientKey,
+		})
+		if err != nil {
+			f.close()
+			return nil, fmt.Errorf("app: endpoint for %s: %w", ep.Functions, err)
+		}
+		f.clients[ep] = c
+	}
+	return f, nil
+}
+
+// Call implements engine.Functions.
+func (f *functions) Call(ctx context.Context, t address.TypeName, req *protocol.ToFunction) (*protocol.FromFunction, error) {
+	ep, ok := f.mod.EndpointFor(t)
+	if !ok {
+		return nil, fmt.Errorf("no endpoint in module.yaml serves function type %s", t)
+	}
+	return f.clients[ep].Invoke(ctx, ep.URL(t), req)
+}
+
+func (f *functions) maxBatch(t address.TypeName) int {
+	if ep, ok := f.mod.EndpointFor(t); ok {
+		return ep.MaxNumBatchRequests
+	}
+	return 0
+}
+
+func (f *functions) close() {
+	for _, c := range f.clients {
+		c.Close()
+	}
+}
+
+// pebbleLogger sends Pebble's log lines to slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	panic(fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/statefun-go/statefun/internal/partition"
+)
+
+// Metrics are the engine's Prometheus collectors.
+type Metrics struct {
+	invocations     *prometheus.CounterVec
+	batchSize       prometheus.Histogram
+	callSeconds     prometheus.Histogram
+	retries         *prometheus.CounterVec
+	commitSeconds   prometheus.Histogram
+	commitOps       prometheus.Histogram
+	commitBytes     prometheus.Histogram
+	queueDepth      *prometheus.GaugeVec
+	ingressed       prometheus.Counter
+	ingressRejected prometheus.Counter
+}
+
+// NewMetrics creates the collectors and registers them with reg (nil: not
+// registered, for tests).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		invocations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "statefun_invocations_total", Help: "Requests sent to remote functions, by function type and outcome (ok, error).",
+		}, []string{"function", "outcome"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "statefun_batch_size", Help: "Invocations per request to a remote function.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 8),
+		}),
+		callSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "statefun_call_seconds", Help: "Round-trip time of requests to remote functions.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 4, 10),
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "statefun_retries_total", Help: "Failed attempts that were scheduled for retry, by reason (call, violation).",
+		}, []string{"reason"}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "statefun_commit_seconds", Help: "Latency of one synced group commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 3, 10),
+		}),
+		commitOps: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "statefun_commit_ops", Help: "Store operations per group commit.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+		}),
+		commitBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "statefun_commit_bytes", Help: "Bytes per group commit.",
+			Buckets: prometheus.ExponentialBuckets(64, 4, 10),
+		}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "statefun_queue_depth", Help: "Messages waiting behind in-flight invocations, per partition.",
+		}, []string{"partition"}),
+		ingressed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "statefun_ingress_messages_total", Help: "Messages accepted (durable) from ingresses.",
+		}),
+		ingressRejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "statefun_ingress_rejected_total", Help: "Ingress messages refused because the partition queue was full.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.invocations, m.batchSize, m.callSeconds, m.retries, m.commitSeconds,
+			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected)
+	}
+	return m
+}
+
+func (m *Metrics) observeCall(inv partition.Invocation, err error, d time.Duration) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.invocations.WithLabelValues(inv.Addr.Type.String(), outcome).Inc()
+	m.batchSize.Observe(float64(len(inv.Body.GetInvocation().GetInvocations())))
+	m.callSeconds.Observe(d.Seconds())
+}
+
+func (m *Metrics) observeCommit(d time.Duration, reqs, ops, bytes int) {
+	m.commitSeconds.Observe(d.Seconds())
+	m.commitOps.Observe(float64(ops))
+	m.commitBytes.Observe(float64(bytes))
+}
+
+func partLabel(p int) string { return strconv.Itoa(p) }
+
+// logFailure reports a failed attempt with its address and reason.
+func (e *Engine) logFailure(p int, f partition.Failure) {
+	reason := "call"
+	if f.Violation {
+		reason = "violation"
+	}
+	e.m.retries.WithLabelValues(reason).Inc()
+	level := e.log.Warn
+	if f.Attempt > 3 && !f.Violation {
+		level = e.log.Error
+	}
+	level("invocation failed, will retry",
+		"function", f.Addr.Type.String(), "id", f.Addr.ID, "partition", p,
+		"attempt", f.Attempt, "retry_in", time.Until(time.UnixMilli(f.RetryAt)).Round(time.Millisecond),
+		"protocol_violation", f.Violation, "error", f.Err)
+}
+
+// fatal stops the engine after an error that leaves it unable to go on
+// (a store error). Everything durable stays; the rest re-runs after restart.
+func (e *Engine) fatal(err error) {
+	e.errOnce.Do(func() {
+		e.err = err
+		e.log.Error("engine stopped", "error", err)
+		close(e.failed)
+		e.cancel()
+	})
+}
+
+// Failed is closed when the engine stopped on an error; Err says which.
+func (e *Engine) Failed() <-chan struct{} { return e.failed }
+
+// Err returns the error that stopped the engine, or nil.
+func (e *Engine) Err() error {
+	select {
+	case <-e.failed:
+		return e.err
+	default:
+		return nil
+	}
+}

@@ -1,0 +1,109 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/partition"
+)
+
+// part is the mailbox of one partition: the only goroutine that touches its
+// core. Anyone may post events; the loop steps them in arrival order.
+type part struct {
+	e    *Engine
+	id   int
+	core *partition.Core
+
+	mu     sync.Mutex
+	events []partition.Event
+	spare  []partition.Event
+	wake   chan struct{}
+
+	// backlog mirrors the core's backlog plus unprocessed events, for the
+	// ingress to refuse work before it piles up.
+	backlog atomic.Int64
+}
+
+func newPart(e *Engine, id int, core *partition.Core) *part {
+	return &part{e: e, id: id, core: core, wake: make(chan struct{}, 1)}
+}
+
+// post queues an event; it never blocks.
+func (p *part) post(ev partition.Event) {
+	p.mu.Lock()
+	p.events = append(p.events, ev)
+	p.mu.Unlock()
+	p.backlog.Add(1)
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *part) loop(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if err := p.process(); err != nil {
+			p.e.fatal(err)
+			return
+		}
+		if at, ok := p.core.NextDeadline(); ok {
+			timer.Reset(time.Until(time.UnixMilli(at)))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// process steps every queued event, then acts on the Ready: invocations go
+// out now, the commit goes to the committer.
+func (p *part) process() error {
+	p.mu.Lock()
+	evs := p.events
+	p.events, p.spare = p.spare[:0], nil
+	p.mu.Unlock()
+
+	now := p.e.opts.Now().UnixMilli()
+	for i, ev := range evs {
+		if err := p.core.Step(now, ev); err != nil {
+			return err
+		}
+		evs[i] = nil
+	}
+	if len(evs) == 0 {
+		if err := p.core.Step(now, partition.Tick{}); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	if p.spare == nil {
+		p.spare = evs[:0]
+	}
+	p.mu.Unlock()
+	p.backlog.Add(-int64(len(evs)))
+
+	rd := p.core.Ready()
+	for _, f := range rd.Failures {
+		p.e.logFailure(p.id, f)
+	}
+	for _, inv := range rd.Invocations {
+		go p.e.call(p, inv)
+	}
+	if c := rd.Commit; c != nil {
+		if len(c.Specs) > 0 {
+			p.e.publishSpecs(p.id, c.Specs)
+		}
+		p.e.com.enqueue(&commitReq{part: p, commit: c})
+	}
+	p.e.m.queueDepth.WithLabelValues(partLabel(p.id)).Set(float64(p.core.Backlog()))
+	return nil
+}

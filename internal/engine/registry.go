@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"sync"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// specRegistry is the states every function type has registered, shared by
+// the partitions: the first partition to learn a type's states publishes
+// them, so the others need no negotiation round trip of their own.
+type specRegistry struct {
+	mu    sync.RWMutex
+	specs map[address.TypeName][]partition.Spec
+}
+
+func loadSpecs(db *store.DB) (*specRegistry, error) {
+	r := &specRegistry{specs: map[address.TypeName][]partition.Spec{}}
+	err := db.AllSpecs(func(t address.TypeName, specs []*protocol.FromFunction_PersistedValueSpec) error {
+		r.specs[t] = specsFromProto(specs)
+		return nil
+	})
+	return r, err
+}
+
+func (r *specRegistry) get(t address.TypeName) []partition.Spec {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.specs[t]
+}
+
+func (r *specRegistry) set(t address.TypeName, s []partition.Spec) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.specs[t] = s
+}
+
+// Types returns every function type with registered states.
+func (r *specRegistry) types() []address.TypeName {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]address.TypeName, 0, len(r.specs))
+	for t := range r.specs {
+		out = append(out, t)
+	}
+	return out
+}
+
+func specsFromProto(in []*protocol.FromFunction_PersistedValueSpec) []partition.Spec {
+	out := make([]partition.Spec, len(in))
+	for i, s := range in {
+		out[i] = partition.Spec{
+			Name:     s.GetStateName(),
+			Typename: s.GetTypeTypename(),
+			Mode:     partition.ExpireMode(s.GetExpirationSpec().GetMode()),
+			TTL:      s.GetExpirationSpec().GetExpireAfterMillis(),
+		}
+	}
+	return out
+}
+
+func specsToProto(in []partition.Spec) []*protocol.FromFunction_PersistedValueSpec {
+	out := make([]*protocol.FromFunction_PersistedValueSpec, len(in))
+	for i, s := range in {
+		out[i] = &protocol.FromFunction_PersistedValueSpec{
+			StateName:    s.Name,
+			TypeTypename: s.Typename,
+			ExpirationSpec: &protocol.FromFunction_ExpirationSpec{
+				Mode:              protocol.FromFunction_ExpirationSpec_ExpireMode(s.Mode),
+				ExpireAfterMillis: s.TTL,
+			},
+		}
+	}
+	return out
+}
+
+// storeReader is what a partition core reads: the durable store and the
+// shared spec registry.
+type storeReader struct {
+	db  *store.DB
+	reg *specRegistry
+}
+
+func (r storeReader) State(a address.Address, state string) (partition.Entry, bool, error) {
+	e, ok, err := r.db.GetState(a, state)
+	return partition.Entry{Typename: e.Typename, Value: e.Value, Version: e.Version, ExpiresAt: e.ExpiresAt}, ok, err
+}
+
+func (r storeReader) Specs(t address.TypeName) ([]partition.Spec, error) { return r.reg.get(t), nil }

@@ -32,16 +32,25 @@ type runtime struct {
 // newRuntime writes a module.yaml binding every function namespace in
 // namespaces to fnURL, with a playground ingress and an egress of topics.
 func newRuntime(t testing.TB, fnURL string, namespaces []string, topics []string) *runtime {
+	return newRuntimeWith(t, func(ingressPort, egressPort int) string {
+		var mod strings.Builder
+		for _, ns := range namespaces {
+			fmt.Fprintf(&mod, "kind: io.statefun.endpoints.v2/http\nspec:\n  functions: %s/*\n  urlPathTemplate: %s\n  transport:\n    type: io.statefun.transports.v1/async\n    call: 5s\n---\n", ns, fnURL)
+		}
+		fmt.Fprintf(&mod, "kind: io.statefun.playground.v1/ingress\nspec:\n  port: %d\n---\n", ingressPort)
+		fmt.Fprintf(&mod, "kind: io.statefun.playground.v1/egress\nspec:\n  port: %d\n  topics: [%s]\n", egressPort, strings.Join(topics, ", "))
+		return mod.String()
+	})
+}
+
+// newRuntimeWith writes the module.yaml that module returns for the free
+// ports it is given (the ingress and egress ports of the playground kinds).
+// The process is not started; call start.
+func newRuntimeWith(t testing.TB, module func(ingressPort, egressPort int) string) *runtime {
 	dir := t.TempDir()
 	in, out, adm := freePort(t), freePort(t), freePort(t)
-	var mod strings.Builder
-	for _, ns := range namespaces {
-		fmt.Fprintf(&mod, "kind: io.statefun.endpoints.v2/http\nspec:\n  functions: %s/*\n  urlPathTemplate: %s\n  transport:\n    type: io.statefun.transports.v1/async\n    call: 5s\n---\n", ns, fnURL)
-	}
-	fmt.Fprintf(&mod, "kind: io.statefun.playground.v1/ingress\nspec:\n  port: %d\n---\n", in)
-	fmt.Fprintf(&mod, "kind: io.statefun.playground.v1/egress\nspec:\n  port: %d\n  topics: [%s]\n", out, strings.Join(topics, ", "))
 	path := filepath.Join(dir, "module.yaml")
-	if err := os.WriteFile(path, []byte(mod.String()), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(module(in, out)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := &runtime{t: t, dir: dir, module: path,

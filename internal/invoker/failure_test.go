@@ -43,10 +43,10 @@ func reply(status int, ct string, body []byte) http.HandlerFunc {
 
 // serve starts handler on a loopback server for the test's lifetime and
 // returns its /statefun URL.
-func serve(t *testing.T, handler http.Handler) string {
-	t.Helper()
+func serve(tb testing.TB, handler http.Handler) string {
+	tb.Helper()
 	srv := httptest.NewServer(handler)
-	t.Cleanup(srv.Close)
+	tb.Cleanup(srv.Close)
 	return srv.URL + "/statefun"
 }
 
@@ -78,7 +78,7 @@ func TestFailures(t *testing.T) {
 		want: []string{"cannot connect: dial tcp", "connection refused"},
 	}, {
 		name: "Go SDK function error",
-		url:  func(t *testing.T) string { return sdkURL(t) + "/statefun" },
+		url:  func(t *testing.T) string { return serve(t, sdkHandler(t)) },
 		req:  func(t *testing.T) *protocol.ToFunction { return invocation(t, failingType, noState) },
 		kind: invoker.KindStatus, status: 500,
 		want: []string{`/statefun: function answered 500 Internal Server Error: "failed to invoke example/failing: boom"`},
@@ -267,7 +267,7 @@ func TestFailures(t *testing.T) {
 
 // TestGoSDKErrorLogLine pins the whole log line for the most common failure.
 func TestGoSDKErrorLogLine(t *testing.T) {
-	url := sdkURL(t) + "/statefun"
+	url := serve(t, sdkHandler(t))
 	c := newClient(t, invoker.Options{})
 	_, err := c.Invoke(context.Background(), url, invocation(t, failingType, noState))
 	want := "invoker: POST " + url + `: function answered 500 Internal Server Error: "failed to invoke example/failing: boom"`
@@ -334,8 +334,8 @@ func TestAcceptedResponses(t *testing.T) {
 		handler func(t *testing.T) http.Handler
 		check   func(t *testing.T, from *protocol.FromFunction)
 	}{
-		{"Go SDK as is", func(t *testing.T) http.Handler { return sdkForward(t) }, countedOne},
-		{"gzip-compressed", func(t *testing.T) http.Handler { return gzipped(sdkForward(t)) }, countedOne},
+		{"Go SDK as is", func(t *testing.T) http.Handler { return sdkHandler(t) }, countedOne},
+		{"gzip-compressed", func(t *testing.T) http.Handler { return gzipped(sdkHandler(t)) }, countedOne},
 		{"no Content-Type", func(t *testing.T) http.Handler {
 			return reply(200, "-", validReply(t))
 		}, emptyResult},

@@ -56,8 +56,7 @@
 // Files: invoker.go (Client, Invoke, response checks), endpoint.go (URL
 // schemes, UNIX sockets, the pooled transport), options.go (Options and
 // defaults), errors.go (Error and Kind). The tests call the official Go SDK
-// v3.3.0 in a child process, internal/sdkserver, because its generated
-// protobuf code and internal/protocol cannot be linked into one binary.
+// v3.3.0 served in-process by httptest servers (sdk_test.go).
 package invoker
 
 import (

@@ -1,20 +1,14 @@
 package invoker_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"maps"
+	"log"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 
+	"github.com/apache/flink-statefun/statefun-sdk-go/v3/pkg/statefun"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/statefun-go/statefun/internal/invoker"
@@ -22,119 +16,62 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if sdk.stop != nil {
-		sdk.stop()
-	}
-	os.Exit(code)
+	// The official Go SDK logs every registration, missing state and failed
+	// invocation through the log package.
+	log.SetOutput(io.Discard)
+	m.Run()
 }
 
 // fnType is a function typename, "<namespace>/<name>".
 type fnType struct{ namespace, name string }
 
-// The functions served by the official Go SDK in these tests (see
-// internal/sdkserver). The test binary cannot import the SDK; see sdk.
+// The functions served by sdkHandler.
 var (
 	counterType = fnType{"example", "counter"}
 	failingType = fnType{"example", "failing"}
 )
 
-// sdk is the child process that serves the Go SDK functions, started on
-// first use and shared by every test and benchmark of this binary. It runs
-// in its own process because the SDK's generated protobuf code and
-// internal/protocol register the same proto names, and linking both into
-// one binary panics at init.
-var sdk struct {
-	once sync.Once
-	url  string // http://127.0.0.1:<port>
-	err  error
-	stop func()
-}
-
-// sdkURL returns the base URL of the SDK child process, building and
-// starting it on first use. Append any path: the SDK routes on the target
-// address in the request, never on the URL.
-func sdkURL(tb testing.TB) string {
+// sdkHandler serves two functions written with the official StateFun Go
+// SDK v3.3.0:
+//
+//   - example/counter declares the state "seen" (io.statefun.types/int, no
+//     expiration). Each message adds 1 to it and sends the new count, as an
+//     io.statefun.types/int, to the egress example/out.
+//   - example/failing declares no state and returns the error
+//     "failed to invoke example/failing: boom", so the SDK answers HTTP 500.
+//
+// It answers on every path: the SDK routes on the target address in the
+// request, never on the URL.
+func sdkHandler(tb testing.TB) http.Handler {
 	tb.Helper()
-	sdk.once.Do(func() { sdk.url, sdk.stop, sdk.err = startSDKServer() })
-	if sdk.err != nil {
-		tb.Fatal(sdk.err)
-	}
-	return sdk.url
-}
-
-func startSDKServer() (url string, stop func(), err error) {
-	dir, err := os.MkdirTemp("", "invoker-sdkserver-")
-	if err != nil {
-		return "", nil, err
-	}
-	defer func() {
-		if err != nil {
-			os.RemoveAll(dir)
+	seen := statefun.ValueSpec{Name: "seen", ValueType: statefun.Int32Type}
+	fns := statefun.StatefulFunctionsBuilder()
+	for _, spec := range []statefun.StatefulFunctionSpec{{
+		FunctionType: statefun.TypeNameFrom("example/counter"),
+		States:       []statefun.ValueSpec{seen},
+		Function: statefun.StatefulFunctionPointer(func(ctx statefun.Context, _ statefun.Message) error {
+			var n int32
+			ctx.Storage().Get(seen, &n)
+			n++
+			ctx.Storage().Set(seen, n)
+			ctx.SendEgress(statefun.GenericEgressBuilder{
+				Target:    statefun.TypeNameFrom("example/out"),
+				Value:     n,
+				ValueType: statefun.Int32Type,
+			})
+			return nil
+		}),
+	}, {
+		FunctionType: statefun.TypeNameFrom("example/failing"),
+		Function: statefun.StatefulFunctionPointer(func(ctx statefun.Context, _ statefun.Message) error {
+			return fmt.Errorf("failed to invoke %s: boom", ctx.Self().FunctionType)
+		}),
+	}} {
+		if err := fns.WithSpec(spec); err != nil {
+			tb.Fatal(err)
 		}
-	}()
-	bin := filepath.Join(dir, "sdkserver")
-	// go test runs in the package directory.
-	if out, err := exec.Command("go", "build", "-o", bin, "./internal/sdkserver").CombinedOutput(); err != nil {
-		return "", nil, fmt.Errorf("building internal/sdkserver: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe() // the child exits when this closes
-	if err != nil {
-		return "", nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return "", nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop = func() {
-		stdin.Close()
-		cmd.Wait()
-		os.RemoveAll(dir)
-	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
-	if err != nil || !ok {
-		stop()
-		return "", nil, fmt.Errorf("sdkserver printed %q, %v; want listening on <addr>", line, err)
-	}
-	return "http://" + addr, stop, nil
-}
-
-// sdkForward returns a handler that passes each request to the SDK child
-// process and its answer back unchanged, so that an in-process server (one
-// with hooks, TLS or a UNIX socket) can front the real SDK.
-func sdkForward(tb testing.TB) http.Handler {
-	target := sdkURL(tb)
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
-	tb.Cleanup(client.CloseIdleConnections)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			return
-		}
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		if ct := r.Header.Values("Content-Type"); ct != nil {
-			req.Header["Content-Type"] = ct
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		maps.Copy(w.Header(), resp.Header)
-		w.WriteHeader(resp.StatusCode)
-		io.Copy(w, resp.Body)
-	})
+	return fns.AsHandler()
 }
 
 // Helpers that build ToFunction requests the way the runtime does.
@@ -209,7 +146,7 @@ func intValue(t *testing.T, v *protocol.TypedValue) int32 {
 // real Go SDK: unknown state, registered but empty, then holding a value.
 func TestGoSDKStateRoundTrip(t *testing.T) {
 	c := newClient(t, invoker.Options{})
-	url := sdkURL(t) + "/statefun"
+	url := serve(t, sdkHandler(t))
 	ctx := context.Background()
 
 	t.Run("no state asks for the spec", func(t *testing.T) {
@@ -273,7 +210,7 @@ func TestGoSDKStateRoundTrip(t *testing.T) {
 
 func BenchmarkInvokeLoopback(b *testing.B) {
 	c := newClient(b, invoker.Options{})
-	url := sdkURL(b) + "/statefun"
+	url := serve(b, sdkHandler(b))
 	v := int32(7)
 	req := invocation(b, counterType, seenEntry(b, &v))
 	ctx := context.Background()

@@ -116,8 +116,8 @@ func TestRequestOnTheWire(t *testing.T) {
 	}
 }
 
-// connCounter is an httptest server fronting the SDK that counts the
-// connections it accepts.
+// connCounter is an httptest server that counts the connections it
+// accepts.
 type connCounter struct {
 	*httptest.Server
 	conns atomic.Int32
@@ -158,7 +158,7 @@ func callN(t *testing.T, c *invoker.Client, url string, g, n int) {
 // caps them, and Close drops the idle ones.
 func TestConnectionReuse(t *testing.T) {
 	t.Run("sequential calls share one connection", func(t *testing.T) {
-		srv := newConnCounter(t, sdkForward(t))
+		srv := newConnCounter(t, sdkHandler(t))
 		callN(t, newClient(t, invoker.Options{}), srv.URL+"/statefun", 1, 50)
 		if n := srv.conns.Load(); n != 1 {
 			t.Errorf("%d connections for 50 sequential calls, want 1", n)
@@ -167,7 +167,7 @@ func TestConnectionReuse(t *testing.T) {
 
 	t.Run("concurrent calls reuse connections", func(t *testing.T) {
 		const workers, calls = 8, 25
-		srv := newConnCounter(t, sdkForward(t))
+		srv := newConnCounter(t, sdkHandler(t))
 		callN(t, newClient(t, invoker.Options{}), srv.URL+"/statefun", workers, calls)
 		// The default MaxIdleConnsPerHost of 2 would redial most of the 200
 		// calls. A pool needs about one connection per worker; Go's
@@ -180,10 +180,10 @@ func TestConnectionReuse(t *testing.T) {
 	})
 
 	t.Run("PoolSize caps connections", func(t *testing.T) {
-		forward := sdkForward(t)
+		sdk := sdkHandler(t)
 		srv := newConnCounter(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(10 * time.Millisecond) // keep calls overlapping
-			forward.ServeHTTP(w, r)
+			sdk.ServeHTTP(w, r)
 		}))
 		callN(t, newClient(t, invoker.Options{PoolSize: 2}), srv.URL+"/statefun", 8, 3)
 		if n := srv.conns.Load(); n > 2 {
@@ -192,7 +192,7 @@ func TestConnectionReuse(t *testing.T) {
 	})
 
 	t.Run("Close drops idle connections", func(t *testing.T) {
-		srv := newConnCounter(t, sdkForward(t))
+		srv := newConnCounter(t, sdkHandler(t))
 		c := newClient(t, invoker.Options{})
 		callN(t, c, srv.URL+"/statefun", 1, 1)
 		c.Close()
@@ -292,7 +292,7 @@ var quietLog = log.New(io.Discard, "", 0)
 // client certificate.
 func TestMutualTLS(t *testing.T) {
 	pki := newTestPKI(t)
-	srv := httptest.NewUnstartedServer(sdkForward(t))
+	srv := httptest.NewUnstartedServer(sdkHandler(t))
 	srv.TLS = pki.serverConfig()
 	srv.Config.ErrorLog = quietLog // the refused handshakes below are expected
 	srv.StartTLS()
@@ -349,7 +349,7 @@ func TestUnixSocket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec := &recorder{next: sdkForward(t)}
+		rec := &recorder{next: sdkHandler(t)}
 		srv := httptest.NewUnstartedServer(rec)
 		srv.Listener.Close()
 		srv.Listener = ln

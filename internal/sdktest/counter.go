@@ -1,33 +1,64 @@
 package sdktest
 
 import (
-	"os/exec"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
+
+	"github.com/apache/flink-statefun/statefun-sdk-go/v3/pkg/statefun"
 )
 
-// CounterServer hosts sdkcmd.CounterFn (package sdkfn, official Go SDK) in
-// a child process, with no proxy in front, so that benchmarks measure the
-// SDK alone. Every message to sdktest/counter/<id>, whatever its type, adds
-// 1 to the long state "count" and egresses the playground record
-// {"topic":"counter","payload":"<id>:<new count>"}.
+// countSpec is CounterFn's only state.
+var countSpec = statefun.ValueSpec{Name: CounterState, ValueType: statefun.Int64Type}
+
+// CounterHandler returns the official Go SDK's request-reply handler
+// serving CounterFn: every message, whatever its type, adds 1 to the long
+// state CounterState and egresses the record
+// {"topic": CounterTopic, "payload": "<id>:<new count>"}. A test that must
+// stop and restart the function on a fixed address serves it on a listener
+// of its own.
+func CounterHandler() http.Handler {
+	fns := statefun.StatefulFunctionsBuilder()
+	must(fns.WithSpec(statefun.StatefulFunctionSpec{
+		FunctionType: statefun.TypeNameFrom(CounterFn),
+		States:       []statefun.ValueSpec{countSpec},
+		Function:     statefun.StatefulFunctionPointer(count),
+	}))
+	return fns.AsHandler()
+}
+
+func count(ctx statefun.Context, _ statefun.Message) error {
+	var n int64
+	ctx.Storage().Get(countSpec, &n)
+	n++
+	ctx.Storage().Set(countSpec, n)
+	egress(ctx, CounterTopic, fmt.Sprintf("%s:%d", ctx.Self().Id, n))
+	return nil
+}
+
+// CounterServer serves CounterHandler on a loopback port, with nothing in
+// front, so that benchmarks measure the SDK alone.
 type CounterServer struct {
 	// URL is the endpoint to configure for sdktest/counter.
 	URL string
 
-	child *child
+	srv *httptest.Server
 }
 
-// StartCounterServer starts a CounterServer that stops when t ends. It
-// builds the sdkserver binary on first use (see SDKServerBinary). A process
-// that must serve the counter itself, and does not link internal/protocol,
-// can use sdkfn.CounterHandler instead.
+// StartCounterServer starts a CounterServer that stops when t ends.
 func StartCounterServer(t testing.TB) *CounterServer {
 	t.Helper()
-	bin := SDKServerBinary(t)
-	c := startChild(t, "sdkserver counter", exec.Command(bin, "-fn", "counter", "-exit-on-stdin-eof"))
-	return &CounterServer{URL: "http://" + c.addr + "/statefun", child: c}
+	srv := httptest.NewServer(CounterHandler())
+	s := &CounterServer{URL: srv.URL + "/statefun", srv: srv}
+	t.Cleanup(s.Close)
+	return s
 }
 
-// Close stops the server process, as a crash of the function would; calls
-// to URL fail from then on. It is idempotent and also runs when t ends.
-func (s *CounterServer) Close() { s.child.stop() }
+// Close stops the server as a crash of the function would: it cuts every
+// connection, requests in flight included, and calls to URL fail from then
+// on. It is idempotent and also runs when t ends.
+func (s *CounterServer) Close() {
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+}

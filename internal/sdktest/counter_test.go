@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/statefun-go/statefun/internal/protocol"
-	"github.com/statefun-go/statefun/internal/sdktest/sdkcmd"
 )
 
 func TestCounterCountsEveryMessage(t *testing.T) {
@@ -14,7 +13,7 @@ func TestCounterCountsEveryMessage(t *testing.T) {
 
 	from := Invoke(t, srv.URL, Request(target, nil, Invocation(nil, StringValue("x"))))
 	missing := from.GetIncompleteInvocationContext().GetMissingValues()
-	if len(missing) != 1 || missing[0].GetStateName() != sdkcmd.CounterState || missing[0].GetTypeTypename() != TypeInt64 ||
+	if len(missing) != 1 || missing[0].GetStateName() != CounterState || missing[0].GetTypeTypename() != TypeInt64 ||
 		missing[0].GetExpirationSpec().GetMode() != protocol.FromFunction_ExpirationSpec_NONE {
 		t.Fatalf("missing values = %v, want count as a long without expiration", missing)
 	}
@@ -40,7 +39,7 @@ func TestCounterCountsEveryMessage(t *testing.T) {
 	if got, want := fmt.Sprint(payloads), "[c1:1 c1:2 c1:3]"; got != want {
 		t.Errorf("payloads %s, want %s", got, want)
 	}
-	if v, err := DecodeInt64(s.Value(sdkcmd.CounterState)); err != nil || v != 3 {
+	if v, err := DecodeInt64(s.Value(CounterState)); err != nil || v != 3 {
 		t.Errorf("count = %d, %v; want 3", v, err)
 	}
 

@@ -9,18 +9,16 @@
 //     It counts invocations per address, can hold a request in flight and
 //     can inject HTTP 500s.
 //   - StartCounterServer: sdktest/counter, a minimal function for crash
-//     tests and benchmarks (sdkfn.CounterHandler serves it in-process).
+//     tests and benchmarks.
 //   - StartJSServer: jsfn/counter and jsfn/echo from testdata/jsfn.
 //
-// # Why the Go SDK runs in a child process
-//
-// The SDK's generated protobuf code and our internal/protocol register the
-// same proto names (io.statefun.sdk.reqreply.*, io.statefun.sdk.types.*);
-// the protobuf runtime panics at init when both are linked into one binary.
-// This package links internal/protocol, so the SDK functions (package
-// sdkfn) run in cmd/sdkserver, built once per test process by
-// SDKServerBinary with the go command. Never import sdkfn from a package
-// that also links internal/protocol.
+// The Go SDK functions run in the test process, on httptest servers.
+// FeatureHandler and CounterHandler serve them on a listener of the test's
+// own, for example one it closes and reopens on a fixed port. The SDK logs
+// every registration and failed invocation through the standard log
+// package; a test binary that wants quiet output calls
+// log.SetOutput(io.Discard) in TestMain. The JavaScript SDK runs in a node
+// child process.
 //
 // # Command language
 //
@@ -30,8 +28,8 @@
 // io.statefun.playground/egress, with value type
 // io.statefun.playground/EgressRecord and JSON {"topic": ..., "payload": ...}.
 //
-// sdktest/features declares these states (sdktest/stateless declares none,
-// and fails set, clear and incr):
+// sdktest/features declares these states (the State constants;
+// sdktest/stateless declares none, and fails set, clear and incr):
 //
 //	name       type                        expiration
 //	b          io.statefun.types/bool
@@ -44,7 +42,7 @@
 //	ttl_write  io.statefun.types/string    AFTER_WRITE  2000 ms (TTLWrite)
 //	ttl_call   io.statefun.types/string    AFTER_INVOKE 3000 ms (TTLCall)
 //
-// Ops ("op" field):
+// Ops ("op" field, the Op constants):
 //
 //	set         write each state given in "values" ({"i32": 7, "doc": {...}, ...})
 //	clear       remove the states listed in "states"; all states when empty
@@ -63,7 +61,7 @@
 // A Report carries the reporting address ("self", "namespace/type/id"), the
 // caller ("caller": "namespace/type/id", or null when Context.Caller() was
 // nil), the typename of the message being handled, how many messages this
-// address has handled in this server process ("calls", not state), and
+// address has handled in this server ("calls", not state), and
 // every state value under "states" (a state with no value is left out).
 // A message that is not a Command, such as a string, is answered with a
 // Report (empty tag, "arg_text" holding the string).
@@ -87,30 +85,3 @@
 // followed later by {"op": "cancel", "token": "t1"} sent to the same
 // sender (tokens belong to the sender's id).
 package sdktest
-
-import "github.com/statefun-go/statefun/internal/sdktest/sdkcmd"
-
-// The command language types; see package sdkcmd for their fields.
-type (
-	Command      = sdkcmd.Command
-	Target       = sdkcmd.Target
-	States       = sdkcmd.States
-	Doc          = sdkcmd.Doc
-	Report       = sdkcmd.Report
-	EgressRecord = sdkcmd.EgressRecord
-)
-
-// Names of the Go SDK functions and of what they exchange.
-const (
-	FeaturesFn       = sdkcmd.FeaturesFn
-	StatelessFn      = sdkcmd.StatelessFn
-	CounterFn        = sdkcmd.CounterFn
-	CommandType      = sdkcmd.CommandType
-	DocType          = sdkcmd.DocType
-	EgressRecordType = sdkcmd.EgressRecordType
-	PlaygroundEgress = sdkcmd.PlaygroundEgress
-	DefaultTopic     = sdkcmd.DefaultTopic
-	CounterTopic     = sdkcmd.CounterTopic
-	TTLWrite         = sdkcmd.TTLWrite
-	TTLCall          = sdkcmd.TTLCall
-)

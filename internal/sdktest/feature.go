@@ -6,7 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"sync"
 	"testing"
 
@@ -15,26 +14,24 @@ import (
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
-// maxBody caps the request and reply bodies the proxy reads (the runtime's
+// maxBody caps the request bodies the FeatureServer reads (the runtime's
 // default payload_max_bytes).
 const maxBody = 32 << 20
 
-// FeatureServer hosts sdkcmd.FeaturesFn and sdkcmd.StatelessFn (package
-// sdkfn, official Go SDK) for a test. The SDK runs in a child process; an
-// in-process httptest server in front of it forwards every request
-// unchanged and observes it, so the server can count invocations, hold a
-// request in flight and inject failures.
+// FeatureServer serves FeaturesFn and StatelessFn (FeatureHandler, the
+// official Go SDK) on a loopback port for a test. It observes every request
+// on its way to the SDK, so it can count invocations, hold a request in
+// flight and inject failures.
 type FeatureServer struct {
 	// URL is the endpoint to configure for the function types, e.g. as the
 	// urlPathTemplate of an io.statefun.endpoints.v2/http endpoint for
 	// "sdktest/*". Every path reaches the same functions.
 	URL string
 
-	child    *child
-	srv      *httptest.Server
-	upstream string
-	closing  chan struct{}
-	once     sync.Once
+	sdk     http.Handler
+	srv     *httptest.Server
+	closing chan struct{}
+	once    sync.Once
 
 	mu      sync.Mutex
 	calls   map[string]int // address key -> invocations the SDK ran
@@ -59,19 +56,15 @@ type Batch struct {
 	Incomplete bool
 }
 
-// StartFeatureServer starts a FeatureServer that stops when t ends. It
-// builds the sdkserver binary on first use (see SDKServerBinary).
+// StartFeatureServer starts a FeatureServer that stops when t ends.
 func StartFeatureServer(t testing.TB) *FeatureServer {
 	t.Helper()
-	bin := SDKServerBinary(t)
-	c := startChild(t, "sdkserver features", exec.Command(bin, "-fn", "features", "-exit-on-stdin-eof"))
 	s := &FeatureServer{
-		child:    c,
-		upstream: "http://" + c.addr + "/statefun",
-		closing:  make(chan struct{}),
-		calls:    map[string]int{},
-		holds:    map[string][]*Hold{},
-		fails:    map[string]int{},
+		sdk:     FeatureHandler(),
+		closing: make(chan struct{}),
+		calls:   map[string]int{},
+		holds:   map[string][]*Hold{},
+		fails:   map[string]int{},
 	}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	s.URL = s.srv.URL + "/statefun"
@@ -79,13 +72,12 @@ func StartFeatureServer(t testing.TB) *FeatureServer {
 	return s
 }
 
-// Close releases every hold, stops the proxy and the child process. It is
-// idempotent; StartFeatureServer registers it as a cleanup.
+// Close releases every hold and stops the server; calls to URL fail from
+// then on. It is idempotent; StartFeatureServer registers it as a cleanup.
 func (s *FeatureServer) Close() {
 	s.once.Do(func() {
 		close(s.closing)
 		s.srv.Close()
-		s.child.stop()
 	})
 }
 
@@ -153,21 +145,7 @@ func (s *FeatureServer) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "sdktest: reading request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	var req protocol.ToFunction
-	_ = proto.Unmarshal(body, &req) // a bad body still goes to the SDK, which rejects it
-	batch := req.GetInvocation()
-	b := Batch{Target: AddressKey(batch.GetTarget())}
-	for _, inv := range batch.GetInvocations() {
-		caller := ""
-		if inv.GetCaller() != nil {
-			caller = AddressKey(inv.GetCaller())
-		}
-		b.Callers = append(b.Callers, caller)
-		b.Args = append(b.Args, inv.GetArgument())
-	}
-	for _, st := range batch.GetState() {
-		b.States = append(b.States, st.GetStateName())
-	}
+	b := batchOf(body)
 
 	hold, fail := s.take(b.Target)
 	if hold != nil {
@@ -185,18 +163,19 @@ func (s *FeatureServer) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	status, header, reply, err := s.forward(r, body)
-	if err != nil {
-		b.Status = http.StatusBadGateway
-		s.record(b, 0)
-		http.Error(w, "sdktest: forwarding to the SDK: "+err.Error(), http.StatusBadGateway)
-		return
-	}
-	b.Status = status
+	// The SDK sees the request as it was sent, so its own checks (method,
+	// Content-Type, empty body) still apply. Its answer is recorded before
+	// it is passed on, so a caller that has its reply sees it counted.
+	r = r.Clone(r.Context())
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	rec := httptest.NewRecorder()
+	s.sdk.ServeHTTP(rec, r)
+	b.Status = rec.Code
 	ran := 0
-	if status == http.StatusOK {
+	if rec.Code == http.StatusOK {
 		var from protocol.FromFunction
-		if proto.Unmarshal(reply, &from) == nil {
+		if proto.Unmarshal(rec.Body.Bytes(), &from) == nil {
 			if from.GetIncompleteInvocationContext() != nil {
 				b.Incomplete = true
 			} else {
@@ -205,13 +184,31 @@ func (s *FeatureServer) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.record(b, ran)
-	for _, k := range []string{"Content-Type", "Content-Length"} {
-		if v := header.Get(k); v != "" {
-			w.Header().Set(k, v)
+	maps.Copy(w.Header(), rec.Header())
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
+}
+
+// batchOf is what a request says about the batch it carries. A body that
+// does not decode gives an empty Batch; it still goes to the SDK, which
+// rejects it.
+func batchOf(body []byte) Batch {
+	var req protocol.ToFunction
+	_ = proto.Unmarshal(body, &req)
+	batch := req.GetInvocation()
+	b := Batch{Target: AddressKey(batch.GetTarget())}
+	for _, inv := range batch.GetInvocations() {
+		caller := ""
+		if inv.GetCaller() != nil {
+			caller = AddressKey(inv.GetCaller())
 		}
+		b.Callers = append(b.Callers, caller)
+		b.Args = append(b.Args, inv.GetArgument())
 	}
-	w.WriteHeader(status)
-	_, _ = w.Write(reply)
+	for _, st := range batch.GetState() {
+		b.States = append(b.States, st.GetStateName())
+	}
+	return b
 }
 
 // take pops the next hold and failure for an address.
@@ -237,28 +234,4 @@ func (s *FeatureServer) record(b Batch, ran int) {
 	if ran > 0 {
 		s.calls[b.Target] += ran
 	}
-}
-
-// forward sends the request to the SDK with its method and content headers
-// unchanged, so the SDK's own request checks still apply.
-func (s *FeatureServer) forward(r *http.Request, body []byte) (int, http.Header, []byte, error) {
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, s.upstream, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	for _, k := range []string{"Content-Type", "Accept", "User-Agent"} {
-		if v := r.Header.Get(k); v != "" {
-			req.Header.Set(k, v)
-		}
-	}
-	resp, err := httpClient.Do(req)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	defer resp.Body.Close()
-	reply, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	return resp.StatusCode, resp.Header, reply, nil
 }

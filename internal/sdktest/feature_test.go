@@ -8,13 +8,12 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/protocol"
-	"github.com/statefun-go/statefun/internal/sdktest/sdkcmd"
 )
 
 func TestFeatureIncompleteContextListsEverySpec(t *testing.T) {
 	srv := StartFeatureServer(t)
 	from := Invoke(t, srv.URL, Request(Address(FeaturesFn, "spec"), nil,
-		Invocation(nil, CommandValue(Command{Op: sdkcmd.OpReport}))))
+		Invocation(nil, CommandValue(Command{Op: OpReport}))))
 	inc := from.GetIncompleteInvocationContext()
 	if inc == nil {
 		t.Fatalf("want IncompleteInvocationContext, got %v", from)
@@ -26,15 +25,15 @@ func TestFeatureIncompleteContextListsEverySpec(t *testing.T) {
 	}
 	none := protocol.FromFunction_ExpirationSpec_NONE
 	want := map[string]spec{
-		sdkcmd.StateBool:     {TypeBool, none, 0},
-		sdkcmd.StateInt32:    {TypeInt32, none, 0},
-		sdkcmd.StateInt64:    {TypeInt64, none, 0},
-		sdkcmd.StateFloat32:  {TypeFloat32, none, 0},
-		sdkcmd.StateFloat64:  {TypeFloat64, none, 0},
-		sdkcmd.StateString:   {TypeString, none, 0},
-		sdkcmd.StateDoc:      {DocType, none, 0},
-		sdkcmd.StateTTLWrite: {TypeString, protocol.FromFunction_ExpirationSpec_AFTER_WRITE, TTLWrite.Milliseconds()},
-		sdkcmd.StateTTLCall:  {TypeString, protocol.FromFunction_ExpirationSpec_AFTER_INVOKE, TTLCall.Milliseconds()},
+		StateBool:     {TypeBool, none, 0},
+		StateInt32:    {TypeInt32, none, 0},
+		StateInt64:    {TypeInt64, none, 0},
+		StateFloat32:  {TypeFloat32, none, 0},
+		StateFloat64:  {TypeFloat64, none, 0},
+		StateString:   {TypeString, none, 0},
+		StateDoc:      {DocType, none, 0},
+		StateTTLWrite: {TypeString, protocol.FromFunction_ExpirationSpec_AFTER_WRITE, TTLWrite.Milliseconds()},
+		StateTTLCall:  {TypeString, protocol.FromFunction_ExpirationSpec_AFTER_INVOKE, TTLCall.Milliseconds()},
 	}
 	got := map[string]spec{}
 	for _, m := range inc.GetMissingValues() {
@@ -51,8 +50,8 @@ func TestFeatureIncompleteContextListsEverySpec(t *testing.T) {
 		t.Errorf("Invocations after an incomplete context = %d, want 0", n)
 	}
 	// Giving only some states still leaves the others missing.
-	from = Invoke(t, srv.URL, Request(Address(FeaturesFn, "spec"), EmptyStates(sdkcmd.StateBool, sdkcmd.StateDoc),
-		Invocation(nil, CommandValue(Command{Op: sdkcmd.OpReport}))))
+	from = Invoke(t, srv.URL, Request(Address(FeaturesFn, "spec"), EmptyStates(StateBool, StateDoc),
+		Invocation(nil, CommandValue(Command{Op: OpReport}))))
 	if n := len(from.GetIncompleteInvocationContext().GetMissingValues()); n != len(want)-2 {
 		t.Errorf("with 2 states attached, %d missing, want %d", n, len(want)-2)
 	}
@@ -62,15 +61,15 @@ func TestFeatureIncompleteContextListsEverySpec(t *testing.T) {
 // state but ttl_write.
 func allStates() []*protocol.ToFunction_PersistedValue {
 	return []*protocol.ToFunction_PersistedValue{
-		State(sdkcmd.StateBool, BoolValue(true)),
-		State(sdkcmd.StateInt32, Int32Value(41)),
-		State(sdkcmd.StateInt64, Int64Value(1<<40)),
-		State(sdkcmd.StateFloat32, Float32Value(1.5)),
-		State(sdkcmd.StateFloat64, Float64Value(2.25)),
-		State(sdkcmd.StateString, StringValue("old")),
-		State(sdkcmd.StateDoc, JSONValue(DocType, Doc{Name: "d", N: 1})),
-		State(sdkcmd.StateTTLWrite, nil),
-		State(sdkcmd.StateTTLCall, StringValue("call")),
+		State(StateBool, BoolValue(true)),
+		State(StateInt32, Int32Value(41)),
+		State(StateInt64, Int64Value(1<<40)),
+		State(StateFloat32, Float32Value(1.5)),
+		State(StateFloat64, Float64Value(2.25)),
+		State(StateString, StringValue("old")),
+		State(StateDoc, JSONValue(DocType, Doc{Name: "d", N: 1})),
+		State(StateTTLWrite, nil),
+		State(StateTTLCall, StringValue("call")),
 		State("retired_state", StringValue("ignored")), // a state the SDK no longer declares
 	}
 }
@@ -79,29 +78,29 @@ func TestFeatureBatchSideEffects(t *testing.T) {
 	srv := StartFeatureServer(t)
 	self := Address(FeaturesFn, "batch")
 	other := Address(FeaturesFn, "peer")
-	nested := Command{Op: sdkcmd.OpReport, Tag: "nested"}
+	nested := Command{Op: OpReport, Tag: "nested"}
 
 	from := Invoke(t, srv.URL, Request(self, allStates(),
 		// 1: from an ingress: report the attached state.
-		Invocation(nil, CommandValue(Command{Op: sdkcmd.OpReport, Tag: "before"})),
+		Invocation(nil, CommandValue(Command{Op: OpReport, Tag: "before"})),
 		// 2: from another function: write, increment, report.
-		Invocation(other, CommandValue(Command{Op: sdkcmd.OpSeq, Commands: []Command{
-			{Op: sdkcmd.OpSet, Values: &States{
+		Invocation(other, CommandValue(Command{Op: OpSeq, Commands: []Command{
+			{Op: OpSet, Values: &States{
 				Bool: new(false), Int32: new(int32(-7)), Float32: new(float32(0.25)), Float64: new(-1e300),
 				Doc: &Doc{Name: "new", Tags: []string{"x"}, N: 99}, TTLWrite: new("w"),
 			}},
-			{Op: sdkcmd.OpIncr},
-			{Op: sdkcmd.OpReport, Tag: "after", Topic: "reports"},
+			{Op: OpIncr},
+			{Op: OpReport, Tag: "after", Topic: "reports"},
 		}})),
 		// 3: messages, delayed messages, a cancellation, an egress, a removal.
-		Invocation(nil, CommandValue(Command{Op: sdkcmd.OpSeq, Commands: []Command{
-			{Op: sdkcmd.OpSend, To: &Target{ID: "peer"}, Command: &nested},
-			{Op: sdkcmd.OpSend, To: &Target{Fn: StatelessFn, ID: "s"}, Text: "hi"},
-			{Op: sdkcmd.OpSendAfter, To: &Target{ID: "later"}, DelayMs: 1500, Token: "t1", Command: &nested},
-			{Op: sdkcmd.OpSendAfter, DelayMs: 0, Text: "self"},
-			{Op: sdkcmd.OpCancel, Token: "t0"},
-			{Op: sdkcmd.OpEgress, Topic: "raw", Payload: "p"},
-			{Op: sdkcmd.OpClear, States: []string{sdkcmd.StateString, sdkcmd.StateTTLCall}},
+		Invocation(nil, CommandValue(Command{Op: OpSeq, Commands: []Command{
+			{Op: OpSend, To: &Target{ID: "peer"}, Command: &nested},
+			{Op: OpSend, To: &Target{Fn: StatelessFn, ID: "s"}, Text: "hi"},
+			{Op: OpSendAfter, To: &Target{ID: "later"}, DelayMs: 1500, Token: "t1", Command: &nested},
+			{Op: OpSendAfter, DelayMs: 0, Text: "self"},
+			{Op: OpCancel, Token: "t0"},
+			{Op: OpEgress, Topic: "raw", Payload: "p"},
+			{Op: OpClear, States: []string{StateString, StateTTLCall}},
 		}})),
 	))
 	res := from.GetInvocationResult()
@@ -128,29 +127,29 @@ func TestFeatureBatchSideEffects(t *testing.T) {
 	if len(muts) != 9 {
 		t.Errorf("%d mutations, want 9 (7 MODIFY, 2 DELETE): %v", len(muts), res.GetStateMutations())
 	}
-	if v, err := DecodeBool(modified(sdkcmd.StateBool, TypeBool)); err != nil || v {
+	if v, err := DecodeBool(modified(StateBool, TypeBool)); err != nil || v {
 		t.Errorf("b = %v, %v; want false", v, err)
 	}
-	if v, err := DecodeInt32(modified(sdkcmd.StateInt32, TypeInt32)); err != nil || v != -7 {
+	if v, err := DecodeInt32(modified(StateInt32, TypeInt32)); err != nil || v != -7 {
 		t.Errorf("i32 = %v, %v; want -7", v, err)
 	}
-	if v, err := DecodeInt64(modified(sdkcmd.StateInt64, TypeInt64)); err != nil || v != 1<<40+1 {
+	if v, err := DecodeInt64(modified(StateInt64, TypeInt64)); err != nil || v != 1<<40+1 {
 		t.Errorf("i64 = %v, %v; want 2^40+1", v, err)
 	}
-	if v, err := DecodeFloat32(modified(sdkcmd.StateFloat32, TypeFloat32)); err != nil || v != 0.25 {
+	if v, err := DecodeFloat32(modified(StateFloat32, TypeFloat32)); err != nil || v != 0.25 {
 		t.Errorf("f32 = %v, %v; want 0.25", v, err)
 	}
-	if v, err := DecodeFloat64(modified(sdkcmd.StateFloat64, TypeFloat64)); err != nil || v != -1e300 {
+	if v, err := DecodeFloat64(modified(StateFloat64, TypeFloat64)); err != nil || v != -1e300 {
 		t.Errorf("f64 = %v, %v; want -1e300", v, err)
 	}
 	var doc Doc
-	if err := DecodeJSON(modified(sdkcmd.StateDoc, DocType), DocType, &doc); err != nil || !reflect.DeepEqual(doc, Doc{Name: "new", Tags: []string{"x"}, N: 99}) {
+	if err := DecodeJSON(modified(StateDoc, DocType), DocType, &doc); err != nil || !reflect.DeepEqual(doc, Doc{Name: "new", Tags: []string{"x"}, N: 99}) {
 		t.Errorf("doc = %+v, %v", doc, err)
 	}
-	if v, err := DecodeString(modified(sdkcmd.StateTTLWrite, TypeString)); err != nil || v != "w" {
+	if v, err := DecodeString(modified(StateTTLWrite, TypeString)); err != nil || v != "w" {
 		t.Errorf("ttl_write = %q, %v; want w", v, err)
 	}
-	for _, name := range []string{sdkcmd.StateString, sdkcmd.StateTTLCall} {
+	for _, name := range []string{StateString, StateTTLCall} {
 		if m := muts[name]; m.GetMutationType() != protocol.FromFunction_PersistedValueMutation_DELETE {
 			t.Errorf("state %q: mutation %v, want DELETE", name, m)
 		}
@@ -248,7 +247,7 @@ func TestFeatureStringMessageAndStateless(t *testing.T) {
 	}
 	// State commands fail on the stateless function: HTTP 500.
 	_, err := Post(context.Background(), srv.URL, Request(Address(StatelessFn, "x"), nil,
-		Invocation(nil, CommandValue(Command{Op: sdkcmd.OpIncr}))))
+		Invocation(nil, CommandValue(Command{Op: OpIncr}))))
 	if err == nil || !strings.Contains(err.Error(), "500") {
 		t.Errorf("incr on stateless: err = %v, want status 500", err)
 	}
@@ -257,22 +256,22 @@ func TestFeatureStringMessageAndStateless(t *testing.T) {
 func TestFeatureSessionKeepsState(t *testing.T) {
 	srv := StartFeatureServer(t)
 	s := NewSession(srv.URL, Address(FeaturesFn, "session"))
-	s.Call(t, Invocation(nil, CommandValue(Command{Op: sdkcmd.OpSet, Values: &States{String: new("kept")}})))
+	s.Call(t, Invocation(nil, CommandValue(Command{Op: OpSet, Values: &States{String: new("kept")}})))
 	if len(s.Specs()) != 9 {
 		t.Errorf("%d specs registered, want 9", len(s.Specs()))
 	}
-	res := s.Call(t, Invocation(nil, CommandValue(Command{Op: sdkcmd.OpSeq, Commands: []Command{
-		{Op: sdkcmd.OpIncr}, {Op: sdkcmd.OpIncr}, {Op: sdkcmd.OpReport},
+	res := s.Call(t, Invocation(nil, CommandValue(Command{Op: OpSeq, Commands: []Command{
+		{Op: OpIncr}, {Op: OpIncr}, {Op: OpReport},
 	}})))
 	r := mustReport(t, res.GetOutgoingEgresses()[0], DefaultTopic)
 	if r.States.String == nil || *r.States.String != "kept" || r.States.Int64 == nil || *r.States.Int64 != 2 {
 		t.Errorf("report states = %s, want str kept and i64 2", show(r.States))
 	}
-	if v, err := DecodeInt64(s.Value(sdkcmd.StateInt64)); err != nil || v != 2 {
+	if v, err := DecodeInt64(s.Value(StateInt64)); err != nil || v != 2 {
 		t.Errorf("session i64 = %v, %v", v, err)
 	}
-	s.Call(t, Invocation(nil, CommandValue(Command{Op: sdkcmd.OpClear})))
-	if s.Value(sdkcmd.StateString) != nil || s.Value(sdkcmd.StateInt64) != nil {
+	s.Call(t, Invocation(nil, CommandValue(Command{Op: OpClear})))
+	if s.Value(StateString) != nil || s.Value(StateInt64) != nil {
 		t.Error("clear left values behind")
 	}
 	if n := srv.Invocations(FeaturesFn, "session"); n != 3 {
@@ -286,7 +285,7 @@ func TestFeatureHoldKeepsRequestInFlight(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		_, err := Post(context.Background(), srv.URL, Request(Address(StatelessFn, "held"), nil,
-			Invocation(nil, CommandValue(Command{Op: sdkcmd.OpReport}))))
+			Invocation(nil, CommandValue(Command{Op: OpReport}))))
 		done <- err
 	}()
 	select {
@@ -331,14 +330,14 @@ func TestFeatureFailNext(t *testing.T) {
 
 func TestFeatureRejectsBadRequestsLikeTheSDK(t *testing.T) {
 	srv := StartFeatureServer(t)
-	for _, op := range []string{sdkcmd.OpFail, "no-such-op"} {
+	for _, op := range []string{OpFail, "no-such-op"} {
 		_, err := Post(context.Background(), srv.URL, Request(Address(StatelessFn, "bad"), nil,
 			Invocation(nil, CommandValue(Command{Op: op}))))
 		if err == nil || !strings.Contains(err.Error(), "500") {
 			t.Errorf("op %q: err = %v, want status 500", op, err)
 		}
 	}
-	// The proxy keeps the SDK's own request checks.
+	// The FeatureServer keeps the SDK's own request checks.
 	resp, err := httpClient.Get(srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -358,7 +357,7 @@ func mustReport(t *testing.T, m *protocol.FromFunction_EgressMessage, topic stri
 	if rec.Topic != topic {
 		t.Errorf("record topic %q, want %q", rec.Topic, topic)
 	}
-	r, err := sdkcmd.DecodeReport(rec)
+	r, err := rec.Report()
 	if err != nil {
 		t.Fatal(err)
 	}

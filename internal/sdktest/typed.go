@@ -8,7 +8,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/statefun-go/statefun/internal/protocol"
-	"github.com/statefun-go/statefun/internal/sdktest/sdkcmd"
 )
 
 // Typenames of the StateFun built-in types.
@@ -64,7 +63,7 @@ func JSONValue(typename string, v any) *protocol.TypedValue {
 }
 
 // CommandValue encodes c as an sdktest/Command message.
-func CommandValue(c Command) *protocol.TypedValue { return JSONValue(sdkcmd.CommandType, c) }
+func CommandValue(c Command) *protocol.TypedValue { return JSONValue(CommandType, c) }
 
 // RawValue is a typed value carrying b unchanged, as the playground ingress
 // and Kafka ingress deliver it.
@@ -161,11 +160,11 @@ func DecodeAny(tv *protocol.TypedValue) (any, error) {
 // (io.statefun.playground/egress carrying an
 // io.statefun.playground/EgressRecord).
 func DecodeEgressRecord(m *protocol.FromFunction_EgressMessage) (EgressRecord, error) {
-	if got := m.GetEgressNamespace() + "/" + m.GetEgressType(); got != sdkcmd.PlaygroundEgress {
-		return EgressRecord{}, fmt.Errorf("sdktest: egress %q, want %q", got, sdkcmd.PlaygroundEgress)
+	if got := m.GetEgressNamespace() + "/" + m.GetEgressType(); got != PlaygroundEgress {
+		return EgressRecord{}, fmt.Errorf("sdktest: egress %q, want %q", got, PlaygroundEgress)
 	}
 	var rec EgressRecord
-	err := DecodeJSON(m.GetArgument(), sdkcmd.EgressRecordType, &rec)
+	err := DecodeJSON(m.GetArgument(), EgressRecordType, &rec)
 	return rec, err
 }
 
@@ -175,7 +174,7 @@ func DecodeReport(m *protocol.FromFunction_EgressMessage) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return sdkcmd.DecodeReport(rec)
+	return rec.Report()
 }
 
 func unwrap(tv *protocol.TypedValue, typename string, m proto.Message) error {

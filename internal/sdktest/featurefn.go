@@ -1,17 +1,4 @@
-// Package sdkfn holds the remote functions of package sdktest, written with
-// the official StateFun Go SDK v3.3.0.
-//
-// This package must never be linked into a binary that also links
-// github.com/statefun-go/statefun/internal/protocol: both register the proto
-// names io.statefun.sdk.reqreply.* and io.statefun.sdk.types.*, and the
-// protobuf runtime panics at init on the second registration. Package sdktest
-// therefore runs these handlers in a child process (cmd/sdkserver). Binaries
-// that link only the SDK, such as a crash-test helper, may serve
-// CounterHandler or FeatureHandler directly.
-//
-// The command language of FeatureHandler is documented in package sdktest;
-// the names and JSON shapes are in package sdkcmd.
-package sdkfn
+package sdktest
 
 import (
 	"encoding/json"
@@ -22,96 +9,73 @@ import (
 	"time"
 
 	"github.com/apache/flink-statefun/statefun-sdk-go/v3/pkg/statefun"
-
-	"github.com/statefun-go/statefun/internal/sdktest/sdkcmd"
 )
 
+// The SDK types of the values exchanged with the functions.
 var (
-	commandType      = statefun.MakeJsonType(statefun.TypeNameFrom(sdkcmd.CommandType))
-	docType          = statefun.MakeJsonType(statefun.TypeNameFrom(sdkcmd.DocType))
-	egressRecordType = statefun.MakeJsonType(statefun.TypeNameFrom(sdkcmd.EgressRecordType))
-	playgroundEgress = statefun.TypeNameFrom(sdkcmd.PlaygroundEgress)
+	commandType      = statefun.MakeJsonType(statefun.TypeNameFrom(CommandType))
+	docType          = statefun.MakeJsonType(statefun.TypeNameFrom(DocType))
+	egressRecordType = statefun.MakeJsonType(statefun.TypeNameFrom(EgressRecordType))
+	playgroundEgress = statefun.TypeNameFrom(PlaygroundEgress)
 )
 
-// The states of sdkcmd.FeaturesFn: every built-in type, a JSON type and both
+// The states of FeaturesFn: every built-in type, a JSON type and both
 // expiration modes.
 var (
-	boolSpec     = statefun.ValueSpec{Name: sdkcmd.StateBool, ValueType: statefun.BoolType}
-	int32Spec    = statefun.ValueSpec{Name: sdkcmd.StateInt32, ValueType: statefun.Int32Type}
-	int64Spec    = statefun.ValueSpec{Name: sdkcmd.StateInt64, ValueType: statefun.Int64Type}
-	float32Spec  = statefun.ValueSpec{Name: sdkcmd.StateFloat32, ValueType: statefun.Float32Type}
-	float64Spec  = statefun.ValueSpec{Name: sdkcmd.StateFloat64, ValueType: statefun.Float64Type}
-	stringSpec   = statefun.ValueSpec{Name: sdkcmd.StateString, ValueType: statefun.StringType}
-	docSpec      = statefun.ValueSpec{Name: sdkcmd.StateDoc, ValueType: docType}
+	boolSpec     = statefun.ValueSpec{Name: StateBool, ValueType: statefun.BoolType}
+	int32Spec    = statefun.ValueSpec{Name: StateInt32, ValueType: statefun.Int32Type}
+	int64Spec    = statefun.ValueSpec{Name: StateInt64, ValueType: statefun.Int64Type}
+	float32Spec  = statefun.ValueSpec{Name: StateFloat32, ValueType: statefun.Float32Type}
+	float64Spec  = statefun.ValueSpec{Name: StateFloat64, ValueType: statefun.Float64Type}
+	stringSpec   = statefun.ValueSpec{Name: StateString, ValueType: statefun.StringType}
+	docSpec      = statefun.ValueSpec{Name: StateDoc, ValueType: docType}
 	ttlWriteSpec = statefun.ValueSpec{
-		Name:       sdkcmd.StateTTLWrite,
+		Name:       StateTTLWrite,
 		ValueType:  statefun.StringType,
-		Expiration: statefun.ExpireAfterWrite(sdkcmd.TTLWrite),
+		Expiration: statefun.ExpireAfterWrite(TTLWrite),
 	}
 	ttlCallSpec = statefun.ValueSpec{
-		Name:       sdkcmd.StateTTLCall,
+		Name:       StateTTLCall,
 		ValueType:  statefun.StringType,
-		Expiration: statefun.ExpireAfterCall(sdkcmd.TTLCall),
+		Expiration: statefun.ExpireAfterCall(TTLCall),
 	}
 
 	featureSpecs = []statefun.ValueSpec{
 		boolSpec, int32Spec, int64Spec, float32Spec, float64Spec,
 		stringSpec, docSpec, ttlWriteSpec, ttlCallSpec,
 	}
-
-	countSpec = statefun.ValueSpec{Name: sdkcmd.CounterState, ValueType: statefun.Int64Type}
 )
 
-// maxSeqDepth bounds the nesting of sdkcmd.OpSeq commands run in one call.
+// maxSeqDepth bounds the nesting of OpSeq commands run in one call.
 const maxSeqDepth = 32
 
-// FeatureHandler returns a request-reply handler serving sdkcmd.FeaturesFn
-// and sdkcmd.StatelessFn. Each call returns a handler with its own
-// per-address call counts (sdkcmd.Report.Calls).
+// FeatureHandler returns the official Go SDK's request-reply handler
+// serving FeaturesFn and StatelessFn, which run the command language of the
+// package documentation. Each call returns a handler with its own
+// per-address call counts (Report.Calls). StartFeatureServer serves one on
+// a loopback port; a test that needs a listener of its own serves it
+// directly.
 func FeatureHandler() http.Handler {
 	fns := statefun.StatefulFunctionsBuilder()
 	must(fns.WithSpec(statefun.StatefulFunctionSpec{
-		FunctionType: statefun.TypeNameFrom(sdkcmd.FeaturesFn),
+		FunctionType: statefun.TypeNameFrom(FeaturesFn),
 		States:       featureSpecs,
 		Function:     &features{stateful: true, calls: map[string]int64{}},
 	}))
 	must(fns.WithSpec(statefun.StatefulFunctionSpec{
-		FunctionType: statefun.TypeNameFrom(sdkcmd.StatelessFn),
+		FunctionType: statefun.TypeNameFrom(StatelessFn),
 		Function:     &features{calls: map[string]int64{}},
-	}))
-	return fns.AsHandler()
-}
-
-// CounterHandler returns a request-reply handler serving sdkcmd.CounterFn:
-// every message, whatever its type, adds 1 to the long state
-// sdkcmd.CounterState and egresses the record
-// {"topic": sdkcmd.CounterTopic, "payload": "<id>:<new count>"}.
-func CounterHandler() http.Handler {
-	fns := statefun.StatefulFunctionsBuilder()
-	must(fns.WithSpec(statefun.StatefulFunctionSpec{
-		FunctionType: statefun.TypeNameFrom(sdkcmd.CounterFn),
-		States:       []statefun.ValueSpec{countSpec},
-		Function:     statefun.StatefulFunctionPointer(count),
 	}))
 	return fns.AsHandler()
 }
 
 func must(err error) {
 	if err != nil {
-		panic(fmt.Sprintf("sdkfn: %v", err))
+		panic(fmt.Sprintf("sdktest: %v", err))
 	}
 }
 
-func count(ctx statefun.Context, _ statefun.Message) error {
-	var n int64
-	ctx.Storage().Get(countSpec, &n)
-	n++
-	ctx.Storage().Set(countSpec, n)
-	egress(ctx, sdkcmd.CounterTopic, fmt.Sprintf("%s:%d", ctx.Self().Id, n))
-	return nil
-}
-
-// features runs sdkcmd commands. The stateless variant declares no state and
+// features runs Commands. The stateless variant declares no state and
 // rejects the commands that need one.
 type features struct {
 	stateful bool
@@ -129,11 +93,11 @@ func (f *features) Invoke(ctx statefun.Context, msg statefun.Message) error {
 
 	inv := invocation{ctx: ctx, msg: &msg, calls: calls, stateful: f.stateful}
 	if !msg.Is(commandType) {
-		return inv.report(sdkcmd.Command{Op: sdkcmd.OpReport})
+		return inv.report(Command{Op: OpReport})
 	}
-	var cmd sdkcmd.Command
+	var cmd Command
 	if err := msg.As(commandType, &cmd); err != nil {
-		return fmt.Errorf("sdkfn: bad command: %w", err)
+		return fmt.Errorf("sdktest: bad command: %w", err)
 	}
 	return inv.run(cmd, 0)
 }
@@ -146,59 +110,59 @@ type invocation struct {
 	stateful bool
 }
 
-var errNoState = errors.New("sdkfn: " + sdkcmd.StatelessFn + " has no state")
+var errNoState = errors.New("sdktest: " + StatelessFn + " has no state")
 
-func (in invocation) run(cmd sdkcmd.Command, depth int) error {
+func (in invocation) run(cmd Command, depth int) error {
 	if depth > maxSeqDepth {
-		return fmt.Errorf("sdkfn: commands nested deeper than %d", maxSeqDepth)
+		return fmt.Errorf("sdktest: commands nested deeper than %d", maxSeqDepth)
 	}
 	switch cmd.Op {
-	case sdkcmd.OpSet:
+	case OpSet:
 		if !in.stateful {
 			return errNoState
 		}
 		if cmd.Values != nil {
 			in.set(*cmd.Values)
 		}
-	case sdkcmd.OpClear:
+	case OpClear:
 		if !in.stateful {
 			return errNoState
 		}
 		return in.clear(cmd.States)
-	case sdkcmd.OpIncr:
+	case OpIncr:
 		if !in.stateful {
 			return errNoState
 		}
 		var n int64
 		in.ctx.Storage().Get(int64Spec, &n)
 		in.ctx.Storage().Set(int64Spec, n+1)
-	case sdkcmd.OpReport:
+	case OpReport:
 		return in.report(cmd)
-	case sdkcmd.OpEgress:
+	case OpEgress:
 		egress(in.ctx, topicOr(cmd.Topic), cmd.Payload)
-	case sdkcmd.OpSend, sdkcmd.OpSendAfter:
+	case OpSend, OpSendAfter:
 		return in.send(cmd)
-	case sdkcmd.OpCancel:
+	case OpCancel:
 		token, err := statefun.NewCancellationToken(cmd.Token)
 		if err != nil {
-			return fmt.Errorf("sdkfn: cancel: %w", err)
+			return fmt.Errorf("sdktest: cancel: %w", err)
 		}
 		in.ctx.CancelDelayedMessage(token)
-	case sdkcmd.OpSeq:
+	case OpSeq:
 		for _, c := range cmd.Commands {
 			if err := in.run(c, depth+1); err != nil {
 				return err
 			}
 		}
-	case sdkcmd.OpFail:
-		return fmt.Errorf("sdkfn: failing as told (tag %q)", cmd.Tag)
+	case OpFail:
+		return fmt.Errorf("sdktest: failing as told (tag %q)", cmd.Tag)
 	default:
-		return fmt.Errorf("sdkfn: unknown op %q", cmd.Op)
+		return fmt.Errorf("sdktest: unknown op %q", cmd.Op)
 	}
 	return nil
 }
 
-func (in invocation) set(v sdkcmd.States) {
+func (in invocation) set(v States) {
 	s := in.ctx.Storage()
 	if v.Bool != nil {
 		s.Set(boolSpec, *v.Bool)
@@ -239,7 +203,7 @@ func (in invocation) clear(names []string) error {
 	for _, name := range names {
 		spec, ok := specByName(name)
 		if !ok {
-			return fmt.Errorf("sdkfn: clear: unknown state %q", name)
+			return fmt.Errorf("sdktest: clear: unknown state %q", name)
 		}
 		in.ctx.Storage().Remove(spec)
 	}
@@ -255,8 +219,8 @@ func specByName(name string) (statefun.ValueSpec, bool) {
 	return statefun.ValueSpec{}, false
 }
 
-func (in invocation) report(cmd sdkcmd.Command) error {
-	r := sdkcmd.Report{
+func (in invocation) report(cmd Command) error {
+	r := Report{
 		Tag:     cmd.Tag,
 		Self:    addressString(in.ctx.Self()),
 		ArgType: in.msg.ValueTypeName().String(),
@@ -279,15 +243,15 @@ func (in invocation) report(cmd sdkcmd.Command) error {
 	return nil
 }
 
-func (in invocation) readStates() sdkcmd.States {
-	var out sdkcmd.States
+func (in invocation) readStates() States {
+	var out States
 	out.Bool = get[bool](in.ctx, boolSpec)
 	out.Int32 = get[int32](in.ctx, int32Spec)
 	out.Int64 = get[int64](in.ctx, int64Spec)
 	out.Float32 = get[float32](in.ctx, float32Spec)
 	out.Float64 = get[float64](in.ctx, float64Spec)
 	out.String = get[string](in.ctx, stringSpec)
-	out.Doc = get[sdkcmd.Doc](in.ctx, docSpec)
+	out.Doc = get[Doc](in.ctx, docSpec)
 	out.TTLWrite = get[string](in.ctx, ttlWriteSpec)
 	out.TTLCall = get[string](in.ctx, ttlCallSpec)
 	return out
@@ -302,14 +266,14 @@ func get[T any](ctx statefun.Context, spec statefun.ValueSpec) *T {
 	return &v
 }
 
-func (in invocation) send(cmd sdkcmd.Command) error {
+func (in invocation) send(cmd Command) error {
 	self := in.ctx.Self()
 	target := self
 	if cmd.To != nil {
 		if cmd.To.Fn != "" {
 			tn, err := statefun.ParseTypeName(cmd.To.Fn)
 			if err != nil {
-				return fmt.Errorf("sdkfn: %s: %w", cmd.Op, err)
+				return fmt.Errorf("sdktest: %s: %w", cmd.Op, err)
 			}
 			target.FunctionType = tn
 		}
@@ -321,12 +285,12 @@ func (in invocation) send(cmd sdkcmd.Command) error {
 	if cmd.Command != nil {
 		mb = statefun.MessageBuilder{Target: target, Value: *cmd.Command, ValueType: commandType}
 	}
-	if cmd.Op == sdkcmd.OpSend {
+	if cmd.Op == OpSend {
 		in.ctx.Send(mb)
 		return nil
 	}
 	if cmd.DelayMs < 0 {
-		return fmt.Errorf("sdkfn: send_after: negative delay %d", cmd.DelayMs)
+		return fmt.Errorf("sdktest: send_after: negative delay %d", cmd.DelayMs)
 	}
 	delay := time.Duration(cmd.DelayMs) * time.Millisecond
 	if cmd.Token == "" {
@@ -335,7 +299,7 @@ func (in invocation) send(cmd sdkcmd.Command) error {
 	}
 	token, err := statefun.NewCancellationToken(cmd.Token)
 	if err != nil {
-		return fmt.Errorf("sdkfn: send_after: %w", err)
+		return fmt.Errorf("sdktest: send_after: %w", err)
 	}
 	in.ctx.SendAfterWithCancellationToken(delay, token, mb)
 	return nil
@@ -345,7 +309,7 @@ func (in invocation) send(cmd sdkcmd.Command) error {
 func egress(ctx statefun.Context, topic, payload string) {
 	ctx.SendEgress(statefun.GenericEgressBuilder{
 		Target:    playgroundEgress,
-		Value:     sdkcmd.EgressRecord{Topic: topic, Payload: payload},
+		Value:     EgressRecord{Topic: topic, Payload: payload},
 		ValueType: egressRecordType,
 	})
 }
@@ -353,14 +317,14 @@ func egress(ctx statefun.Context, topic, payload string) {
 func jsonString(v any) (string, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return "", fmt.Errorf("sdkfn: %w", err)
+		return "", fmt.Errorf("sdktest: %w", err)
 	}
 	return string(b), nil
 }
 
 func topicOr(topic string) string {
 	if topic == "" {
-		return sdkcmd.DefaultTopic
+		return DefaultTopic
 	}
 	return topic
 }

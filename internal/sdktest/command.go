@@ -1,14 +1,4 @@
-// Package sdkcmd is the command language spoken between tests and the
-// official-SDK feature functions of package sdkfn.
-//
-// It holds only plain Go types and names, with no protobuf and no SDK
-// imports, so that both sides can share it: package sdkfn (linked with the
-// official Go SDK) decodes commands and encodes reports, and package sdktest
-// (linked with our internal/protocol) encodes commands and decodes reports.
-// The two protobuf packages cannot live in one binary; see package sdktest.
-//
-// The language is described in the package documentation of sdktest.
-package sdkcmd
+package sdktest
 
 import (
 	"encoding/json"
@@ -16,7 +6,7 @@ import (
 	"time"
 )
 
-// Function types served by package sdkfn.
+// Function types served with the official Go SDK.
 const (
 	// FeaturesFn is the function that runs commands and owns every state.
 	FeaturesFn = "sdktest/features"
@@ -161,8 +151,9 @@ type Report struct {
 	// value when that is an io.statefun.types/string.
 	ArgType string `json:"arg_type"`
 	ArgText string `json:"arg_text,omitempty"`
-	// Calls is how many messages this address has handled in this server
-	// process, this one included (it is not state: it restarts at 0).
+	// Calls is how many messages this address has handled in this
+	// FeatureHandler, this one included. It is not state: a new handler
+	// (a new FeatureServer) starts again at 0.
 	Calls int64 `json:"calls"`
 	// States is every state as the function read it.
 	States States `json:"states"`
@@ -174,11 +165,13 @@ type EgressRecord struct {
 	Payload string `json:"payload"`
 }
 
-// DecodeReport reads the Report carried by a record's payload.
-func DecodeReport(rec EgressRecord) (Report, error) {
-	var r Report
-	if err := json.Unmarshal([]byte(rec.Payload), &r); err != nil {
-		return Report{}, fmt.Errorf("sdkcmd: record on topic %q is not a report: %w", rec.Topic, err)
+// Report reads the Report carried by the record's payload. It returns an
+// error when the payload is not a JSON Report, for example a record of
+// OpEgress or of CounterFn.
+func (r EgressRecord) Report() (Report, error) {
+	var rep Report
+	if err := json.Unmarshal([]byte(r.Payload), &rep); err != nil {
+		return Report{}, fmt.Errorf("sdktest: record on topic %q is not a report: %w", r.Topic, err)
 	}
-	return r, nil
+	return rep, nil
 }

@@ -91,6 +91,10 @@ func run(args []string, stderr io.Writer) int {
 		}
 		*partitions = n
 	}
+	if *partitions < 0 || *partitions > 65536 {
+		fmt.Fprintf(stderr, "statefun run: --partitions %d: want 0 (adopt the store's) or 1 to 65536\n", *partitions)
+		return 2
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		fmt.Fprintf(stderr, "statefun run: --log-level %q: want debug, info, warn or error\n", *logLevel)

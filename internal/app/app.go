@@ -58,6 +58,7 @@ type App struct {
 	fns     *functions
 	servers []*http.Server
 	addrs   map[string]string
+	names   map[string]string // listener name → what to call it in errors
 	wg      sync.WaitGroup
 	once    sync.Once
 }
@@ -107,7 +108,7 @@ func Start(cfg Config) (*App, error) {
 		db.Close()
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, db: db, eng: eng, fns: fns, addrs: map[string]string{}}
+	a := &App{cfg: cfg, log: cfg.Logger, db: db, eng: eng, fns: fns, addrs: map[string]string{}, names: map[string]string{}}
 	eng.Start()
 
 	ready := func() error {
@@ -121,7 +122,9 @@ func Start(cfg Config) (*App, error) {
 		return nil, err
 	}
 	for i, in := range mod.Ingresses {
-		h := &ingress.Playground{Sink: eng, Busy: func(err error) bool { return errors.Is(err, engine.ErrBusy) }, Logger: cfg.Logger}
+		h := &ingress.Playground{Sink: eng, Busy: func(err error) bool { return errors.Is(err, engine.ErrBusy) },
+			MaxBody: fns.maxMessage, Logger: cfg.Logger}
+		a.names[fmt.Sprintf("ingress%d", i)] = fmt.Sprintf("playground ingress (%s)", in.Pos)
 		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
 			a.Close()
 			return nil, err
@@ -129,6 +132,7 @@ func Start(cfg Config) (*App, error) {
 	}
 	for i, eg := range mod.Egresses {
 		h := &egress.Playground{Source: eng, Topics: eg.Topics, Logger: cfg.Logger}
+		a.names[fmt.Sprintf("egress%d", i)] = fmt.Sprintf("playground egress (%s)", eg.Pos)
 		if err := a.listen(fmt.Sprintf("egress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(eg.Port)), h); err != nil {
 			a.Close()
 			return nil, err
@@ -142,6 +146,9 @@ func Start(cfg Config) (*App, error) {
 func (a *App) listen(name, addr string, h http.Handler) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
+		if desc, ok := a.names[name]; ok {
+			name = desc
+		}
 		return fmt.Errorf("app: %s listener: %w", name, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
@@ -230,6 +237,21 @@ func (f *functions) maxBatch(t address.TypeName) int {
 	}
 	return 0
 }
+
+// maxMessage is the largest message body the endpoint of a function type
+// can carry in a request (its payload_max_bytes less room for the envelope
+// and state around it).
+func (f *functions) maxMessage(namespace, name string) int64 {
+	ep, ok := f.mod.EndpointFor(address.TypeName{Namespace: namespace, Name: name})
+	if !ok || ep.Transport.PayloadMaxBytes <= 0 {
+		return ingress.MaxBodyBytes
+	}
+	return max(ep.Transport.PayloadMaxBytes-requestOverhead, 0)
+}
+
+// requestOverhead is the room kept in a request for the parts around one
+// message: target, caller, typename, framing (state can still exceed it).
+const requestOverhead = 4 << 10
 
 func (f *functions) close() {
 	for _, c := range f.clients {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strings"
 
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -68,6 +69,7 @@ func (r *Router) list() []string {
 	for t := range r.topics {
 		out = append(out, t)
 	}
+	sort.Strings(out)
 	return out
 }
 
@@ -101,6 +103,11 @@ type Playground struct {
 }
 
 func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		http.Error(w, "egress: GET /<topic> pops one record", http.StatusMethodNotAllowed)
+		return
+	}
 	topic := strings.TrimPrefix(r.URL.Path, "/")
 	known := false
 	for _, t := range p.Topics {

@@ -36,8 +36,13 @@ const MaxBodyBytes = 32 << 20
 type Playground struct {
 	Sink Sink
 	// Busy tells whether an error means "full, retry later" (503).
-	Busy   func(error) bool
-	Logger *slog.Logger
+	Busy func(error) bool
+	// MaxBody returns the largest body a message to a function type may
+	// have: one the endpoint's payload_max_bytes can carry. Nil means
+	// MaxBodyBytes. A larger message is refused here with 413 rather than
+	// accepted and then never deliverable.
+	MaxBody func(namespace, name string) int64
+	Logger  *slog.Logger
 }
 
 func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -76,11 +81,15 @@ func (p *Playground) parse(r *http.Request) (*protocol.Envelope, int, error) {
 			return nil, http.StatusBadRequest, fmt.Errorf("ingress: Content-Type %q does not name a typename <namespace>/<name>", ct)
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	limit := int64(MaxBodyBytes)
+	if p.MaxBody != nil {
+		limit = min(limit, p.MaxBody(segs[0], segs[1]))
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("ingress: body over %d bytes", MaxBodyBytes)
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("ingress: body over %d bytes (what the function's endpoint can carry)", limit)
 		}
 		return nil, http.StatusBadRequest, fmt.Errorf("ingress: reading body: %v", err)
 	}

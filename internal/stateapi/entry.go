@@ -256,7 +256,11 @@ func (s *Server) putEntry(w http.ResponseWriter, r *http.Request, principal stri
 		}
 	case mediaJSON:
 		if m.Value, err = types.DecodeEnvelopeValue(typename, env, body); err != nil {
-			fail(w, r, http.StatusUnprocessableEntity, err.Error())
+			status := http.StatusUnprocessableEntity
+			if errors.Is(err, types.ErrEnvelope) {
+				status = http.StatusBadRequest
+			}
+			fail(w, r, status, err.Error())
 			return
 		}
 	default:

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/statefun-go/statefun/internal/app"
+	"github.com/statefun-go/statefun/internal/stateapi"
 )
 
 const usage = `statefun runs Apache Flink StateFun 3.x applications (module.yaml plus
@@ -75,6 +76,10 @@ func run(args []string, stderr io.Writer) int {
 	adminAddr := fs.String("admin-addr", env("STATEFUN_ADMIN_ADDR", "127.0.0.1:8070"), "admin listener: /metrics, /healthz, /readyz (env STATEFUN_ADMIN_ADDR)")
 	partitions := fs.Int("partitions", 0, "partitions of a new store; 0 adopts the store's, or 16 for a new one (env STATEFUN_PARTITIONS)")
 	listenHost := fs.String("listen-host", env("STATEFUN_LISTEN_HOST", ""), "host the module's ingress and egress ports bind to; empty means all interfaces (env STATEFUN_LISTEN_HOST)")
+	apiTokens := fs.String("api-tokens", env("STATEFUN_API_TOKENS", ""), "file of state API bearer tokens, one \"<name> <secret> <read,write>\" per line; without it the admin listener must be loopback (env STATEFUN_API_TOKENS)")
+	requireReason := fs.Bool("api-require-reason", env("STATEFUN_API_REQUIRE_REASON", "") == "true", "refuse state API mutations without a Statefun-Reason header (env STATEFUN_API_REQUIRE_REASON=true)")
+	tlsCert := fs.String("tls-cert", env("STATEFUN_TLS_CERT", ""), "certificate file: serve the admin listener over https (env STATEFUN_TLS_CERT)")
+	tlsKey := fs.String("tls-key", env("STATEFUN_TLS_KEY", ""), "key file for --tls-cert (env STATEFUN_TLS_KEY)")
 	logLevel := fs.String("log-level", env("STATEFUN_LOG_LEVEL", "info"), "debug, info, warn or error (env STATEFUN_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -102,7 +107,19 @@ func run(args []string, stderr io.Writer) int {
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
+	api := stateapi.Options{RequireReason: *requireReason}
+	if *apiTokens != "" {
+		tokens, err := stateapi.LoadTokens(*apiTokens)
+		if err != nil {
+			fmt.Fprintf(stderr, "statefun: %v\n", err)
+			return 1
+		}
+		api.Tokens = tokens
+	}
 	a, err := app.Start(app.Config{
+		API:        api,
+		TLSCert:    *tlsCert,
+		TLSKey:     *tlsKey,
 		ModulePath: *modulePath,
 		DataDir:    *dataDir,
 		AdminAddr:  *adminAddr,

@@ -26,6 +26,7 @@ import (
 	"github.com/statefun-go/statefun/internal/invoker"
 	"github.com/statefun-go/statefun/internal/module"
 	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -46,7 +47,13 @@ type Config struct {
 	// RetryBase and RetryMax bound the backoff of failed calls (defaults
 	// 50ms and 10s).
 	RetryBase, RetryMax time.Duration
-	Logger              *slog.Logger
+	// API configures the state access API served on the admin listener.
+	// Without tokens the admin listener must be on a loopback address.
+	API stateapi.Options
+	// TLSCert and TLSKey, when both set, make the admin listener serve
+	// https.
+	TLSCert, TLSKey string
+	Logger          *slog.Logger
 }
 
 // App is a running runtime.
@@ -75,6 +82,12 @@ func Start(cfg Config) (*App, error) {
 	}
 	if cfg.DataDir == "" {
 		return nil, errors.New("app: a data directory is required")
+	}
+	if len(cfg.API.Tokens) == 0 && !isLoopback(cfg.AdminAddr) {
+		return nil, fmt.Errorf("app: the state API has no tokens, so the admin listener must be on a loopback address, not %s: give it tokens (--api-tokens) or a loopback --admin-addr", cfg.AdminAddr)
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return nil, errors.New("app: https needs both a certificate and a key")
 	}
 	mod, err := module.Load(cfg.ModulePath)
 	if err != nil {
@@ -117,7 +130,9 @@ func Start(cfg Config) (*App, error) {
 		}
 		return nil
 	}
-	if err := a.listen("admin", cfg.AdminAddr, admin.Handler(reg, ready)); err != nil {
+	mux := admin.Handler(reg, ready)
+	stateapi.New(eng, cfg.API).Register(mux)
+	if err := a.listenTLS("admin", cfg.AdminAddr, mux, cfg.TLSCert, cfg.TLSKey); err != nil {
 		a.Close()
 		return nil, err
 	}
@@ -144,6 +159,24 @@ func Start(cfg Config) (*App, error) {
 }
 
 func (a *App) listen(name, addr string, h http.Handler) error {
+	return a.listenTLS(name, addr, h, "", "")
+}
+
+// isLoopback reports whether a listen address can only be reached from
+// this machine.
+func isLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (a *App) listenTLS(name, addr string, h http.Handler, cert, key string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		if desc, ok := a.names[name]; ok {
@@ -157,7 +190,13 @@ func (a *App) listen(name, addr string, h http.Handler) error {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if cert != "" {
+			err = srv.ServeTLS(ln, cert, key)
+		} else {
+			err = srv.Serve(ln)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("listener stopped", "listener", name, "error", err)
 		}
 	}()

@@ -25,6 +25,8 @@ type commitReq struct {
 type ingressWrite struct {
 	key store.InboxKey
 	env *protocol.Envelope
+	// receipt is set for an accepted operator mutation.
+	receipt *protocol.Receipt
 }
 
 type egressPop struct {
@@ -130,8 +132,13 @@ func (c *committer) commit(reqs []*commitReq) error {
 		return err
 	}
 	c.e.m.observeCommit(time.Since(start), len(reqs), ops, size)
+	receipts := false
 	for _, r := range reqs {
 		c.durable(r)
+		receipts = receipts || (r.commit != nil && len(r.commit.Receipts) > 0) || (r.ingress != nil && r.ingress.receipt != nil)
+	}
+	if receipts {
+		c.e.waiters.receiptsChanged()
 	}
 	return nil
 }
@@ -142,6 +149,9 @@ func (c *committer) write(b *store.Batch, r *commitReq) {
 	switch {
 	case r.ingress != nil:
 		b.PutInbox(r.ingress.key, r.ingress.env)
+		if r.ingress.receipt != nil {
+			b.PutReceipt(r.ingress.receipt)
+		}
 	case r.egress != nil:
 		b.DeleteEgress(r.egress.egress, r.egress.route, r.egress.seq)
 	default:
@@ -166,6 +176,12 @@ func (c *committer) write(b *store.Batch, r *commitReq) {
 			c.e.egressSeq++
 			b.PutEgress(eg.Egress, eg.Route, c.e.egressSeq, eg.Record)
 		}
+		for _, a := range cm.Audit {
+			b.PutAudit(auditToProto(a))
+		}
+		for _, rc := range cm.Receipts {
+			b.PutReceipt(receiptToProto(rc))
+		}
 		b.PutMeta(r.part.id, store.PartitionMeta{CommitID: cm.ID, VersionSeq: cm.VersionSeq})
 		for _, k := range cm.Consumed {
 			b.DeleteInbox(inboxKey(k))
@@ -188,6 +204,12 @@ func (c *committer) durable(r *commitReq) {
 		for _, p := range r.commit.Produced {
 			if p.Key.Partition != r.part.id {
 				c.e.deliver(inboxKey(p.Key), p.Env)
+			}
+		}
+		for _, rc := range r.commit.Receipts {
+			if rc.Ack == partition.AckCommitted && rc.Request != 0 {
+				rc := rc
+				c.e.waiters.deliver(partition.Reply{Request: rc.Request, Receipt: &rc})
 			}
 		}
 		r.part.post(partition.CommitDurable{ID: r.commit.ID})

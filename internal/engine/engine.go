@@ -72,6 +72,8 @@ type Engine struct {
 	wg     sync.WaitGroup
 	closed atomic.Bool
 
+	waiters *waiters
+
 	errOnce sync.Once
 	err     error
 	failed  chan struct{}
@@ -94,7 +96,7 @@ func New(opts Options) (*Engine, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	e := &Engine{opts: opts, db: opts.Store, log: opts.Logger, m: opts.Metrics, egressQ: map[string]*egressQueue{}, failed: make(chan struct{})}
+	e := &Engine{opts: opts, db: opts.Store, log: opts.Logger, m: opts.Metrics, egressQ: map[string]*egressQueue{}, failed: make(chan struct{}), waiters: newWaiters()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	var err error
 	if e.reg, err = loadSpecs(e.db); err != nil {
@@ -162,6 +164,9 @@ func (e *Engine) restore() error {
 		}, storeReader{db: e.db, reg: e.reg}, rs)
 		for i, k := range inboxes[p] {
 			ev := partition.MessageArrived{Key: partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}, Env: envs[p][i]}
+			if m := envs[p][i].GetMutation(); m != nil {
+				ev.Mutation = mutationFromProto(m)
+			}
 			if err := core.Step(now, ev); err != nil {
 				return err
 			}
@@ -237,11 +242,14 @@ func (e *Engine) Ingest(ctx context.Context, env *protocol.Envelope) error {
 	return nil
 }
 
-// deliver hands a durable message to its partition's mailbox.
+// deliver hands a durable message (or accepted mutation) to its
+// partition's mailbox.
 func (e *Engine) deliver(k store.InboxKey, env *protocol.Envelope) {
-	e.parts[k.Partition].post(partition.MessageArrived{
-		Key: partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}, Env: env,
-	})
+	ev := partition.MessageArrived{Key: partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}, Env: env}
+	if m := env.GetMutation(); m != nil {
+		ev.Mutation = mutationFromProto(m)
+	}
+	e.parts[k.Partition].post(ev)
 }
 
 // publishSpecs tells every other partition what one partition learned.

@@ -95,6 +95,9 @@ func (p *part) process() error {
 	for _, f := range rd.Failures {
 		p.e.logFailure(p.id, f)
 	}
+	for _, r := range rd.Replies {
+		p.e.waiters.deliver(r)
+	}
 	for _, inv := range rd.Invocations {
 		go p.e.call(p, inv)
 	}

@@ -38,7 +38,7 @@ func (r *specRegistry) set(t address.TypeName, s []partition.Spec) {
 	r.specs[t] = s
 }
 
-// Types returns every function type with registered states.
+// types returns every function type with registered states.
 func (r *specRegistry) types() []address.TypeName {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -90,3 +90,12 @@ func (r storeReader) State(a address.Address, state string) (partition.Entry, bo
 }
 
 func (r storeReader) Specs(t address.TypeName) ([]partition.Spec, error) { return r.reg.get(t), nil }
+
+func (r storeReader) AddressState(a address.Address) (map[string]partition.Entry, error) {
+	out := map[string]partition.Entry{}
+	err := r.db.ScanAddressState(a, func(state string, e store.Entry) error {
+		out[state] = partition.Entry{Typename: e.Typename, Value: e.Value, Version: e.Version, ExpiresAt: e.ExpiresAt}
+		return nil
+	})
+	return out, err
+}

@@ -95,9 +95,13 @@ type overlayEntry struct {
 
 type tokenKey struct{ sender, token string }
 
+// queued is one item of a mailbox: a message, or an operator mutation.
 type queued struct {
 	key InboxKey
 	inv *protocol.ToFunction_Invocation
+	mut *Mutation
+	// durable is set for a mutation that came through the inbox.
+	durable bool
 }
 
 // mailbox is the per-address queue: at most one batch in flight, later
@@ -158,7 +162,15 @@ func (c *Core) Step(now int64, ev Event) error {
 	var err error
 	switch ev := ev.(type) {
 	case MessageArrived:
-		err = c.enqueue(ev.Key, ev.Env)
+		if ev.Mutation != nil {
+			err = c.queueMutation(&ev.Key, ev.Mutation)
+		} else {
+			err = c.enqueue(ev.Key, ev.Env)
+		}
+	case Mutate:
+		err = c.queueMutation(nil, ev.Mutation)
+	case ReadState:
+		c.read(ev)
 	case ResultArrived:
 		err = c.onResult(ev)
 	case CommitDurable:
@@ -192,7 +204,7 @@ func (c *Core) Ready() Ready {
 
 // HasReady reports whether Ready would return anything.
 func (c *Core) HasReady() bool {
-	return len(c.ready.Invocations) > 0 || len(c.ready.Failures) > 0 || !c.pending.Empty()
+	return len(c.ready.Invocations) > 0 || len(c.ready.Failures) > 0 || len(c.ready.Replies) > 0 || !c.pending.Empty()
 }
 
 // NextDeadline returns the time at which a Tick has work to do (a delayed
@@ -211,27 +223,68 @@ func (c *Core) Backlog() int { return c.backlog }
 // CommitID is the id of the last commit Ready handed out.
 func (c *Core) CommitID() uint64 { return c.commitID }
 
-func (c *Core) enqueue(key InboxKey, env *protocol.Envelope) error {
-	addr := toAddress(env.GetTarget())
+func (c *Core) mailbox(addr address.Address) *mailbox {
 	mb := c.mailboxes[addr]
 	if mb == nil {
 		mb = &mailbox{}
 		c.mailboxes[addr] = mb
 	}
+	return mb
+}
+
+func (c *Core) enqueue(key InboxKey, env *protocol.Envelope) error {
+	addr := toAddress(env.GetTarget())
+	mb := c.mailbox(addr)
 	mb.queue = append(mb.queue, queued{key: key, inv: &protocol.ToFunction_Invocation{
 		Caller:   env.GetCaller(),
 		Argument: env.GetArgument(),
 	}})
 	c.backlog++
 	if mb.inflight == nil {
-		return c.startBatch(addr, mb)
+		return c.advance(addr, mb)
 	}
 	return nil
 }
 
-// startBatch sends everything queued for addr (up to the batch cap).
+// advance moves a mailbox on when nothing of it is in flight: mutations at
+// the head apply at once, then the messages up to the next mutation go out
+// as one batch.
+//
+// A batch sitting out a backoff after a failed call is not in flight: the
+// mutations queued right behind it apply before its retry, which then
+// carries the new state. Repairing the state that makes a function fail is
+// what an operator needs most, and nothing of the failed batch was applied.
+func (c *Core) advance(addr address.Address, mb *mailbox) error {
+	if mb.inflight != nil && !mb.inflight.waiting {
+		return nil
+	}
+	for len(mb.queue) > 0 && mb.queue[0].mut != nil {
+		q := mb.queue[0]
+		mb.queue[0] = queued{}
+		mb.queue = mb.queue[1:]
+		c.backlog--
+		if err := c.applyMutation(q); err != nil {
+			return err
+		}
+	}
+	switch {
+	case mb.inflight != nil:
+		return nil
+	case len(mb.queue) > 0:
+		return c.startBatch(addr, mb)
+	default:
+		delete(c.mailboxes, addr)
+		return nil
+	}
+}
+
+// startBatch sends the messages at the head of the queue, up to the first
+// mutation and the batch cap.
 func (c *Core) startBatch(addr address.Address, mb *mailbox) error {
-	n := len(mb.queue)
+	n := 0
+	for n < len(mb.queue) && mb.queue[n].mut == nil {
+		n++
+	}
 	if max := c.maxBatch(addr.Type); max > 0 && n > max {
 		n = max
 	}
@@ -295,14 +348,12 @@ func (c *Core) onResult(ev ResultArrived) error {
 		return nil // a stale result: the batch was already settled
 	}
 	if ev.Err != nil {
-		c.fail(ev.Addr, mb.inflight, ev.Err, false)
-		return nil
+		return c.fail(ev.Addr, mb, ev.Err, false)
 	}
 	switch r := ev.Response.GetResponse().(type) {
 	case *protocol.FromFunction_IncompleteInvocationContext_:
 		if err := c.learn(ev.Addr.Type, r.IncompleteInvocationContext.GetMissingValues()); err != nil {
-			c.fail(ev.Addr, mb.inflight, err, true)
-			return nil
+			return c.fail(ev.Addr, mb, err, true)
 		}
 		// StateFun re-sends the same invocations with every state attached.
 		return c.send(ev.Addr, mb.inflight)
@@ -310,24 +361,23 @@ func (c *Core) onResult(ev ResultArrived) error {
 		// No oneof set means a response with no effects, as in StateFun.
 		fx, err := c.validate(ev.Addr, ev.Response.GetInvocationResult())
 		if err != nil {
-			c.fail(ev.Addr, mb.inflight, err, true)
-			return nil
+			if IsViolation(err) {
+				return c.fail(ev.Addr, mb, err, true)
+			}
+			return err
 		}
 		if err := c.apply(ev.Addr, mb.inflight, fx); err != nil {
 			return err
 		}
 		mb.inflight = nil
-		if len(mb.queue) > 0 {
-			return c.startBatch(ev.Addr, mb)
-		}
-		delete(c.mailboxes, ev.Addr)
-		return nil
+		return c.advance(ev.Addr, mb)
 	}
 }
 
 // fail schedules a retry of b with capped exponential backoff. The batch
 // keeps its messages: nothing is lost, and the address's later messages wait.
-func (c *Core) fail(addr address.Address, b *batch, err error, violation bool) {
+func (c *Core) fail(addr address.Address, mb *mailbox, err error, violation bool) error {
+	b := mb.inflight
 	b.attempt++
 	backoff := c.cfg.RetryMax
 	if shift := b.attempt - 1; shift < 30 && c.cfg.RetryBase<<shift < backoff {
@@ -339,6 +389,7 @@ func (c *Core) fail(addr address.Address, b *batch, err error, violation bool) {
 	c.ready.Failures = append(c.ready.Failures, Failure{
 		Addr: addr, Attempt: b.attempt, Violation: violation, Err: err, RetryAt: at,
 	})
+	return c.advance(addr, mb)
 }
 
 // learn registers the states a function reported missing. A name already

@@ -28,6 +28,16 @@ func (m *memStore) State(a address.Address, s string) (Entry, bool, error) {
 
 func (m *memStore) Specs(t address.TypeName) ([]Spec, error) { return m.specs[t], nil }
 
+func (m *memStore) AddressState(a address.Address) (map[string]Entry, error) {
+	out := map[string]Entry{}
+	for k, e := range m.state {
+		if k.addr == a {
+			out[k.state] = e
+		}
+	}
+	return out, nil
+}
+
 func (m *memStore) apply(c *Commit) {
 	for _, p := range c.Produced {
 		m.inbox[p.Key] = p.Env

@@ -49,6 +49,9 @@ type Reader interface {
 	// Specs returns the states registered for a function type, in
 	// registration order.
 	Specs(t address.TypeName) ([]Spec, error)
+	// AddressState returns every durable entry of one address by state name
+	// (expired ones included; the core filters them).
+	AddressState(a address.Address) (map[string]Entry, error)
 }
 
 // InboxKey names one durable message in a partition's inbox. Seq is
@@ -79,10 +82,12 @@ type Timer struct {
 // Event is an input to Step.
 type Event interface{ isEvent() }
 
-// MessageArrived is a durable message for an address of this partition.
+// MessageArrived is a durable message for an address of this partition,
+// or a durable operator mutation (Mutation set, Env unused).
 type MessageArrived struct {
-	Key InboxKey
-	Env *protocol.Envelope
+	Key      InboxKey
+	Env      *protocol.Envelope
+	Mutation *Mutation
 }
 
 // ResultArrived is the outcome of an Invocation: a response, or the error
@@ -163,6 +168,10 @@ type Commit struct {
 	TimersAdded   []Timer
 	TimersRemoved []TimerKey
 	Egress        []Egress
+	// Receipts are the outcomes of the operator mutations in this commit;
+	// Audit their per-entry records with before-images.
+	Receipts []Receipt
+	Audit    []AuditRecord
 	// Specs holds the full new spec list of each type whose specs changed.
 	// The shell publishes them to the other partitions at once, so that
 	// they need no round trip of their own to learn them.
@@ -172,7 +181,8 @@ type Commit struct {
 // Empty reports whether the commit writes nothing.
 func (c *Commit) Empty() bool {
 	return len(c.State) == 0 && len(c.Produced) == 0 && len(c.Consumed) == 0 &&
-		len(c.TimersAdded) == 0 && len(c.TimersRemoved) == 0 && len(c.Egress) == 0 && len(c.Specs) == 0
+		len(c.TimersAdded) == 0 && len(c.TimersRemoved) == 0 && len(c.Egress) == 0 && len(c.Specs) == 0 &&
+		len(c.Receipts) == 0 && len(c.Audit) == 0
 }
 
 // Failure is an attempt that did not succeed, for logs and metrics. The
@@ -193,4 +203,6 @@ type Ready struct {
 	// Commit is nil when there is nothing to write.
 	Commit   *Commit
 	Failures []Failure
+	// Replies answer reads and AckApplied mutations; they may go out at once.
+	Replies []Reply
 }

@@ -34,8 +34,11 @@ type Envelope struct {
 	Argument *TypedValue `protobuf:"bytes,3,opt,name=argument,proto3" json:"argument,omitempty"`
 	// cancellation_token is set on delayed messages sent with one.
 	CancellationToken string `protobuf:"bytes,4,opt,name=cancellation_token,json=cancellationToken,proto3" json:"cancellation_token,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// mutation is set (and the fields above unset) for an operator mutation
+	// accepted before it was applied.
+	Mutation      *StateMutation `protobuf:"bytes,5,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Envelope) Reset() {
@@ -94,6 +97,13 @@ func (x *Envelope) GetCancellationToken() string {
 		return x.CancellationToken
 	}
 	return ""
+}
+
+func (x *Envelope) GetMutation() *StateMutation {
+	if x != nil {
+		return x.Mutation
+	}
+	return nil
 }
 
 // Specs is every state a function type has declared, in registration order.
@@ -263,16 +273,422 @@ func (x *PartitionMeta) GetVersionSeq() uint64 {
 	return 0
 }
 
+// StateMutation is an operator's change to one address's state, kept in
+// the target's inbox when it was accepted before being applied (ack=accepted).
+type StateMutation struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Target *Address               `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// state is empty for a deletion of every entry of the address.
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// op: 0 put, 1 delete, 2 delete all (partition.MutationOp).
+	Op            int32  `protobuf:"varint,4,opt,name=op,proto3" json:"op,omitempty"`
+	Typename      string `protobuf:"bytes,5,opt,name=typename,proto3" json:"typename,omitempty"`
+	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	IfMatch       uint64 `protobuf:"varint,7,opt,name=if_match,json=ifMatch,proto3" json:"if_match,omitempty"`
+	IfNoneMatch   bool   `protobuf:"varint,8,opt,name=if_none_match,json=ifNoneMatch,proto3" json:"if_none_match,omitempty"`
+	Principal     string `protobuf:"bytes,9,opt,name=principal,proto3" json:"principal,omitempty"`
+	Reason        string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reverts       string `protobuf:"bytes,11,opt,name=reverts,proto3" json:"reverts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateMutation) Reset() {
+	*x = StateMutation{}
+	mi := &file_protocol_stored_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateMutation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateMutation) ProtoMessage() {}
+
+func (x *StateMutation) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateMutation.ProtoReflect.Descriptor instead.
+func (*StateMutation) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *StateMutation) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *StateMutation) GetTarget() *Address {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *StateMutation) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *StateMutation) GetOp() int32 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+func (x *StateMutation) GetTypename() string {
+	if x != nil {
+		return x.Typename
+	}
+	return ""
+}
+
+func (x *StateMutation) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *StateMutation) GetIfMatch() uint64 {
+	if x != nil {
+		return x.IfMatch
+	}
+	return 0
+}
+
+func (x *StateMutation) GetIfNoneMatch() bool {
+	if x != nil {
+		return x.IfNoneMatch
+	}
+	return false
+}
+
+func (x *StateMutation) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *StateMutation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *StateMutation) GetReverts() string {
+	if x != nil {
+		return x.Reverts
+	}
+	return ""
+}
+
+// Receipt is the durable outcome of an operator mutation.
+type Receipt struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Mutation string                 `protobuf:"bytes,1,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	// status: "accepted", "committed" or "rejected".
+	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// reject: partition.RejectCode when rejected.
+	Reject          int32    `protobuf:"varint,3,opt,name=reject,proto3" json:"reject,omitempty"`
+	Reason          string   `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Checkpoint      uint64   `protobuf:"varint,5,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	Version         uint64   `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
+	PreviousVersion uint64   `protobuf:"varint,7,opt,name=previous_version,json=previousVersion,proto3" json:"previous_version,omitempty"`
+	At              int64    `protobuf:"varint,8,opt,name=at,proto3" json:"at,omitempty"`
+	Target          *Address `protobuf:"bytes,9,opt,name=target,proto3" json:"target,omitempty"`
+	State           string   `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Receipt) Reset() {
+	*x = Receipt{}
+	mi := &file_protocol_stored_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Receipt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Receipt) ProtoMessage() {}
+
+func (x *Receipt) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
+func (*Receipt) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Receipt) GetMutation() string {
+	if x != nil {
+		return x.Mutation
+	}
+	return ""
+}
+
+func (x *Receipt) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Receipt) GetReject() int32 {
+	if x != nil {
+		return x.Reject
+	}
+	return 0
+}
+
+func (x *Receipt) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Receipt) GetCheckpoint() uint64 {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return 0
+}
+
+func (x *Receipt) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Receipt) GetPreviousVersion() uint64 {
+	if x != nil {
+		return x.PreviousVersion
+	}
+	return 0
+}
+
+func (x *Receipt) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *Receipt) GetTarget() *Address {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *Receipt) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+// AuditRecord is one entry's change by an operator mutation, with the
+// entry as it was before (the before-image an undo restores).
+type AuditRecord struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Mutation        string                 `protobuf:"bytes,1,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	At              int64                  `protobuf:"varint,2,opt,name=at,proto3" json:"at,omitempty"`
+	Principal       string                 `protobuf:"bytes,3,opt,name=principal,proto3" json:"principal,omitempty"`
+	Reason          string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reverts         string                 `protobuf:"bytes,5,opt,name=reverts,proto3" json:"reverts,omitempty"`
+	Target          *Address               `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	State           string                 `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"`
+	Op              int32                  `protobuf:"varint,8,opt,name=op,proto3" json:"op,omitempty"`
+	HadBefore       bool                   `protobuf:"varint,9,opt,name=had_before,json=hadBefore,proto3" json:"had_before,omitempty"`
+	BeforeTypename  string                 `protobuf:"bytes,10,opt,name=before_typename,json=beforeTypename,proto3" json:"before_typename,omitempty"`
+	BeforeValue     []byte                 `protobuf:"bytes,11,opt,name=before_value,json=beforeValue,proto3" json:"before_value,omitempty"`
+	BeforeVersion   uint64                 `protobuf:"varint,12,opt,name=before_version,json=beforeVersion,proto3" json:"before_version,omitempty"`
+	BeforeExpiresAt int64                  `protobuf:"varint,13,opt,name=before_expires_at,json=beforeExpiresAt,proto3" json:"before_expires_at,omitempty"`
+	Version         uint64                 `protobuf:"varint,14,opt,name=version,proto3" json:"version,omitempty"`
+	Typename        string                 `protobuf:"bytes,15,opt,name=typename,proto3" json:"typename,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *AuditRecord) Reset() {
+	*x = AuditRecord{}
+	mi := &file_protocol_stored_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditRecord) ProtoMessage() {}
+
+func (x *AuditRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
+func (*AuditRecord) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *AuditRecord) GetMutation() string {
+	if x != nil {
+		return x.Mutation
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetReverts() string {
+	if x != nil {
+		return x.Reverts
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetTarget() *Address {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetOp() int32 {
+	if x != nil {
+		return x.Op
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetHadBefore() bool {
+	if x != nil {
+		return x.HadBefore
+	}
+	return false
+}
+
+func (x *AuditRecord) GetBeforeTypename() string {
+	if x != nil {
+		return x.BeforeTypename
+	}
+	return ""
+}
+
+func (x *AuditRecord) GetBeforeValue() []byte {
+	if x != nil {
+		return x.BeforeValue
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetBeforeVersion() uint64 {
+	if x != nil {
+		return x.BeforeVersion
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetBeforeExpiresAt() int64 {
+	if x != nil {
+		return x.BeforeExpiresAt
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetTypename() string {
+	if x != nil {
+		return x.Typename
+	}
+	return ""
+}
+
 var File_protocol_stored_proto protoreflect.FileDescriptor
 
 const file_protocol_stored_proto_rawDesc = "" +
 	"\n" +
-	"\x15protocol/stored.proto\x12\x17statefun.runtime.stored\x1a\x1bprotocol/requestreply.proto\"\xeb\x01\n" +
+	"\x15protocol/stored.proto\x12\x17statefun.runtime.stored\x1a\x1bprotocol/requestreply.proto\"\xaf\x02\n" +
 	"\bEnvelope\x127\n" +
 	"\x06target\x18\x01 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x127\n" +
 	"\x06caller\x18\x02 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06caller\x12>\n" +
 	"\bargument\x18\x03 \x01(\v2\".statefun.wire.reqreply.TypedValueR\bargument\x12-\n" +
-	"\x12cancellation_token\x18\x04 \x01(\tR\x11cancellationToken\"V\n" +
+	"\x12cancellation_token\x18\x04 \x01(\tR\x11cancellationToken\x12B\n" +
+	"\bmutation\x18\x05 \x01(\v2&.statefun.runtime.stored.StateMutationR\bmutation\"V\n" +
 	"\x05Specs\x12M\n" +
 	"\x05specs\x18\x01 \x03(\v27.statefun.wire.reqreply.FromFunction.PersistedValueSpecR\x05specs\"\x9a\x01\n" +
 	"\fEgressRecord\x12)\n" +
@@ -283,7 +699,52 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"\rPartitionMeta\x12\x1b\n" +
 	"\tcommit_id\x18\x01 \x01(\x04R\bcommitId\x12\x1f\n" +
 	"\vversion_seq\x18\x02 \x01(\x04R\n" +
-	"versionSeqB3Z1github.com/statefun-go/statefun/internal/protocolb\x06proto3"
+	"versionSeq\"\xbf\x02\n" +
+	"\rStateMutation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
+	"\x06target\x18\x02 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x0e\n" +
+	"\x02op\x18\x04 \x01(\x05R\x02op\x12\x1a\n" +
+	"\btypename\x18\x05 \x01(\tR\btypename\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x19\n" +
+	"\bif_match\x18\a \x01(\x04R\aifMatch\x12\"\n" +
+	"\rif_none_match\x18\b \x01(\bR\vifNoneMatch\x12\x1c\n" +
+	"\tprincipal\x18\t \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x12\x18\n" +
+	"\areverts\x18\v \x01(\tR\areverts\"\xb1\x02\n" +
+	"\aReceipt\x12\x1a\n" +
+	"\bmutation\x18\x01 \x01(\tR\bmutation\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
+	"\x06reject\x18\x03 \x01(\x05R\x06reject\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1e\n" +
+	"\n" +
+	"checkpoint\x18\x05 \x01(\x04R\n" +
+	"checkpoint\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\x04R\aversion\x12)\n" +
+	"\x10previous_version\x18\a \x01(\x04R\x0fpreviousVersion\x12\x0e\n" +
+	"\x02at\x18\b \x01(\x03R\x02at\x127\n" +
+	"\x06target\x18\t \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\"\xdc\x03\n" +
+	"\vAuditRecord\x12\x1a\n" +
+	"\bmutation\x18\x01 \x01(\tR\bmutation\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\x03R\x02at\x12\x1c\n" +
+	"\tprincipal\x18\x03 \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x18\n" +
+	"\areverts\x18\x05 \x01(\tR\areverts\x127\n" +
+	"\x06target\x18\x06 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x12\x14\n" +
+	"\x05state\x18\a \x01(\tR\x05state\x12\x0e\n" +
+	"\x02op\x18\b \x01(\x05R\x02op\x12\x1d\n" +
+	"\n" +
+	"had_before\x18\t \x01(\bR\thadBefore\x12'\n" +
+	"\x0fbefore_typename\x18\n" +
+	" \x01(\tR\x0ebeforeTypename\x12!\n" +
+	"\fbefore_value\x18\v \x01(\fR\vbeforeValue\x12%\n" +
+	"\x0ebefore_version\x18\f \x01(\x04R\rbeforeVersion\x12*\n" +
+	"\x11before_expires_at\x18\r \x01(\x03R\x0fbeforeExpiresAt\x12\x18\n" +
+	"\aversion\x18\x0e \x01(\x04R\aversion\x12\x1a\n" +
+	"\btypename\x18\x0f \x01(\tR\btypenameB3Z1github.com/statefun-go/statefun/internal/protocolb\x06proto3"
 
 var (
 	file_protocol_stored_proto_rawDescOnce sync.Once
@@ -297,27 +758,34 @@ func file_protocol_stored_proto_rawDescGZIP() []byte {
 	return file_protocol_stored_proto_rawDescData
 }
 
-var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_protocol_stored_proto_goTypes = []any{
 	(*Envelope)(nil),                        // 0: statefun.runtime.stored.Envelope
 	(*Specs)(nil),                           // 1: statefun.runtime.stored.Specs
 	(*EgressRecord)(nil),                    // 2: statefun.runtime.stored.EgressRecord
 	(*PartitionMeta)(nil),                   // 3: statefun.runtime.stored.PartitionMeta
-	(*Address)(nil),                         // 4: statefun.wire.reqreply.Address
-	(*TypedValue)(nil),                      // 5: statefun.wire.reqreply.TypedValue
-	(*FromFunction_PersistedValueSpec)(nil), // 6: statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	(*StateMutation)(nil),                   // 4: statefun.runtime.stored.StateMutation
+	(*Receipt)(nil),                         // 5: statefun.runtime.stored.Receipt
+	(*AuditRecord)(nil),                     // 6: statefun.runtime.stored.AuditRecord
+	(*Address)(nil),                         // 7: statefun.wire.reqreply.Address
+	(*TypedValue)(nil),                      // 8: statefun.wire.reqreply.TypedValue
+	(*FromFunction_PersistedValueSpec)(nil), // 9: statefun.wire.reqreply.FromFunction.PersistedValueSpec
 }
 var file_protocol_stored_proto_depIdxs = []int32{
-	4, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
-	4, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
-	5, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
-	6, // 3: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
-	5, // 4: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	7, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
+	7, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
+	8, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
+	4, // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
+	9, // 4: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	8, // 5: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
+	7, // 6: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
+	7, // 7: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
+	7, // 8: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
+	9, // [9:9] is the sub-list for method output_type
+	9, // [9:9] is the sub-list for method input_type
+	9, // [9:9] is the sub-list for extension type_name
+	9, // [9:9] is the sub-list for extension extendee
+	0, // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_protocol_stored_proto_init() }
@@ -332,7 +800,7 @@ func file_protocol_stored_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_stored_proto_rawDesc), len(file_protocol_stored_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -206,3 +206,13 @@ func (b *Batch) Close() {
 		b.pb = nil
 	}
 }
+
+// PutReceipt writes a mutation's receipt, replacing an earlier one.
+func (b *Batch) PutReceipt(r *protocol.Receipt) {
+	b.setProto(receiptKey(b.key[:0], r.GetMutation()), r)
+}
+
+// PutAudit appends one record to the audit log.
+func (b *Batch) PutAudit(r *protocol.AuditRecord) {
+	b.setProto(auditKey(b.key[:0], r.GetAt(), r.GetMutation(), r.GetState()), r)
+}

@@ -25,6 +25,8 @@ const (
 	spaceSpecs     byte = 0x05 // registered specs per function type
 	spacePartition byte = 0x06 // partition meta
 	spaceEgress    byte = 0x07 // egress outboxes
+	spaceReceipt   byte = 0x08 // operator mutation receipts, by mutation id
+	spaceAudit     byte = 0x09 // the audit log of operator mutations, by time
 )
 
 // Names of the global meta keys (space 0x00). Part of the file format.
@@ -298,6 +300,38 @@ func decodeEgressKey(key []byte) (egress, route string, seq uint64, err error) {
 		return "", "", 0, errBadKey
 	}
 	return egress, route, binary.BigEndian.Uint64(b), nil
+}
+
+// receiptKey appends the key of one mutation's receipt.
+//
+//	+------+------------------+
+//	| 0x08 | str(mutation id) |
+//	+------+------------------+
+//
+// The value is a protocol.Receipt.
+func receiptKey(dst []byte, id string) []byte {
+	dst = append(dst, spaceReceipt)
+	return appendString(dst, id)
+}
+
+// auditKey appends the key of one audit record: one entry changed by one
+// mutation.
+//
+//	+------+--------------------------------+------------------+----------------+
+//	| 0x09 | at i64 (unix ms, sign flipped) | str(mutation id) | str(statename) |
+//	+------+--------------------------------+------------------+----------------+
+//
+// Records sort by time, so a time window is one range scan. The value is a
+// protocol.AuditRecord.
+func auditKey(dst []byte, at int64, id, state string) []byte {
+	dst = append(dst, spaceAudit)
+	dst = binary.BigEndian.AppendUint64(dst, flipSign(at))
+	dst = appendString(dst, id)
+	return appendString(dst, state)
+}
+
+func auditTimeKey(at int64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{spaceAudit}, flipSign(at))
 }
 
 // formatKey renders a key for error messages and test output, decoding the

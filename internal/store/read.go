@@ -383,3 +383,55 @@ func (db *DB) MaxEgressSeq() (uint64, error) {
 	}
 	return maxSeq, finish(it, nil)
 }
+
+// Receipt returns the receipt of a mutation.
+func (db *DB) Receipt(id string) (*protocol.Receipt, bool, error) {
+	key := receiptKey(nil, id)
+	val, ok, err := db.get(key)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	r := new(protocol.Receipt)
+	if err := unmarshalValue(key, val, r); err != nil {
+		return nil, false, err
+	}
+	return r, true, nil
+}
+
+// ScanAudit calls fn with the audit records from time from (inclusive) to
+// to (exclusive), oldest first, until fn returns false.
+func (db *DB) ScanAudit(from, to int64, fn func(r *protocol.AuditRecord) bool) error {
+	it, err := db.newIter(auditTimeKey(from), auditTimeKey(to))
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		r := new(protocol.AuditRecord)
+		if err := iterValue(it, r); err != nil {
+			return finish(it, err)
+		}
+		if !fn(r) {
+			break
+		}
+	}
+	return closeIter(it)
+}
+
+// AuditOf returns the audit records of one mutation (one per entry it
+// changed), found from its receipt's time.
+func (db *DB) AuditOf(id string, at int64) ([]*protocol.AuditRecord, error) {
+	prefix := appendString(binary.BigEndian.AppendUint64([]byte{spaceAudit}, flipSign(at)), id)
+	it, err := db.newIter(prefix, prefixSuccessor(prefix))
+	if err != nil {
+		return nil, err
+	}
+	var out []*protocol.AuditRecord
+	for valid := it.First(); valid; valid = it.Next() {
+		r := new(protocol.AuditRecord)
+		if err := iterValue(it, r); err != nil {
+			return nil, finish(it, err)
+		}
+		out = append(out, r)
+	}
+	return out, closeIter(it)
+}

@@ -1,0 +1,240 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// This file is the engine's side of the state access API: reads and
+// mutations go through the mailbox of the partition that owns the address.
+
+// waiters routes replies and durable receipts to the callers waiting on them.
+type waiters struct {
+	mu   sync.Mutex
+	next uint64
+	m    map[uint64]chan partition.Reply
+	// changed is closed and replaced whenever receipts became durable, so
+	// long-polls of a receipt wake up and look again.
+	changed chan struct{}
+}
+
+func newWaiters() *waiters {
+	return &waiters{m: map[uint64]chan partition.Reply{}, changed: make(chan struct{})}
+}
+
+func (w *waiters) add() (uint64, chan partition.Reply) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.next++
+	ch := make(chan partition.Reply, 1)
+	w.m[w.next] = ch
+	return w.next, ch
+}
+
+func (w *waiters) drop(id uint64) {
+	w.mu.Lock()
+	delete(w.m, id)
+	w.mu.Unlock()
+}
+
+func (w *waiters) deliver(r partition.Reply) {
+	w.mu.Lock()
+	ch := w.m[r.Request]
+	delete(w.m, r.Request)
+	w.mu.Unlock()
+	if ch != nil {
+		ch <- r
+	}
+}
+
+func (w *waiters) receiptsChanged() {
+	w.mu.Lock()
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+}
+
+func (w *waiters) watch() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed
+}
+
+func (e *Engine) partOf(a address.Address) *part {
+	return e.parts[address.Partition(a.ID, len(e.parts))]
+}
+
+func (e *Engine) await(ctx context.Context, id uint64, ch chan partition.Reply) (partition.Reply, error) {
+	select {
+	case r := <-ch:
+		return r, r.Err
+	case <-ctx.Done():
+		e.waiters.drop(id)
+		return partition.Reply{}, ctx.Err()
+	case <-e.ctx.Done():
+		e.waiters.drop(id)
+		return partition.Reply{}, ErrClosed
+	}
+}
+
+// Read returns the applied entries of an address (one state, or all when
+// state is empty) and the states its type registered. It never waits behind
+// an invocation in flight.
+func (e *Engine) Read(ctx context.Context, a address.Address, state string) (partition.Reply, error) {
+	if e.closed.Load() {
+		return partition.Reply{}, ErrClosed
+	}
+	id, ch := e.waiters.add()
+	e.partOf(a).post(partition.ReadState{Request: id, Addr: a, State: state})
+	return e.await(ctx, id, ch)
+}
+
+// Mutate applies an operator mutation in the address's mailbox order and
+// returns its receipt when m.Ack says: at once for AckAccepted (the
+// mutation is durable in the inbox), when applied for AckApplied, when the
+// commit carrying it is durable for AckCommitted. It returns ErrBusy when
+// the partition's queue is full.
+func (e *Engine) Mutate(ctx context.Context, m partition.Mutation) (partition.Receipt, error) {
+	if e.closed.Load() {
+		return partition.Receipt{}, ErrClosed
+	}
+	p := e.partOf(m.Addr)
+	if p.backlog.Load() >= int64(e.opts.MaxBacklog) {
+		return partition.Receipt{}, ErrBusy
+	}
+	if m.Ack == AckAccepted {
+		return e.accept(ctx, p, m)
+	}
+	id, ch := e.waiters.add()
+	m.Request = id
+	p.post(partition.Mutate{Mutation: &m})
+	r, err := e.await(ctx, id, ch)
+	if err != nil {
+		return partition.Receipt{}, err
+	}
+	if r.Receipt == nil {
+		return partition.Receipt{}, fmt.Errorf("engine: mutation %s got no receipt", m.ID)
+	}
+	return *r.Receipt, nil
+}
+
+// AckAccepted and the other modes, re-exported for callers of Mutate.
+const (
+	AckCommitted = partition.AckCommitted
+	AckApplied   = partition.AckApplied
+	AckAccepted  = partition.AckAccepted
+)
+
+// accept makes a mutation durable in the target's inbox, with an accepted
+// receipt, then hands it to the partition.
+func (e *Engine) accept(ctx context.Context, p *part, m partition.Mutation) (partition.Receipt, error) {
+	key := store.InboxKey{Partition: p.id, Source: store.SourceIngress, Seq: e.ingressSeq.Add(1)}
+	env := &protocol.Envelope{Mutation: mutationToProto(m)}
+	now := e.opts.Now().UnixMilli()
+	rc := &protocol.Receipt{Mutation: m.ID, Status: "accepted", At: now, Target: toProtoAddr(m.Addr), State: m.State}
+	req := &commitReq{ingress: &ingressWrite{key: key, env: env, receipt: rc}, done: make(chan error, 1)}
+	if err := e.com.submit(ctx, req); err != nil {
+		return partition.Receipt{}, err
+	}
+	select {
+	case err := <-req.done:
+		if err != nil {
+			return partition.Receipt{}, err
+		}
+	case <-ctx.Done():
+		return partition.Receipt{}, ctx.Err()
+	}
+	return partition.Receipt{Mutation: m.ID, Ack: AckAccepted, At: now}, nil
+}
+
+// Receipt returns the durable receipt of a mutation.
+func (e *Engine) Receipt(id string) (*protocol.Receipt, bool, error) { return e.db.Receipt(id) }
+
+// WaitReceipt returns the receipt of a mutation once it is final
+// (committed or rejected), or the latest one when ctx ends first.
+func (e *Engine) WaitReceipt(ctx context.Context, id string) (*protocol.Receipt, bool, error) {
+	for {
+		changed := e.waiters.watch()
+		r, ok, err := e.db.Receipt(id)
+		if err != nil || (ok && r.GetStatus() != "accepted") {
+			return r, ok, err
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return r, ok, nil
+		case <-e.ctx.Done():
+			return r, ok, ErrClosed
+		}
+	}
+}
+
+func mutationToProto(m partition.Mutation) *protocol.StateMutation {
+	return &protocol.StateMutation{
+		Id: m.ID, Target: toProtoAddr(m.Addr), State: m.State, Op: int32(m.Op), Typename: m.Typename,
+		Value: m.Value, IfMatch: m.IfMatch, IfNoneMatch: m.IfNoneMatch, Principal: m.Principal,
+		Reason: m.Reason, Reverts: m.Reverts,
+	}
+}
+
+func mutationFromProto(p *protocol.StateMutation) *partition.Mutation {
+	return &partition.Mutation{
+		ID: p.GetId(), Addr: fromProtoAddr(p.GetTarget()), State: p.GetState(), Op: partition.MutationOp(p.GetOp()),
+		Typename: p.GetTypename(), Value: p.GetValue(), IfMatch: p.GetIfMatch(), IfNoneMatch: p.GetIfNoneMatch(),
+		Ack: AckAccepted, Principal: p.GetPrincipal(), Reason: p.GetReason(), Reverts: p.GetReverts(),
+	}
+}
+
+func toProtoAddr(a address.Address) *protocol.Address {
+	return &protocol.Address{Namespace: a.Type.Namespace, Type: a.Type.Name, Id: a.ID}
+}
+
+func fromProtoAddr(a *protocol.Address) address.Address {
+	return address.Address{Type: address.TypeName{Namespace: a.GetNamespace(), Name: a.GetType()}, ID: a.GetId()}
+}
+
+// receiptToProto is the durable form of a receipt the core decided.
+func receiptToProto(r partition.Receipt) *protocol.Receipt {
+	p := &protocol.Receipt{
+		Mutation: r.Mutation, Status: "committed", Reject: int32(r.Reject), Reason: r.Reason,
+		Checkpoint: r.Checkpoint, Version: r.Version, PreviousVersion: r.PreviousVersion, At: r.At,
+		Target: toProtoAddr(r.Addr), State: r.State,
+	}
+	if r.Reject != partition.Applied {
+		p.Status = "rejected"
+	}
+	return p
+}
+
+func auditToProto(a partition.AuditRecord) *protocol.AuditRecord {
+	p := &protocol.AuditRecord{
+		Mutation: a.Mutation, At: a.At, Principal: a.Principal, Reason: a.Reason, Reverts: a.Reverts,
+		Target: toProtoAddr(a.Addr), State: a.State, Op: int32(a.Op), Version: a.Version, Typename: a.Typename,
+	}
+	if b := a.Before; b != nil {
+		p.HadBefore, p.BeforeTypename, p.BeforeValue, p.BeforeVersion, p.BeforeExpiresAt = true, b.Typename, b.Value, b.Version, b.ExpiresAt
+	}
+	return p
+}
+
+// AuditOf returns the audit records of one mutation.
+func (e *Engine) AuditOf(id string, at int64) ([]*protocol.AuditRecord, error) {
+	return e.db.AuditOf(id, at)
+}
+
+// ScanAudit reads the audit log (see store.DB.ScanAudit).
+func (e *Engine) ScanAudit(from, to int64, fn func(*protocol.AuditRecord) bool) error {
+	return e.db.ScanAudit(from, to, fn)
+}
+
+// Store returns the engine's store, for listings that read durable state.
+func (e *Engine) Store() *store.DB { return e.db }
+
+// KnownTypes returns every function type with registered states.
+func (e *Engine) KnownTypes() []address.TypeName { return e.reg.types() }

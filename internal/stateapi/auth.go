@@ -1,0 +1,89 @@
+package stateapi
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Scopes a token can grant.
+const (
+	ScopeRead  = "read"
+	ScopeWrite = "write"
+)
+
+// Token is one bearer token of the state API.
+type Token struct {
+	// Name identifies the holder; it is the principal in the audit log.
+	Name   string
+	Secret string
+	Scopes []string
+}
+
+// LoadTokens reads a token file: one token per line, "<name> <secret>
+// <scope>[,<scope>]", blank lines and lines starting with '#' ignored.
+func LoadTokens(path string) ([]Token, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("stateapi: token file: %w", err)
+	}
+	defer f.Close()
+	var out []Token
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		f := strings.Fields(text)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("stateapi: %s:%d: want \"<name> <secret> <scopes>\", got %d fields", path, line, len(f))
+		}
+		t := Token{Name: f[0], Secret: f[1], Scopes: strings.Split(f[2], ",")}
+		for _, s := range t.Scopes {
+			if s != ScopeRead && s != ScopeWrite {
+				return nil, fmt.Errorf("stateapi: %s:%d: unknown scope %q (want read or write)", path, line, s)
+			}
+		}
+		if len(t.Secret) < 16 {
+			return nil, fmt.Errorf("stateapi: %s:%d: the secret of %s is shorter than 16 characters", path, line, t.Name)
+		}
+		out = append(out, t)
+	}
+	return out, sc.Err()
+}
+
+// authorize returns the caller's principal, or writes 401/403 and returns
+// false. Without tokens every caller is "anonymous" (the listener is then
+// bound to loopback only).
+func (s *Server) authorize(w http.ResponseWriter, r *http.Request, scope string) (string, bool) {
+	if len(s.tokens) == 0 {
+		return "anonymous", true
+	}
+	h := r.Header.Get("Authorization")
+	secret, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || secret == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="statefun"`)
+		fail(w, r, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+		return "", false
+	}
+	sum := sha256.Sum256([]byte(secret))
+	for _, t := range s.tokens {
+		want := sha256.Sum256([]byte(t.Secret))
+		if subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
+			if !slices.Contains(t.Scopes, scope) {
+				fail(w, r, http.StatusForbidden, fmt.Sprintf("token %s lacks the %s scope", t.Name, scope))
+				return "", false
+			}
+			return t.Name, true
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="statefun", error="invalid_token"`)
+	fail(w, r, http.StatusUnauthorized, "unknown bearer token")
+	return "", false
+}

@@ -1,0 +1,146 @@
+package stateapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
+)
+
+// serveMutations answers GET /mutations/<id>[?wait=] and POST
+// /mutations/<id>/revert.
+func (s *Server) serveMutations(w http.ResponseWriter, r *http.Request) {
+	segs, err := splitPath(r.URL.EscapedPath(), "/mutations")
+	if err != nil || len(segs) == 0 || len(segs) > 2 || (len(segs) == 2 && segs[1] != "revert") {
+		fail(w, r, http.StatusNotFound, "want /mutations/<id> or /mutations/<id>/revert")
+		return
+	}
+	id := segs[0]
+	if len(segs) == 2 {
+		if r.Method != http.MethodPost {
+			methodNotAllowed(w, r, "POST")
+			return
+		}
+		principal, ok := s.authorize(w, r, ScopeWrite)
+		if ok {
+			s.revert(w, r, principal, id)
+		}
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, r, "GET, HEAD")
+		return
+	}
+	if _, ok := s.authorize(w, r, ScopeRead); !ok {
+		return
+	}
+	ctx := r.Context()
+	if v := r.URL.Query().Get("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			fail(w, r, http.StatusBadRequest, fmt.Sprintf("?wait=%q: want a duration like 5s", v))
+			return
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, min(d, s.opts.MaxWait))
+		defer cancel()
+	}
+	rc, ok, err := s.eng.WaitReceipt(ctx, id)
+	if err != nil {
+		engineError(w, r, err)
+		return
+	}
+	if !ok {
+		fail(w, r, http.StatusNotFound, fmt.Sprintf("no receipt for mutation %s (unknown, or applied with ack=applied and not committed yet)", id))
+		return
+	}
+	writeJSON(w, http.StatusOK, storedReceipt(rc))
+}
+
+func storedReceipt(rc *protocol.Receipt) receiptJSON {
+	out := receiptJSON{Mutation: rc.GetMutation(), Status: rc.GetStatus(), Reason: rc.GetReason(),
+		Version: versionString(rc.GetVersion())}
+	if rc.GetStatus() != "accepted" {
+		cp := rc.GetCheckpoint()
+		out.Checkpoint = &cp
+		if rc.GetStatus() == "committed" {
+			out.PreviousVersion = versionString(rc.GetPreviousVersion())
+		}
+	}
+	return out
+}
+
+// revert restores the before-images of a committed mutation, each on the
+// condition that the entry still holds the version that mutation wrote (or,
+// for a deletion, still holds no value). The revert is a mutation of its
+// own, audited, that names the one it undoes.
+func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id string) {
+	rc, ok, err := s.eng.Receipt(id)
+	if err != nil {
+		engineError(w, r, err)
+		return
+	}
+	if !ok {
+		fail(w, r, http.StatusNotFound, "no receipt for mutation "+id)
+		return
+	}
+	if rc.GetStatus() != "committed" {
+		fail(w, r, http.StatusConflict, fmt.Sprintf("mutation %s is %s; only a committed mutation can be reverted", id, rc.GetStatus()))
+		return
+	}
+	records, err := s.eng.AuditOf(id, rc.GetAt())
+	if err != nil {
+		engineError(w, r, err)
+		return
+	}
+	if len(records) == 0 {
+		fail(w, r, http.StatusConflict, "mutation "+id+" changed nothing to revert")
+		return
+	}
+	reason := r.Header.Get("Statefun-Reason")
+	if strings.TrimSpace(reason) == "" {
+		reason = "revert of " + id
+	}
+	if s.opts.RequireReason && r.Header.Get("Statefun-Reason") == "" {
+		fail(w, r, http.StatusBadRequest, "this deployment requires a Statefun-Reason header on every mutation")
+		return
+	}
+	var receipts []receiptJSON
+	status := http.StatusOK
+	for _, a := range records {
+		m := partition.Mutation{ID: newMutationID(), Addr: addrOf(a.GetTarget()), State: a.GetState(),
+			Principal: principal, Reason: reason, Reverts: id, Ack: partition.AckCommitted}
+		if a.GetHadBefore() {
+			m.Op, m.Typename, m.Value = partition.OpPut, a.GetBeforeTypename(), a.GetBeforeValue()
+		} else {
+			m.Op = partition.OpDelete
+		}
+		if a.GetVersion() != 0 {
+			m.IfMatch = a.GetVersion()
+		} else {
+			m.IfNoneMatch = true
+		}
+		out, err := s.eng.Mutate(r.Context(), m)
+		if err != nil {
+			engineError(w, r, err)
+			return
+		}
+		if out.Reject != partition.Applied {
+			status = http.StatusPreconditionFailed
+		}
+		receipts = append(receipts, receiptOf(out))
+	}
+	if status != http.StatusOK {
+		writeProblem(w, r, problem{Status: status, Detail: "the entry changed since mutation " + id + "; nothing was reverted where it did", Receipt: &receipts[0]})
+		return
+	}
+	if len(receipts) == 1 {
+		writeJSON(w, status, receipts[0])
+		return
+	}
+	writeJSON(w, status, receipts)
+}

@@ -1,0 +1,49 @@
+package stateapi
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// problem is an RFC 9457 problem detail, the body of every error.
+type problem struct {
+	Type     string `json:"type"`
+	Title    string `json:"title"`
+	Status   int    `json:"status"`
+	Detail   string `json:"detail"`
+	Instance string `json:"instance,omitempty"`
+	// CurrentVersion accompanies a 412: the entry's version now.
+	CurrentVersion *string `json:"currentVersion,omitempty"`
+	// Available lists the representations on a 406.
+	Available []string `json:"available,omitempty"`
+	// Receipt accompanies a rejected mutation.
+	Receipt *receiptJSON `json:"receipt,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
+	if p.Type == "" {
+		p.Type = "about:blank"
+	}
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	p.Instance = r.URL.RequestURI()
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Del("Content-Length")
+	w.WriteHeader(p.Status)
+	if r.Method != http.MethodHead {
+		json.NewEncoder(w).Encode(p)
+	}
+}
+
+func fail(w http.ResponseWriter, r *http.Request, status int, detail string) {
+	writeProblem(w, r, problem{Status: status, Detail: detail})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

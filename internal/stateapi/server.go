@@ -1,0 +1,173 @@
+// Package stateapi is the HTTP state access API: read, write and delete any
+// function's state while the application runs (docs/state-api.md is the
+// contract, STATE-API.md its seed). Every mutation goes through the mailbox
+// of the partition that owns the address, in order with its messages.
+package stateapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/engine"
+)
+
+// Options configure the API.
+type Options struct {
+	// Tokens enable bearer authentication; none means every caller may read
+	// and write, and the listener must be loopback-only (the app checks).
+	Tokens []Token
+	// RequireReason refuses mutations without a Statefun-Reason header.
+	RequireReason bool
+	// MaxBodyBytes caps a PUT body; default 8 MiB.
+	MaxBodyBytes int64
+	// MaxWait caps ?wait= on a receipt long-poll; default 60s.
+	MaxWait time.Duration
+}
+
+// Server serves the state API routes on the admin listener.
+type Server struct {
+	eng    *engine.Engine
+	tokens []Token
+	opts   Options
+}
+
+// New returns the API over a running engine.
+func New(eng *engine.Engine, opts Options) *Server {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 8 << 20
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = time.Minute
+	}
+	return &Server{eng: eng, tokens: opts.Tokens, opts: opts}
+}
+
+// Register mounts the API's routes on mux.
+func (s *Server) Register(mux *http.ServeMux) {
+	mux.HandleFunc("/state", s.serveState)
+	mux.HandleFunc("/state/", s.serveState)
+	mux.HandleFunc("/mutations/", s.serveMutations)
+	mux.HandleFunc("GET /audit", s.serveAudit)
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
+}
+
+func (s *Server) serveState(w http.ResponseWriter, r *http.Request) {
+	segs, err := splitPath(r.URL.EscapedPath(), "/state")
+	if err != nil {
+		fail(w, r, http.StatusBadRequest, "bad address: "+err.Error())
+		return
+	}
+	if len(segs) > 4 {
+		fail(w, r, http.StatusBadRequest, fmt.Sprintf("bad address: the path has %d segments; the deepest is /state/<namespace>/<type>/<id>/<state> (percent-encode a '/' inside an id as %%2F)", len(segs)))
+		return
+	}
+	scope := ScopeRead
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		scope = ScopeWrite
+	}
+	principal, ok := s.authorize(w, r, scope)
+	if !ok {
+		return
+	}
+	var a address.Address
+	if len(segs) >= 2 {
+		a.Type = address.TypeName{Namespace: segs[0], Name: segs[1]}
+	}
+	if len(segs) >= 3 {
+		a.ID = segs[2]
+	}
+	switch len(segs) {
+	case 4:
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			s.getEntry(w, r, a, segs[3])
+		case http.MethodPut:
+			s.putEntry(w, r, principal, a, segs[3])
+		case http.MethodDelete:
+			s.deleteEntry(w, r, principal, a, segs[3])
+		default:
+			methodNotAllowed(w, r, "GET, HEAD, PUT, DELETE")
+		}
+	case 3:
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			s.listEntries(w, r, a)
+		case http.MethodDelete:
+			s.deleteAddress(w, r, principal, a)
+		default:
+			methodNotAllowed(w, r, "GET, HEAD, DELETE")
+		}
+	default:
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			methodNotAllowed(w, r, "GET, HEAD")
+			return
+		}
+		switch len(segs) {
+		case 2:
+			s.listIDs(w, r, a.Type)
+		case 1:
+			s.listTypes(w, r, segs[0])
+		default:
+			s.listTypes(w, r, "")
+		}
+	}
+}
+
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	fail(w, r, http.StatusMethodNotAllowed, fmt.Sprintf("%s is not allowed here; allowed: %s", r.Method, allow))
+}
+
+// engineError maps an engine error to a response.
+func engineError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, engine.ErrBusy):
+		w.Header().Set("Retry-After", "1")
+		fail(w, r, http.StatusServiceUnavailable, "the partition's queue is full; retry later")
+	case errors.Is(err, engine.ErrClosed):
+		w.Header().Set("Retry-After", "5")
+		fail(w, r, http.StatusServiceUnavailable, "the runtime is shutting down")
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		fail(w, r, http.StatusServiceUnavailable, "the request ended before the runtime answered: "+err.Error())
+	default:
+		fail(w, r, http.StatusInternalServerError, err.Error())
+	}
+}
+
+// newMutationID returns a unique, time-ordered mutation id.
+func newMutationID() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return strconv.FormatInt(time.Now().UnixMilli(), 36) + "-" + hex.EncodeToString(b[:])
+}
+
+func etag(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
+
+// parseETag reads "<version>" (a weak W/ prefix tolerated).
+func parseETag(s string) (uint64, error) {
+	s = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "W/"))
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return 0, fmt.Errorf("If-Match: want a quoted version like \"42\", got %s", s)
+	}
+	v, err := strconv.ParseUint(s[1:len(s)-1], 10, 64)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("If-Match: %s is not a version", s)
+	}
+	return v, nil
+}
+
+func versionString(v uint64) *string {
+	if v == 0 {
+		return nil
+	}
+	s := strconv.FormatUint(v, 10)
+	return &s
+}

@@ -59,6 +59,14 @@ type Core struct {
 	backlog   int
 
 	specs map[address.TypeName][]Spec
+	// known marks types whose states are known to be complete: they have
+	// registered states, or a request of theirs succeeded. Until then one
+	// address probes the type and the others wait (parked), so a cold start
+	// pays one negotiation round trip per type, not one per address — the
+	// reason StateFun makes a type's first request synchronous.
+	known   map[address.TypeName]bool
+	probing map[address.TypeName]address.Address
+	parked  map[address.TypeName][]address.Address
 
 	// overlay holds writes applied but not yet durable, newest per entry,
 	// tagged with the commit that carries them; byCommit lists them so
@@ -109,6 +117,8 @@ type queued struct {
 type mailbox struct {
 	queue    []queued
 	inflight *batch
+	// parked is set while the mailbox waits for its type's probe.
+	parked bool
 }
 
 type batch struct {
@@ -132,6 +142,9 @@ func New(cfg Config, r Reader, rs Restore) *Core {
 		r:          r,
 		mailboxes:  map[address.Address]*mailbox{},
 		specs:      map[address.TypeName][]Spec{},
+		known:      map[address.TypeName]bool{},
+		probing:    map[address.TypeName]address.Address{},
+		parked:     map[address.TypeName][]address.Address{},
 		overlay:    map[stateKey]overlayEntry{},
 		byCommit:   map[uint64][]stateKey{},
 		pendingT:   map[uint64]*timerItem{},
@@ -177,7 +190,12 @@ func (c *Core) Step(now int64, ev Event) error {
 		c.onDurable(ev.ID)
 	case Tick:
 	case SpecsKnown:
-		err = c.merge(ev.Type, ev.Specs)
+		if err = c.merge(ev.Type, ev.Specs); err == nil && len(ev.Specs) > 0 {
+			c.known[ev.Type] = true
+			if _, ok := c.probing[ev.Type]; ok {
+				err = c.releaseParked(ev.Type)
+			}
+		}
 	default:
 		panic(fmt.Sprintf("partition: unknown event %T", ev))
 	}
@@ -255,7 +273,7 @@ func (c *Core) enqueue(key InboxKey, env *protocol.Envelope) error {
 // carries the new state. Repairing the state that makes a function fail is
 // what an operator needs most, and nothing of the failed batch was applied.
 func (c *Core) advance(addr address.Address, mb *mailbox) error {
-	if mb.inflight != nil && !mb.inflight.waiting {
+	if (mb.inflight != nil && !mb.inflight.waiting) || mb.parked {
 		return nil
 	}
 	for len(mb.queue) > 0 && mb.queue[0].mut != nil {
@@ -281,6 +299,18 @@ func (c *Core) advance(addr address.Address, mb *mailbox) error {
 // startBatch sends the messages at the head of the queue, up to the first
 // mutation and the batch cap.
 func (c *Core) startBatch(addr address.Address, mb *mailbox) error {
+	known, err := c.typeKnown(addr.Type)
+	if err != nil {
+		return err
+	}
+	if !known {
+		if p, ok := c.probing[addr.Type]; ok && p != addr {
+			mb.parked = true
+			c.parked[addr.Type] = append(c.parked[addr.Type], addr)
+			return nil
+		}
+		c.probing[addr.Type] = addr
+	}
 	n := 0
 	for n < len(mb.queue) && mb.queue[n].mut == nil {
 		n++
@@ -347,6 +377,20 @@ func (c *Core) onResult(ev ResultArrived) error {
 	if mb == nil || mb.inflight == nil || mb.inflight.waiting || mb.inflight.request != ev.Request {
 		return nil // a stale result: the batch was already settled
 	}
+	if p, ok := c.probing[ev.Addr.Type]; ok && p == ev.Addr {
+		// Whatever the probe's outcome, the parked addresses go next: with
+		// the type's states learned, or to find out for themselves if the
+		// probe's own messages are the problem.
+		if err := c.settleResult(ev, mb); err != nil {
+			return err
+		}
+		return c.releaseParked(ev.Addr.Type)
+	}
+	return c.settleResult(ev, mb)
+}
+
+// settleResult applies the outcome of a batch's request.
+func (c *Core) settleResult(ev ResultArrived, mb *mailbox) error {
 	if ev.Err != nil {
 		return c.fail(ev.Addr, mb, ev.Err, false)
 	}
@@ -360,6 +404,9 @@ func (c *Core) onResult(ev ResultArrived) error {
 	default:
 		// No oneof set means a response with no effects, as in StateFun.
 		fx, err := c.validate(ev.Addr, ev.Response.GetInvocationResult())
+		if err == nil {
+			c.known[ev.Addr.Type] = true // a success: the states sent were all it needed
+		}
 		if err != nil {
 			if IsViolation(err) {
 				return c.fail(ev.Addr, mb, err, true)
@@ -454,6 +501,38 @@ func indexSpec(specs []Spec, name string) int {
 		}
 	}
 	return -1
+}
+
+// typeKnown reports whether a type's states are known to be complete.
+func (c *Core) typeKnown(t address.TypeName) (bool, error) {
+	if c.known[t] {
+		return true, nil
+	}
+	specs, err := c.specsOf(t)
+	if err != nil || len(specs) == 0 {
+		return false, err
+	}
+	c.known[t] = true
+	return true, nil
+}
+
+// releaseParked ends a type's probe and moves the addresses that waited
+// for it.
+func (c *Core) releaseParked(t address.TypeName) error {
+	delete(c.probing, t)
+	waiting := c.parked[t]
+	delete(c.parked, t)
+	for _, a := range waiting {
+		mb := c.mailboxes[a]
+		if mb == nil || !mb.parked {
+			continue
+		}
+		mb.parked = false
+		if err := c.advance(a, mb); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // merge adds the specs another partition registered; the names this core

@@ -488,3 +488,38 @@ func TestVersionsNeverRepeatAcrossRestores(t *testing.T) {
 		t.Fatalf("restored version counter %d must be above %d", c2.versionSeq, v1)
 	}
 }
+
+// A cold type is probed by one address; the others wait for its states
+// instead of each paying a negotiation round trip.
+func TestColdTypeIsProbedOnce(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.ingress(addr("a"), intVal(1))
+	probe := h.oneInvocation()
+	h.ingress(addr("b"), intVal(1))
+	h.ingress(addr("c"), intVal(1))
+	if rd := h.ready(); len(rd.Invocations) != 0 {
+		t.Fatalf("others must wait for the probe: %d invocations", len(rd.Invocations))
+	}
+	h.respond(probe, incomplete(spec("count", intType, protocol.FromFunction_ExpirationSpec_NONE, 0)))
+	rd := h.ready()
+	if len(rd.Invocations) != 3 {
+		t.Fatalf("after the probe learned the states, all three go out: %d", len(rd.Invocations))
+	}
+	for _, inv := range rd.Invocations {
+		if st := batchOf(inv).State; len(st) != 1 || st[0].StateName != "count" {
+			t.Fatalf("%s went out without the learned state: %v", inv.Addr, st)
+		}
+	}
+}
+
+func TestFailedProbeReleasesTheOthers(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.ingress(addr("a"), intVal(1))
+	probe := h.oneInvocation()
+	h.ingress(addr("b"), intVal(1))
+	h.step(ResultArrived{Addr: probe.Addr, Request: probe.Request, Err: errors.New("boom")})
+	rd := h.ready()
+	if len(rd.Invocations) != 1 || rd.Invocations[0].Addr != addr("b") {
+		t.Fatalf("a failed probe must not hold the others: %+v", rd.Invocations)
+	}
+}

@@ -372,7 +372,7 @@ func TestBadCommandLine(t *testing.T) {
 				return []string{"run", "--module", "module.yaml", "--data-dir", "data", "--admin-addr", "nonsense"}
 			},
 			code: 1,
-			want: []string{"statefun: app: admin listener: listen tcp: address nonsense: missing port in address"},
+			want: []string{"statefun: app: admin listener address \"nonsense\": address nonsense: missing port in address"},
 		},
 		{
 			name: "admin address in use",

@@ -83,6 +83,9 @@ func Start(cfg Config) (*App, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("app: a data directory is required")
 	}
+	if _, _, err := net.SplitHostPort(cfg.AdminAddr); err != nil {
+		return nil, fmt.Errorf("app: admin listener address %q: %w", cfg.AdminAddr, err)
+	}
 	if len(cfg.API.Tokens) == 0 && !isLoopback(cfg.AdminAddr) {
 		return nil, fmt.Errorf("app: the state API has no tokens, so the admin listener must be on a loopback address, not %s: give it tokens (--api-tokens) or a loopback --admin-addr", cfg.AdminAddr)
 	}

@@ -127,6 +127,8 @@ type batch struct {
 	attempt int
 	// waiting is set while the batch sits out a backoff.
 	waiting bool
+	// sent names the states the last request carried.
+	sent []string
 }
 
 // New returns a core that starts from a durable restore point.
@@ -346,6 +348,7 @@ func (c *Core) send(addr address.Address, b *batch) error {
 		State:       make([]*protocol.ToFunction_PersistedValue, 0, len(specs)),
 		Invocations: make([]*protocol.ToFunction_Invocation, len(b.msgs)),
 	}
+	b.sent = b.sent[:0]
 	for _, s := range specs {
 		pv := &protocol.ToFunction_PersistedValue{StateName: s.Name}
 		e, ok, err := c.get(addr, s.Name)
@@ -354,8 +357,15 @@ func (c *Core) send(addr address.Address, b *batch) error {
 		}
 		if ok {
 			pv.StateValue = &protocol.TypedValue{Typename: s.Typename, HasValue: true, Value: e.Value}
+			if s.Mode == ExpireAfterInvoke {
+				// Reading a state for an invocation restarts its clock
+				// (StateFun's OnReadAndWrite TTL); the version stays.
+				e.ExpiresAt = c.now + s.TTL
+				c.write(addr, s.Name, e, false)
+			}
 		}
 		req.State = append(req.State, pv)
+		b.sent = append(b.sent, s.Name)
 	}
 	for i, q := range b.msgs {
 		req.Invocations[i] = q.inv
@@ -396,8 +406,11 @@ func (c *Core) settleResult(ev ResultArrived, mb *mailbox) error {
 	}
 	switch r := ev.Response.GetResponse().(type) {
 	case *protocol.FromFunction_IncompleteInvocationContext_:
-		if err := c.learn(ev.Addr.Type, r.IncompleteInvocationContext.GetMissingValues()); err != nil {
-			return c.fail(ev.Addr, mb, err, true)
+		if err := c.learn(ev.Addr.Type, mb.inflight, r.IncompleteInvocationContext.GetMissingValues()); err != nil {
+			if IsViolation(err) {
+				return c.fail(ev.Addr, mb, err, true)
+			}
+			return err
 		}
 		// StateFun re-sends the same invocations with every state attached.
 		return c.send(ev.Addr, mb.inflight)
@@ -439,31 +452,36 @@ func (c *Core) fail(addr address.Address, mb *mailbox, err error, violation bool
 	return c.advance(addr, mb)
 }
 
-// learn registers the states a function reported missing. A name already
-// registered must keep its type; reporting nothing new is a protocol loop.
-func (c *Core) learn(t address.TypeName, missing []*protocol.FromFunction_PersistedValueSpec) error {
+// learn registers the states a function reported missing from the request
+// b carried. A name already registered must keep its type. A name the
+// request did carry is a protocol loop; one registered meanwhile (by
+// another partition) is fine: the re-sent request will carry it.
+func (c *Core) learn(t address.TypeName, b *batch, missing []*protocol.FromFunction_PersistedValueSpec) error {
 	cur, err := c.specsOf(t)
 	if err != nil {
 		return err
 	}
 	next := append([]Spec(nil), cur...)
-	added := false
 	for _, m := range missing {
 		s, err := specFromProto(m)
 		if err != nil {
-			return err
+			return violation("%v", err)
+		}
+		for _, sent := range b.sent {
+			if sent == s.Name {
+				return violation("the function reported state %q missing, but the request carried it", s.Name)
+			}
 		}
 		if i := indexSpec(next, s.Name); i >= 0 {
 			if next[i].Typename != s.Typename {
-				return fmt.Errorf("state %q is registered with type %s, the function now declares %s", s.Name, next[i].Typename, s.Typename)
+				return violation("state %q is registered with type %s, the function now declares %s", s.Name, next[i].Typename, s.Typename)
 			}
 			continue
 		}
 		next = append(next, s)
-		added = true
 	}
-	if !added {
-		return errors.New("the function reported missing states that were all sent")
+	if len(next) == len(cur) {
+		return nil // all registered meanwhile
 	}
 	c.specs[t] = next
 	if c.pending.Specs == nil {

@@ -523,3 +523,23 @@ func TestFailedProbeReleasesTheOthers(t *testing.T) {
 		t.Fatalf("a failed probe must not hold the others: %+v", rd.Invocations)
 	}
 }
+
+// Another partition may register a type's states while this one's first
+// request is out: the function's IncompleteInvocationContext is then no
+// protocol loop, just a reason to send again with the states attached.
+func TestStatesRegisteredMeanwhileAreNoViolation(t *testing.T) {
+	h := newHarness(t, Config{})
+	h.ingress(addr("a"), intVal(1))
+	probe := h.oneInvocation()
+	h.step(SpecsKnown{Type: counterT, Specs: []Spec{{Name: "count", Typename: intType}}})
+	h.respond(probe, incomplete(spec("count", intType, protocol.FromFunction_ExpirationSpec_NONE, 0)))
+	rd := h.ready()
+	if len(rd.Failures) != 0 || len(rd.Invocations) != 1 || len(batchOf(rd.Invocations[0]).State) != 1 {
+		t.Fatalf("want a plain re-send with the state: %+v", rd)
+	}
+	// Reporting missing a state the request did carry is a loop.
+	h.respond(rd.Invocations[0], incomplete(spec("count", intType, protocol.FromFunction_ExpirationSpec_NONE, 0)))
+	if rd := h.ready(); len(rd.Failures) != 1 || !rd.Failures[0].Violation {
+		t.Fatalf("want a violation: %+v", rd.Failures)
+	}
+}

@@ -198,8 +198,9 @@ func (c *Core) apply(self address.Address, b *batch, fx *effects) error {
 		}
 		c.write(self, m.spec.Name, e, false)
 	}
-	// The states the batch read but did not write: an invocation restarts
-	// an AFTER_INVOKE clock, and an expired value is cleaned up.
+	// The states the batch did not write: a value that expired (also while
+	// the invocation ran) is cleaned up. (An AFTER_INVOKE clock restarted
+	// when the request was built.)
 	for _, s := range specs {
 		if touched[s.Name] || s.Mode == ExpireNone {
 			continue
@@ -208,13 +209,8 @@ func (c *Core) apply(self address.Address, b *batch, fx *effects) error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case !ok:
-		case e.expired(c.now):
+		if ok && e.expired(c.now) {
 			c.write(self, s.Name, Entry{}, true)
-		case s.Mode == ExpireAfterInvoke:
-			e.ExpiresAt = c.now + s.TTL
-			c.write(self, s.Name, e, false)
 		}
 	}
 	for _, q := range b.msgs {

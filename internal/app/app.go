@@ -133,9 +133,11 @@ func Start(cfg Config) (*App, error) {
 		}
 		return nil
 	}
-	mux := admin.Handler(reg, ready)
-	stateapi.New(eng, cfg.API).Register(mux)
-	if err := a.listenTLS("admin", cfg.AdminAddr, mux, cfg.TLSCert, cfg.TLSKey); err != nil {
+	// The API serves its routes on the path exactly as sent (no redirects
+	// to a cleaned path: a 307 would re-send a write to another entry);
+	// everything else goes to the admin mux.
+	api := stateapi.New(eng, cfg.API)
+	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready)), cfg.TLSCert, cfg.TLSKey); err != nil {
 		a.Close()
 		return nil, err
 	}

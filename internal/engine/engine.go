@@ -219,7 +219,7 @@ func (e *Engine) Ingest(ctx context.Context, env *protocol.Envelope) error {
 		return ErrClosed
 	}
 	p := e.parts[address.Partition(env.GetTarget().GetId(), len(e.parts))]
-	if p.backlog.Load() >= int64(e.opts.MaxBacklog) {
+	if p.full(e.opts.MaxBacklog) {
 		e.m.ingressRejected.Inc()
 		return ErrBusy
 	}

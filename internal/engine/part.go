@@ -21,9 +21,16 @@ type part struct {
 	spare  []partition.Event
 	wake   chan struct{}
 
-	// backlog mirrors the core's backlog plus unprocessed events, for the
-	// ingress to refuse work before it piles up.
-	backlog atomic.Int64
+	// unprocessed counts posted events the loop has not stepped yet, and
+	// queued the core's backlog after the last step: together, the work
+	// waiting in this partition, which the ingress and the state API bound.
+	unprocessed atomic.Int64
+	queued      atomic.Int64
+}
+
+// full reports whether the partition's queue is at limit.
+func (p *part) full(limit int) bool {
+	return p.unprocessed.Load()+p.queued.Load() >= int64(limit)
 }
 
 func newPart(e *Engine, id int, core *partition.Core) *part {
@@ -35,7 +42,7 @@ func (p *part) post(ev partition.Event) {
 	p.mu.Lock()
 	p.events = append(p.events, ev)
 	p.mu.Unlock()
-	p.backlog.Add(1)
+	p.unprocessed.Add(1)
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -89,7 +96,7 @@ func (p *part) process() error {
 		p.spare = evs[:0]
 	}
 	p.mu.Unlock()
-	p.backlog.Add(-int64(len(evs)))
+	p.unprocessed.Add(-int64(len(evs)))
 
 	rd := p.core.Ready()
 	for _, f := range rd.Failures {
@@ -107,6 +114,8 @@ func (p *part) process() error {
 		}
 		p.e.com.enqueue(&commitReq{part: p, commit: c})
 	}
-	p.e.m.queueDepth.WithLabelValues(partLabel(p.id)).Set(float64(p.core.Backlog()))
+	backlog := p.core.Backlog()
+	p.queued.Store(int64(backlog))
+	p.e.m.queueDepth.WithLabelValues(partLabel(p.id)).Set(float64(backlog))
 	return nil
 }

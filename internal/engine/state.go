@@ -105,7 +105,7 @@ func (e *Engine) Mutate(ctx context.Context, m partition.Mutation) (partition.Re
 		return partition.Receipt{}, ErrClosed
 	}
 	p := e.partOf(m.Addr)
-	if p.backlog.Load() >= int64(e.opts.MaxBacklog) {
+	if p.full(e.opts.MaxBacklog) {
 		return partition.Receipt{}, ErrBusy
 	}
 	if m.Ack == AckAccepted {

@@ -40,6 +40,10 @@ var opNames = []string{"put", "delete", "delete-all"}
 // serveAudit answers GET /audit?namespace=&type=&id=&state=&principal=
 // &since=&until=&limit=: the audit log, oldest first, filtered.
 func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, r, "GET, HEAD")
+		return
+	}
 	if _, ok := s.authorize(w, r, ScopeRead); !ok {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Scopes a token can grant.
@@ -50,6 +51,10 @@ func LoadTokens(path string) ([]Token, error) {
 				return nil, fmt.Errorf("stateapi: %s:%d: unknown scope %q (want read or write)", path, line, s)
 			}
 		}
+		if !utf8.ValidString(t.Name) {
+			// The name is the principal in the audit log, a protobuf string.
+			return nil, fmt.Errorf("stateapi: %s:%d: the token name is not valid UTF-8", path, line)
+		}
 		if len(t.Secret) < 16 {
 			return nil, fmt.Errorf("stateapi: %s:%d: the secret of %s is shorter than 16 characters", path, line, t.Name)
 		}
@@ -65,9 +70,10 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, scope string)
 	if len(s.tokens) == 0 {
 		return "anonymous", true
 	}
-	h := r.Header.Get("Authorization")
-	secret, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || secret == "" {
+	// The scheme is case-insensitive (RFC 9110 11.1).
+	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	secret = strings.TrimSpace(secret)
+	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="statefun"`)
 		fail(w, r, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
 		return "", false

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -168,13 +169,27 @@ func envelopeOf(a address.Address, state string, e partition.Entry) types.Envelo
 	return env
 }
 
+// reasonOf returns the Statefun-Reason header. A reason that is not UTF-8
+// is refused: the audit record keeps it in a protobuf string, which must be
+// UTF-8, and a commit that cannot be encoded stops the partition.
+func (s *Server) reasonOf(r *http.Request) (string, error) {
+	reason := r.Header.Get("Statefun-Reason")
+	if !utf8.ValidString(reason) {
+		return "", errors.New("Statefun-Reason is not valid UTF-8")
+	}
+	if s.opts.RequireReason && strings.TrimSpace(reason) == "" {
+		return "", errors.New("this deployment requires a Statefun-Reason header on every mutation")
+	}
+	return reason, nil
+}
+
 // mutationFrom reads the headers every mutation shares: ack mode, reason,
 // conditions.
 func (s *Server) mutationFrom(r *http.Request, principal string, a address.Address, state string) (partition.Mutation, error) {
-	m := partition.Mutation{ID: newMutationID(), Addr: a, State: state, Principal: principal,
-		Reason: r.Header.Get("Statefun-Reason")}
-	if s.opts.RequireReason && strings.TrimSpace(m.Reason) == "" {
-		return m, errors.New("this deployment requires a Statefun-Reason header on every mutation")
+	reason, err := s.reasonOf(r)
+	m := partition.Mutation{ID: newMutationID(), Addr: a, State: state, Principal: principal, Reason: reason}
+	if err != nil {
+		return m, err
 	}
 	switch ack := r.URL.Query().Get("ack"); ack {
 	case "", "committed":
@@ -238,6 +253,10 @@ func (s *Server) putEntry(w http.ResponseWriter, r *http.Request, principal stri
 	}
 	typename, status, err := s.targetType(r, a, state, env)
 	if err != nil {
+		if status == 0 {
+			engineError(w, r, err)
+			return
+		}
 		fail(w, r, status, err.Error())
 		return
 	}
@@ -251,7 +270,7 @@ func (s *Server) putEntry(w http.ResponseWriter, r *http.Request, principal stri
 			if errors.Is(err, types.ErrNoText) {
 				status = http.StatusUnsupportedMediaType
 			}
-			fail(w, r, status, err.Error())
+			fail(w, r, status, valueDetail(err))
 			return
 		}
 	case mediaJSON:
@@ -260,7 +279,7 @@ func (s *Server) putEntry(w http.ResponseWriter, r *http.Request, principal stri
 			if errors.Is(err, types.ErrEnvelope) {
 				status = http.StatusBadRequest
 			}
-			fail(w, r, status, err.Error())
+			fail(w, r, status, valueDetail(err))
 			return
 		}
 	default:
@@ -271,7 +290,7 @@ func (s *Server) putEntry(w http.ResponseWriter, r *http.Request, principal stri
 		m.Value = []byte{}
 	}
 	if err := types.Validate(typename, m.Value); err != nil {
-		fail(w, r, http.StatusUnprocessableEntity, err.Error())
+		fail(w, r, http.StatusUnprocessableEntity, valueDetail(err))
 		return
 	}
 	m.Op = partition.OpPut
@@ -281,15 +300,18 @@ func (s *Server) putEntry(w http.ResponseWriter, r *http.Request, principal stri
 // targetType resolves the typename to store, in the spec's order: the
 // Statefun-Type header (or the envelope's typename), the registered one,
 // the existing value's. A given typename that differs from the registered
-// one is a 409: the function would fail on it.
+// one is a 409: the function would fail on it. A status of 0 with an error
+// is an engine error.
 func (s *Server) targetType(r *http.Request, a address.Address, state string, env *types.Envelope) (string, int, error) {
 	given := r.Header.Get("Statefun-Type")
 	if given == "" && env != nil {
 		given = env.Typename
 	}
 	if given != "" {
-		if _, err := address.ParseTypeNameLax(given); err != nil {
-			return "", http.StatusBadRequest, fmt.Errorf("Statefun-Type %q is not a typename <namespace>/<name>", given)
+		// UTF-8 too: the store keeps the typename in a protobuf string, and
+		// a commit that cannot be encoded stops the partition.
+		if _, err := address.ParseTypeNameLax(given); err != nil || !utf8.ValidString(given) {
+			return "", http.StatusBadRequest, fmt.Errorf("Statefun-Type %q is not a typename <namespace>/<name> in UTF-8", given)
 		}
 	}
 	for _, sp := range s.eng.SpecsOf(a.Type) {
@@ -306,7 +328,7 @@ func (s *Server) targetType(r *http.Request, a address.Address, state string, en
 	}
 	rep, err := s.eng.Read(r.Context(), a, state)
 	if err != nil {
-		return "", http.StatusServiceUnavailable, err
+		return "", 0, err // engineError's answer
 	}
 	if len(rep.Entries) > 0 && rep.Entries[0].Entry.Typename != "" {
 		return rep.Entries[0].Entry.Typename, 0, nil
@@ -403,4 +425,14 @@ func receiptOf(rc partition.Receipt) receiptJSON {
 	cp := rc.Checkpoint
 	out.Checkpoint = &cp
 	return out
+}
+
+// valueDetail is a value error as a problem detail: the types package's
+// explanation without its package prefix.
+func valueDetail(err error) string {
+	var te *types.Error
+	if errors.As(err, &te) {
+		return te.Detail
+	}
+	return err.Error()
 }

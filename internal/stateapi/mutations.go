@@ -35,21 +35,25 @@ func (s *Server) serveMutations(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, r, "GET, HEAD")
 		return
 	}
-	if _, ok := s.authorize(w, r, ScopeRead); !ok {
+	_, ok := s.authorize(w, r, ScopeRead)
+	if !ok {
 		return
 	}
-	ctx := r.Context()
+	// Without ?wait= the receipt is read once: WaitReceipt would wait for a
+	// final one (or for an unknown id to appear) until the client gave up.
+	var rc *protocol.Receipt
 	if v := r.URL.Query().Get("wait"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
+		d, perr := time.ParseDuration(v)
+		if perr != nil || d < 0 {
 			fail(w, r, http.StatusBadRequest, fmt.Sprintf("?wait=%q: want a duration like 5s", v))
 			return
 		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, min(d, s.opts.MaxWait))
+		ctx, cancel := context.WithTimeout(r.Context(), min(d, s.opts.MaxWait))
 		defer cancel()
+		rc, ok, err = s.eng.WaitReceipt(ctx, id)
+	} else {
+		rc, ok, err = s.eng.Receipt(id)
 	}
-	rc, ok, err := s.eng.WaitReceipt(ctx, id)
 	if err != nil {
 		engineError(w, r, err)
 		return
@@ -101,16 +105,16 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 		fail(w, r, http.StatusConflict, "mutation "+id+" changed nothing to revert")
 		return
 	}
-	reason := r.Header.Get("Statefun-Reason")
+	reason, err := s.reasonOf(r)
+	if err != nil {
+		fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
 	if strings.TrimSpace(reason) == "" {
 		reason = "revert of " + id
 	}
-	if s.opts.RequireReason && r.Header.Get("Statefun-Reason") == "" {
-		fail(w, r, http.StatusBadRequest, "this deployment requires a Statefun-Reason header on every mutation")
-		return
-	}
 	var receipts []receiptJSON
-	status := http.StatusOK
+	status, rejected := http.StatusOK, -1
 	for _, a := range records {
 		m := partition.Mutation{ID: newMutationID(), Addr: addrOf(a.GetTarget()), State: a.GetState(),
 			Principal: principal, Reason: reason, Reverts: id, Ack: partition.AckCommitted}
@@ -129,13 +133,15 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 			engineError(w, r, err)
 			return
 		}
-		if out.Reject != partition.Applied {
-			status = http.StatusPreconditionFailed
+		if out.Reject != partition.Applied && rejected < 0 {
+			status, rejected = http.StatusPreconditionFailed, len(receipts)
 		}
 		receipts = append(receipts, receiptOf(out))
 	}
 	if status != http.StatusOK {
-		writeProblem(w, r, problem{Status: status, Detail: "the entry changed since mutation " + id + "; nothing was reverted where it did", Receipt: &receipts[0]})
+		rc := receipts[rejected]
+		writeProblem(w, r, problem{Status: status, Detail: "the entry changed since mutation " + id + "; nothing was reverted where it did",
+			CurrentVersion: rc.Version, Receipt: &rc})
 		return
 	}
 	if len(receipts) == 1 {

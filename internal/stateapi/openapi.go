@@ -3,6 +3,7 @@ package stateapi
 import (
 	_ "embed"
 	"net/http"
+	"strconv"
 )
 
 // openapiJSON is the OpenAPI 3.1 description of this API; openapi_test.go
@@ -11,7 +12,14 @@ import (
 //go:embed openapi.json
 var openapiJSON []byte
 
-func serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveOpenAPI(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, r, "GET, HEAD")
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(openapiJSON)
+	w.Header().Set("Content-Length", strconv.Itoa(len(openapiJSON)))
+	if r.Method != http.MethodHead {
+		w.Write(openapiJSON)
+	}
 }

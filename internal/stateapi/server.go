@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
@@ -50,13 +51,53 @@ func New(eng *engine.Engine, opts Options) *Server {
 	return &Server{eng: eng, tokens: opts.Tokens, opts: opts}
 }
 
+// route is one path of the API and the method that serves it.
+type route struct {
+	path  string
+	serve func(*Server, http.ResponseWriter, *http.Request)
+}
+
+// routes are the paths the API serves, each with every method: a handler
+// answers a method it does not serve with a problem+json 405 and Allow. A
+// path ending in '/' covers every path below it. openapi_test.go checks
+// that openapi.json documents each of them.
+var routes = []route{
+	{"/state", (*Server).serveState},
+	{"/state/", (*Server).serveState},
+	{"/mutations", (*Server).serveMutations},
+	{"/mutations/", (*Server).serveMutations},
+	{"/audit", (*Server).serveAudit},
+	{"/openapi.json", (*Server).serveOpenAPI},
+}
+
 // Register mounts the API's routes on mux.
+//
+// A ServeMux answers a path that is not in canonical form (an empty
+// segment, or a "." or ".." segment) with a 307 redirect to the cleaned
+// path, before any handler runs, and a client that follows it (307 keeps
+// the method) acts on another address: DELETE /state/ns/t//count becomes
+// DELETE /state/ns/t/count, every entry of the id "count". Serve Handler
+// instead, which answers such paths with a 400.
 func (s *Server) Register(mux *http.ServeMux) {
-	mux.HandleFunc("/state", s.serveState)
-	mux.HandleFunc("/state/", s.serveState)
-	mux.HandleFunc("/mutations/", s.serveMutations)
-	mux.HandleFunc("GET /audit", s.serveAudit)
-	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
+	for _, rt := range routes {
+		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
+	}
+}
+
+// Handler returns a handler that serves the API's routes itself, matching
+// the escaped path as received (no cleaning, no redirects), and hands every
+// other request to next (the admin listener's mux).
+func (s *Server) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.EscapedPath()
+		for _, rt := range routes {
+			if p == rt.path || (strings.HasSuffix(rt.path, "/") && strings.HasPrefix(p, rt.path)) {
+				rt.serve(s, w, r)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (s *Server) serveState(w http.ResponseWriter, r *http.Request) {
@@ -136,6 +177,7 @@ func engineError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", "5")
 		fail(w, r, http.StatusServiceUnavailable, "the runtime is shutting down")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		w.Header().Set("Retry-After", "1")
 		fail(w, r, http.StatusServiceUnavailable, "the request ended before the runtime answered: "+err.Error())
 	default:
 		fail(w, r, http.StatusInternalServerError, err.Error())
@@ -143,11 +185,18 @@ func engineError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // newMutationID returns a unique, time-ordered mutation id.
+//
+// Ids sort in creation order within this process — the millisecond, then a
+// counter — and the audit log breaks ties of one millisecond by id, so the
+// mutations an operator sends one after another are listed in that order.
+// The random tail keeps ids unique across restarts and processes.
 func newMutationID() string {
-	var b [8]byte
+	var b [4]byte
 	rand.Read(b[:])
-	return strconv.FormatInt(time.Now().UnixMilli(), 36) + "-" + hex.EncodeToString(b[:])
+	return fmt.Sprintf("%s-%08x-%s", strconv.FormatInt(time.Now().UnixMilli(), 36), mutationSeq.Add(1), hex.EncodeToString(b[:]))
 }
+
+var mutationSeq atomic.Uint32
 
 func etag(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
 

@@ -24,9 +24,11 @@ remote functions built with the official SDKs) on one binary.
 
 Usage:
   statefun run --module FILE [--data-dir DIR] [--admin-addr HOST:PORT]
+  statefun state get|put|delete|ls|edit|revert|receipt|audit [flags] [args]
   statefun version
 
-Run "statefun run -h" for the flags of run.
+Run "statefun run -h" for the flags of run, "statefun state -h" for the
+state commands (read and write a running application's state).
 `
 
 func main() {
@@ -41,6 +43,8 @@ func mainErr(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return run(args[1:], stderr)
+	case "state":
+		return stateMain(args[1:], os.Stdin, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "statefun", version())
 		return 0

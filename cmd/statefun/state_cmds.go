@@ -1,0 +1,613 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/statefun-go/statefun/pkg/stateclient"
+)
+
+// get prints one value.
+func (c *stateCLI) get(args []string) error {
+	fs := c.flagSet("statefun state get", []string{
+		"statefun state get [-o auto|text|raw|json] <namespace>/<type> <id> <state>",
+		"",
+		"auto (the default) prints the value as text when it has a text form (the built-in",
+		"scalar types, JSON), else its exact bytes; text requires a text form; raw prints the",
+		"exact stored bytes (the SDK's encoding); json prints the envelope with typename,",
+		"version, expiry, value and valueBase64. Text is printed as stored; a newline is",
+		"added only when stdout is a terminal. A value that is not there is exit status 1.",
+	})
+	var output string
+	fs.StringVar(&output, "o", "auto", "output: auto, text, raw or json")
+	fs.StringVar(&output, "output", "auto", "same as -o")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	a, state, err := entryArgs(pos)
+	if err != nil {
+		return err
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	var accept string
+	switch output {
+	case "auto":
+		accept = "text/plain, application/octet-stream;q=0.5"
+	case "text":
+		accept = "text/plain"
+	case "raw":
+		accept = "application/octet-stream"
+	case "json":
+		env, err := cl.GetEnvelope(c.ctx(), a, state)
+		if err != nil {
+			return err
+		}
+		return writeJSON(c.stdout, env)
+	default:
+		return usagef("-o %q: want auto, text, raw or json", output)
+	}
+	v, err := cl.Get(c.ctx(), a, state, accept)
+	if err != nil {
+		return err
+	}
+	if !v.IsText() {
+		if output == "auto" && c.terminal(c.stdout) {
+			return fmt.Errorf("%s is binary (%s, %d bytes) and stdout is a terminal: use -o raw to write the bytes, or -o json for the envelope with valueBase64",
+				describeEntry(a, state), v.Typename, len(v.Bytes))
+		}
+		_, err = c.stdout.Write(v.Bytes)
+		return err
+	}
+	out := v.Bytes
+	if c.terminal(c.stdout) && !bytes.HasSuffix(out, []byte("\n")) {
+		out = append(out, '\n')
+	}
+	_, err = c.stdout.Write(out)
+	return err
+}
+
+// mutationFlags are the flags every mutating command shares.
+type mutationFlags struct {
+	ack    string
+	reason string
+	quiet  bool
+}
+
+func (m *mutationFlags) register(fs interface {
+	StringVar(*string, string, string, string)
+	BoolVar(*bool, string, bool, string)
+}) {
+	fs.StringVar(&m.ack, "ack", "", "answer when the mutation is committed (default), applied or accepted")
+	fs.StringVar(&m.reason, "reason", "", "why, recorded in the audit log")
+	fs.BoolVar(&m.quiet, "q", false, "print nothing on success (not the receipt)")
+	fs.BoolVar(&m.quiet, "quiet", false, "same as -q")
+}
+
+func (m *mutationFlags) ackMode() (stateclient.Ack, error) {
+	switch m.ack {
+	case "", "committed", "applied", "accepted":
+		return stateclient.Ack(m.ack), nil
+	}
+	return "", usagef("--ack %q: want committed, applied or accepted", m.ack)
+}
+
+// printReceipts prints receipts as JSON: one object, or an array for more.
+func (c *stateCLI) printReceipts(m *mutationFlags, rs ...stateclient.Receipt) error {
+	if m.quiet {
+		return nil
+	}
+	if len(rs) == 1 {
+		return writeJSON(c.stdout, rs[0])
+	}
+	return writeJSON(c.stdout, rs)
+}
+
+// put sets one value.
+func (c *stateCLI) put(args []string) error {
+	fs := c.flagSet("statefun state put", []string{
+		"statefun state put [flags] <namespace>/<type> <id> <state> <value>",
+		"statefun state put [flags] <namespace>/<type> <id> <state> - < file",
+		"",
+		"<value> is text parsed into the state's type (--format text, the default): 42,",
+		"true, 3.5, any text for a string, JSON for a JSON type. \"-\" reads the value from",
+		"stdin, taken as is (a string keeps a trailing newline). --format raw takes the exact",
+		"bytes to store; --format json the envelope of \"get -o json\". The type is --type,",
+		"else the one the function registered, else the existing value's. Prints the",
+		"receipt as JSON.",
+	})
+	var (
+		m           mutationFlags
+		format      string
+		typename    string
+		ifMatch     string
+		ifNoneMatch bool
+	)
+	m.register(fs)
+	fs.StringVar(&format, "format", "text", "what <value> is: text, raw (exact bytes) or json (the envelope)")
+	fs.StringVar(&typename, "type", "", "store the value as this typename, e.g. io.statefun.types/long")
+	fs.StringVar(&ifMatch, "if-match", "", "write only if the entry's version is this (from get -o json or a receipt)")
+	fs.BoolVar(&ifNoneMatch, "if-none-match", false, "write only if the entry has no value (create)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 4 {
+		if len(pos) > 0 {
+			if _, err := typeArg(pos[0]); err != nil {
+				return err
+			}
+		}
+		return usagef("want <namespace>/<type> <id> <state> <value>, got %d argument(s) (\"-\" reads the value from stdin)", len(pos))
+	}
+	a, state, err := entryArgs(pos[:3])
+	if err != nil {
+		return err
+	}
+	contentType, ok := map[string]string{"text": "text/plain; charset=utf-8", "raw": "application/octet-stream", "json": "application/json"}[format]
+	if !ok {
+		return usagef("--format %q: want text, raw or json", format)
+	}
+	ack, err := m.ackMode()
+	if err != nil {
+		return err
+	}
+	body := []byte(pos[3])
+	if pos[3] == "-" {
+		if body, err = io.ReadAll(c.stdin); err != nil {
+			return fmt.Errorf("reading stdin: %w", err)
+		}
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	rc, err := cl.Put(c.ctx(), a, state, body, contentType, stateclient.PutOptions{
+		Typename: typename, IfMatch: ifMatch, IfNoneMatch: ifNoneMatch, Ack: ack, Reason: m.reason})
+	if err != nil {
+		return err
+	}
+	return c.printReceipts(&m, *rc)
+}
+
+// delete drops one entry or, with --all, every entry of an instance.
+func (c *stateCLI) delete(args []string) error {
+	fs := c.flagSet("statefun state delete", []string{
+		"statefun state delete [flags] <namespace>/<type> <id> <state>",
+		"statefun state delete --all [flags] <namespace>/<type> <id>",
+		"",
+		"Prints the receipt as JSON. An entry without a value is exit status 1.",
+	})
+	var (
+		m       mutationFlags
+		all     bool
+		ifMatch string
+	)
+	m.register(fs)
+	fs.BoolVar(&all, "all", false, "drop every entry of the instance")
+	fs.StringVar(&ifMatch, "if-match", "", "delete only if the entry's version is this (not with --all)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	ack, err := m.ackMode()
+	if err != nil {
+		return err
+	}
+	opts := stateclient.DeleteOptions{IfMatch: ifMatch, Ack: ack, Reason: m.reason}
+	if all {
+		if len(pos) != 2 {
+			return usagef("--all: want <namespace>/<type> <id>, got %d argument(s)", len(pos))
+		}
+		if ifMatch != "" {
+			return usagef("--if-match applies to one entry, not --all")
+		}
+		a, err := addressArgs(pos[0], pos[1])
+		if err != nil {
+			return err
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		rc, err := cl.DeleteAddress(c.ctx(), a, opts)
+		if err != nil {
+			return err
+		}
+		return c.printReceipts(&m, *rc)
+	}
+	if len(pos) == 2 {
+		return usagef("want <namespace>/<type> <id> <state>; to drop every entry of the instance, add --all")
+	}
+	a, state, err := entryArgs(pos)
+	if err != nil {
+		return err
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	rc, err := cl.Delete(c.ctx(), a, state, opts)
+	if err != nil {
+		return err
+	}
+	return c.printReceipts(&m, *rc)
+}
+
+// ls lists types, ids or entries.
+func (c *stateCLI) ls(args []string) error {
+	fs := c.flagSet("statefun state ls", []string{
+		"statefun state ls [-o name|table|json]                  function types",
+		"statefun state ls [-o name|table|json] <namespace>      the types of one namespace",
+		"statefun state ls [flags] <namespace>/<type>            ids holding state, one per line",
+		"statefun state ls [-o table|name|json] <namespace>/<type> <id>   entries of an instance",
+		"",
+		"Ids are listed in order; without --limit every page is fetched. With --limit N one",
+		"page is printed and, when there are more, the --after of the next page is printed",
+		"on stderr. Listings of types and ids read the durable store.",
+	})
+	var (
+		output, prefix, after string
+		limit                 int
+		nul                   bool
+	)
+	fs.StringVar(&output, "o", "", "output: name (one per line), table or json; default name, table for entries")
+	fs.StringVar(&output, "output", "", "same as -o")
+	fs.StringVar(&prefix, "prefix", "", "ids: only those starting with this")
+	fs.StringVar(&after, "after", "", "ids: only those after this one (the cursor of a page)")
+	fs.IntVar(&limit, "limit", 0, "ids: print one page of at most this many (1 to 10000)")
+	fs.BoolVar(&nul, "0", false, "ids: end each id with a NUL byte instead of a newline (for xargs -0)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if limit < 0 || limit > 10000 {
+		return usagef("--limit %d: want 1 to 10000", limit)
+	}
+	idFlags := prefix != "" || after != "" || limit != 0 || nul
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) == 0 || len(pos) == 1 && !strings.Contains(pos[0], "/"):
+		if idFlags {
+			return usagef("--prefix, --after, --limit and -0 apply to a listing of ids (ls <namespace>/<type>)")
+		}
+		ns := ""
+		if len(pos) == 1 {
+			ns = pos[0]
+		}
+		return c.lsTypes(cl, ns, output)
+	case len(pos) == 1:
+		t, err := typeArg(pos[0])
+		if err != nil {
+			return err
+		}
+		return c.lsIDs(cl, t, output, prefix, after, limit, nul)
+	case len(pos) == 2:
+		if idFlags {
+			return usagef("--prefix, --after, --limit and -0 apply to a listing of ids (ls <namespace>/<type>)")
+		}
+		a, err := addressArgs(pos[0], pos[1])
+		if err != nil {
+			return err
+		}
+		return c.lsEntries(cl, a, output)
+	}
+	return usagef("want at most <namespace>/<type> <id>, got %d arguments", len(pos))
+}
+
+func (c *stateCLI) lsTypes(cl *stateclient.Client, ns, output string) error {
+	ts, err := cl.ListTypes(c.ctx(), ns)
+	if err != nil {
+		return err
+	}
+	switch output {
+	case "", "name":
+		for _, t := range ts.Types {
+			fmt.Fprintf(c.stdout, "%s/%s\n", t.Namespace, t.Type)
+		}
+		return nil
+	case "table":
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TYPE\tREGISTERED\tSTATES\tHOLDS STATE")
+		for _, t := range ts.Types {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%s\n", t.Namespace, t.Type, yesNo(t.Registered), t.RegisteredStates, yesNo(t.HoldsState))
+		}
+		return tw.Flush()
+	case "json":
+		return writeJSON(c.stdout, ts)
+	}
+	return usagef("-o %q: want name, table or json", output)
+}
+
+func (c *stateCLI) lsIDs(cl *stateclient.Client, t stateclient.TypeName, output, prefix, after string, limit int, nul bool) error {
+	end := "\n"
+	if nul {
+		end = "\x00"
+	}
+	switch output {
+	case "", "name", "json":
+	default:
+		return usagef("-o %q: want name or json", output)
+	}
+	page := &stateclient.IDPage{IDs: []string{}}
+	if limit > 0 {
+		p, err := cl.ListIDs(c.ctx(), t, prefix, after, limit)
+		if err != nil {
+			return err
+		}
+		page = p
+	} else {
+		for id, err := range cl.AllIDs(c.ctx(), t, prefix, after, 1000) {
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				page.IDs = append(page.IDs, id)
+				continue
+			}
+			if _, err := io.WriteString(c.stdout, id+end); err != nil {
+				return err
+			}
+		}
+		if output != "json" {
+			return nil
+		}
+	}
+	if output == "json" {
+		return writeJSON(c.stdout, page)
+	}
+	for _, id := range page.IDs {
+		if _, err := io.WriteString(c.stdout, id+end); err != nil {
+			return err
+		}
+	}
+	if page.Next != "" {
+		fmt.Fprintf(c.stderr, "more ids: next page with --after %s\n", shellQuote(page.Next))
+	}
+	return nil
+}
+
+func (c *stateCLI) lsEntries(cl *stateclient.Client, a stateclient.Address, output string) error {
+	es, err := cl.ListEntries(c.ctx(), a)
+	if err != nil {
+		return err
+	}
+	switch output {
+	case "name":
+		for _, e := range es.Entries {
+			fmt.Fprintln(c.stdout, e.State)
+		}
+		return nil
+	case "json":
+		return writeJSON(c.stdout, es)
+	case "", "table":
+	default:
+		return usagef("-o %q: want table, name or json", output)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STATE\tTYPE\tSIZE\tVERSION\tEXPIRES\tREGISTERED")
+	seen := map[string]bool{}
+	for _, e := range es.Entries {
+		seen[e.State] = true
+		exp := "-"
+		if e.ExpiresAt != nil {
+			exp = e.ExpiresAt.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", shellQuote(e.State), e.Typename, e.Size, e.Version, exp, yesNo(e.Registered))
+	}
+	for _, s := range es.Registered {
+		if !seen[s.State] {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\tyes (no value)\n", shellQuote(s.State), s.Typename)
+		}
+	}
+	return tw.Flush()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// revert undoes a mutation.
+func (c *stateCLI) revert(args []string) error {
+	fs := c.flagSet("statefun state revert", []string{
+		"statefun state revert [--reason R] [-q] <mutation-id>",
+		"",
+		"Restores what the mutation overwrote or deleted, if the entry still holds the",
+		"version the mutation wrote; otherwise nothing is changed and the exit status is 1.",
+		"Prints the receipt (an array when the mutation changed several entries).",
+	})
+	var m mutationFlags
+	fs.StringVar(&m.reason, "reason", "", `why, recorded in the audit log (default "revert of <id>")`)
+	fs.BoolVar(&m.quiet, "q", false, "print nothing on success")
+	fs.BoolVar(&m.quiet, "quiet", false, "same as -q")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		return usagef("want one <mutation-id> (from a receipt or the audit log)")
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	rs, err := cl.Revert(c.ctx(), pos[0], m.reason)
+	if err != nil {
+		return err
+	}
+	return c.printReceipts(&m, rs...)
+}
+
+// receipt prints a mutation's receipt.
+func (c *stateCLI) receipt(args []string) error {
+	fs := c.flagSet("statefun state receipt", []string{
+		"statefun state receipt [--wait D] <mutation-id>",
+		"",
+		"With --wait, waits up to D for the receipt to be final (committed or rejected).",
+		"The exit status is 1 when the mutation was rejected or failed.",
+	})
+	var wait time.Duration
+	fs.DurationVar(&wait, "wait", 0, "wait up to this long for a final receipt (e.g. 10s)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || pos[0] == "" {
+		return usagef("want one <mutation-id>")
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	rc, err := cl.Receipt(c.ctx(), pos[0], wait)
+	if err != nil {
+		return err
+	}
+	if err := writeJSON(c.stdout, rc); err != nil {
+		return err
+	}
+	if rc.Status == "rejected" || rc.Status == "failed" {
+		return fmt.Errorf("mutation %s was %s: %s", rc.Mutation, rc.Status, rc.Reason)
+	}
+	return nil
+}
+
+// audit prints the audit log.
+func (c *stateCLI) audit(args []string) error {
+	fs := c.flagSet("statefun state audit", []string{
+		"statefun state audit [filters] [-o table|json]",
+		"",
+		"Records oldest first. --since and --until take an RFC 3339 time or a duration",
+		"back from now (1h). --type takes <type> or <namespace>/<type>.",
+	})
+	var (
+		f            stateclient.AuditFilter
+		since, until string
+		output       string
+	)
+	fs.StringVar(&f.Namespace, "namespace", "", "only this namespace")
+	fs.StringVar(&f.Type, "type", "", "only this function type: <type> or <namespace>/<type>")
+	fs.StringVar(&f.ID, "id", "", "only this id")
+	fs.StringVar(&f.State, "state", "", "only this state name")
+	fs.StringVar(&f.Principal, "principal", "", "only mutations by this principal (token name, or anonymous)")
+	fs.StringVar(&f.Mutation, "mutation", "", "only this mutation")
+	fs.StringVar(&since, "since", "", "only records at or after this time (RFC 3339, or a duration ago like 1h)")
+	fs.StringVar(&until, "until", "", "only records at or before this time (RFC 3339, or a duration ago)")
+	fs.IntVar(&f.Limit, "limit", 0, "at most this many records (default 1000 by the server)")
+	fs.StringVar(&output, "o", "table", "output: table or json")
+	fs.StringVar(&output, "output", "table", "same as -o")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected argument %q: filters are flags (--namespace, --type, --id, --state, ...)", pos[0])
+	}
+	if ns, name, ok := strings.Cut(f.Type, "/"); ok {
+		if f.Namespace != "" && f.Namespace != ns {
+			return usagef("--type %s contradicts --namespace %s", f.Type, f.Namespace)
+		}
+		f.Namespace, f.Type = ns, name
+	}
+	now := time.Now()
+	for _, tf := range []struct {
+		name string
+		s    string
+		dst  *time.Time
+	}{{"since", since, &f.Since}, {"until", until, &f.Until}} {
+		if tf.s == "" {
+			continue
+		}
+		t, err := parseWhen(tf.s, now)
+		if err != nil {
+			return usagef("--%s %q: want an RFC 3339 time (2024-05-06T07:08:09Z) or a duration like 1h", tf.name, tf.s)
+		}
+		*tf.dst = t
+	}
+	if f.Limit < 0 || f.Limit > 100000 {
+		return usagef("--limit %d: want 1 to 100000", f.Limit)
+	}
+	if output != "table" && output != "json" {
+		return usagef("-o %q: want table or json", output)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	recs, err := cl.Audit(c.ctx(), f)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		return writeJSON(c.stdout, recs)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tPRINCIPAL\tOP\tINSTANCE\tSTATE\tVERSION\tMUTATION\tREASON")
+	for _, r := range recs {
+		state := shellQuote(r.State)
+		if r.Op == "delete-all" && r.State == "" {
+			state = "*"
+		}
+		before := "-"
+		if r.Before != nil {
+			before = r.Before.Version
+		}
+		after := r.Version
+		if after == "" {
+			after = "-"
+		}
+		reason := r.Reason
+		if r.Reverts != "" && !strings.Contains(reason, r.Reverts) {
+			reason = strings.TrimSpace(reason + " (reverts " + r.Reverts + ")")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s %s\t%s\t%s→%s\t%s\t%s\n", r.At.Local().Format("2006-01-02 15:04:05.000"),
+			r.Principal, r.Op, r.Namespace, r.Type, shellQuote(r.ID), state, before, after, r.Mutation, oneLine(reason))
+	}
+	return tw.Flush()
+}
+
+// parseWhen reads an RFC 3339 time, or a duration before now.
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("not a time")
+	}
+	return now.Add(-d), nil
+}
+
+// writeJSON writes v as indented JSON and a newline, HTML characters
+// unescaped.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// oneLine returns s with control characters escaped, for a table cell.
+func oneLine(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}

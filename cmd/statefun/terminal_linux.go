@@ -1,0 +1,5 @@
+package main
+
+import "syscall"
+
+const ioctlReadTermios = syscall.TCGETS

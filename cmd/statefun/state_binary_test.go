@@ -31,7 +31,7 @@ func TestStateBinary(t *testing.T) {
 	run := func(stdin string, args ...string) result {
 		t.Helper()
 		cmd := exec.Command(bin, append([]string{"state"}, args...)...)
-		cmd.Env = append(os.Environ(), "STATEFUN_SERVER="+rt.api, "TMPDIR="+tmp)
+		cmd.Env = append(os.Environ(), "STATEFUN_SERVER="+rt.API, "TMPDIR="+tmp)
 		if stdin != "" {
 			cmd.Stdin = strings.NewReader(stdin)
 		}

@@ -46,7 +46,7 @@ func TestStateEdit(t *testing.T) {
 	if r := rt.ok(t, "", "get", "example/person", "Bob/1", "visits"); r.stdout != "42" {
 		t.Fatalf("after edit: %s", r)
 	}
-	recs, err := rt.client(t).Audit(context.Background(), stateclient.AuditFilter{Mutation: rc.Mutation})
+	recs, err := rt.Client(t).Audit(context.Background(), stateclient.AuditFilter{Mutation: rc.Mutation})
 	if err != nil || len(recs) != 1 || recs[0].Reason != "fix count" {
 		t.Fatalf("audit of the edit: %+v %v", recs, err)
 	}
@@ -182,7 +182,7 @@ sed -i 's/"value": 5/"value": 6/' "$1"`)
 			t.Fatal("the editor did not start")
 		}
 	}
-	rc, err := rt.client(t).Put(context.Background(), stateclient.Address{Namespace: "example", Type: "person", ID: "r"}, "visits",
+	rc, err := rt.Client(t).Put(context.Background(), stateclient.Address{Namespace: "example", Type: "person", ID: "r"}, "visits",
 		[]byte("100"), "text/plain", stateclient.PutOptions{})
 	if err != nil {
 		t.Fatal(err)

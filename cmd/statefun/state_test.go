@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/statefun-go/statefun/internal/apptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -44,7 +45,7 @@ func (rt *runtime) cliWith(t *testing.T, hook func(*stateCLI), stdin string, arg
 	if hook != nil {
 		hook(c)
 	}
-	code := c.run(append([]string{"--server", rt.api}, args...))
+	code := c.run(append([]string{"--server", rt.API}, args...))
 	return result{code, out.String(), errb.String()}
 }
 
@@ -201,7 +202,7 @@ func TestStateUsage(t *testing.T) {
 	// mainErr dispatches to state.
 	out.Reset()
 	errb.Reset()
-	if code := mainErr([]string{"state", "--server", rt.api, "ls"}, &out, &errb); code != 0 || out.String() != "example/person\n" {
+	if code := mainErr([]string{"state", "--server", rt.API, "ls"}, &out, &errb); code != 0 || out.String() != "example/person\n" {
 		t.Errorf("mainErr state ls: exit %d, %q %q", code, out.String(), errb.String())
 	}
 }
@@ -251,7 +252,7 @@ func TestStateOddIDs(t *testing.T) {
 
 func TestStateLs(t *testing.T) {
 	rt := startRuntime(t)
-	c := rt.client(t)
+	c := rt.Client(t)
 	for i := range 12 {
 		rt.ok(t, "", "put", "-q", "example/person", fmt.Sprintf("p%02d", i), "visits", "1")
 	}
@@ -372,12 +373,12 @@ func TestStateRevertAndAudit(t *testing.T) {
 
 // TestStateTokensAndTLS: --token-file, STATEFUN_TOKEN and --cacert.
 func TestStateTokensAndTLS(t *testing.T) {
-	tlsOpt := withTLS(t)
+	tlsOpt := apptest.WithTLS(t)
 	var certFile string
-	rt := startRuntime(t, withTokens, tlsOpt, func(c *app.Config) { certFile = c.TLSCert })
+	rt := startRuntime(t, apptest.WithTokens, tlsOpt, func(c *app.Config) { certFile = c.TLSCert })
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
-	os.WriteFile(tokenFile, []byte(rt.token+"\n"), 0o600)
+	os.WriteFile(tokenFile, []byte(rt.Token+"\n"), 0o600)
 
 	if r := rt.cli(t, "", "ls"); r.code != 1 || !strings.Contains(r.stderr, "certificate") {
 		t.Fatalf("https without --cacert: %s", r)

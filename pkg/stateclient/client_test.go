@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/statefun-go/statefun/internal/apptest"
 	"slices"
 	"strings"
 	"testing"
@@ -30,8 +31,8 @@ func mustPut(t *testing.T, c *stateclient.Client, a stateclient.Address, state, 
 }
 
 func TestRoundTrips(t *testing.T) {
-	rt := startRuntime(t)
-	c := rt.client(t)
+	rt := apptest.Start(t)
+	c := rt.Client(t)
 	bob := person("Bob")
 
 	// int: text in, text, exact bytes and the envelope out.
@@ -100,8 +101,8 @@ func TestRoundTrips(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	rt := startRuntime(t)
-	c := rt.client(t)
+	rt := apptest.Start(t)
+	c := rt.Client(t)
 	a := person("err")
 	rc := mustPut(t, c, a, "visits", "1", "text/plain", stateclient.PutOptions{})
 
@@ -152,8 +153,8 @@ func TestErrors(t *testing.T) {
 // TestOddIDs: ids with '/', '%', spaces, emoji, dots and query characters
 // are one path segment each, and come back as written.
 func TestOddIDs(t *testing.T) {
-	rt := startRuntime(t)
-	c := rt.client(t)
+	rt := apptest.Start(t)
+	c := rt.Client(t)
 	ids := []string{"a/b", "100%", "%2F", "with space", "😀 emoji/😀", ".", "..", "a//b", "/lead", "trail/", "?x=1#y", "a+b;c"}
 	for i, id := range ids {
 		mustPut(t, c, person(id), "visits", fmt.Sprint(i), "text/plain", stateclient.PutOptions{})
@@ -188,8 +189,8 @@ func TestOddIDs(t *testing.T) {
 }
 
 func TestListing(t *testing.T) {
-	rt := startRuntime(t)
-	c := rt.client(t)
+	rt := apptest.Start(t)
+	c := rt.Client(t)
 	for i := range 25 {
 		mustPut(t, c, person(fmt.Sprintf("p%03d", i)), "visits", "1", "text/plain", stateclient.PutOptions{})
 	}
@@ -229,8 +230,8 @@ func TestListing(t *testing.T) {
 }
 
 func TestAckReceiptRevertAudit(t *testing.T) {
-	rt := startRuntime(t)
-	c := rt.client(t)
+	rt := apptest.Start(t)
+	c := rt.Client(t)
 	a := person("ann")
 	first := mustPut(t, c, a, "visits", "10", "text/plain", stateclient.PutOptions{Reason: "first"})
 	rc := mustPut(t, c, a, "visits", "20", "text/plain", stateclient.PutOptions{Ack: stateclient.AckAccepted, Reason: "second"})
@@ -295,29 +296,29 @@ func TestAckReceiptRevertAudit(t *testing.T) {
 }
 
 func TestTokensAndTLS(t *testing.T) {
-	rt := startRuntime(t, withTokens, withTLS(t))
-	if !strings.HasPrefix(rt.api, "https://") {
-		t.Fatal(rt.api)
+	rt := apptest.Start(t, apptest.WithTokens, apptest.WithTLS(t))
+	if !strings.HasPrefix(rt.API, "https://") {
+		t.Fatal(rt.API)
 	}
-	admin := rt.client(t)
+	admin := rt.Client(t)
 	mustPut(t, admin, person("t"), "visits", "1", "text/plain", stateclient.PutOptions{})
 	recs, err := admin.Audit(ctx, stateclient.AuditFilter{ID: "t"})
 	if err != nil || len(recs) != 1 || recs[0].Principal != "admin" {
 		t.Fatalf("audit principal: %+v, %v", recs, err)
 	}
-	viewer := rt.client(t, stateclient.WithToken("viewer-secret-0123456789"))
+	viewer := rt.Client(t, stateclient.WithToken("viewer-secret-0123456789"))
 	if _, err := viewer.Get(ctx, person("t"), "visits", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := viewer.Put(ctx, person("t"), "visits", []byte("2"), "text/plain", stateclient.PutOptions{}); !stateclient.IsForbidden(err) {
 		t.Fatalf("viewer write: %v", err)
 	}
-	anon := rt.client(t, stateclient.WithToken(""))
+	anon := rt.Client(t, stateclient.WithToken(""))
 	if _, err := anon.Get(ctx, person("t"), "visits", ""); !stateclient.IsUnauthorized(err) {
 		t.Fatalf("no token: %v", err)
 	}
 	// Without the CA the TLS handshake fails.
-	plain, _ := stateclient.New(rt.api, stateclient.WithToken(rt.token))
+	plain, _ := stateclient.New(rt.API, stateclient.WithToken(rt.Token))
 	if _, err := plain.Get(ctx, person("t"), "visits", ""); err == nil || stateclient.StatusOf(err) != 0 {
 		t.Fatalf("untrusted certificate: %v", err)
 	}

@@ -1,4 +1,7 @@
-package stateclient_test
+// Package apptest starts the runtime in-process for tests of what stands
+// on its state API (the CLI, the Go client): an official-Go-SDK function
+// example/person, optional TLS and tokens.
+package apptest
 
 import (
 	"context"
@@ -11,7 +14,6 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
-	"log"
 	"log/slog"
 	"math/big"
 	"net"
@@ -40,12 +42,7 @@ var (
 	profileSpec = statefun.ValueSpec{Name: "profile", ValueType: profileType}
 )
 
-func TestMain(m *testing.M) {
-	log.SetOutput(io.Discard) // the SDK logs every negotiation
-	os.Exit(m.Run())
-}
-
-func personFunctions(t *testing.T) string {
+func PersonFunctions(t testing.TB) string {
 	b := statefun.StatefulFunctionsBuilder()
 	err := b.WithSpec(statefun.StatefulFunctionSpec{
 		FunctionType: statefun.TypeNameFrom("example/person"),
@@ -65,7 +62,7 @@ func personFunctions(t *testing.T) string {
 	return srv.URL
 }
 
-func freePort(t *testing.T) int {
+func FreePort(t testing.TB) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -74,31 +71,31 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// runtime is a statefun app started in-process.
-type runtime struct {
-	api     string // the admin listener's URL
-	ingress string
-	hc      *http.Client // trusts the runtime's certificate, with TLS
-	token   string       // a read-write token, with tokens
+// Runtime is a statefun app started in-process.
+type Runtime struct {
+	API     string // the admin listener's URL
+	Ingress string
+	HTTP    *http.Client // trusts the runtime's certificate, with TLS
+	Token   string       // a read-write token, with tokens
 }
 
-// client returns a client of the runtime's state API.
-func (rt *runtime) client(t *testing.T, opts ...stateclient.Option) *stateclient.Client {
+// Client returns a client of the runtime's state API.
+func (rt *Runtime) Client(t *testing.T, opts ...stateclient.Option) *stateclient.Client {
 	t.Helper()
-	base := []stateclient.Option{stateclient.WithHTTPClient(rt.hc), stateclient.WithToken(rt.token)}
-	c, err := stateclient.New(rt.api, append(base, opts...)...)
+	base := []stateclient.Option{stateclient.WithHTTPClient(rt.HTTP), stateclient.WithToken(rt.Token)}
+	c, err := stateclient.New(rt.API, append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// startRuntime starts the runtime on a fresh store with example/person, and
+// Start starts the runtime on a fresh store with example/person, and
 // waits until the function has registered its states (one message to
 // example/person/seed). opts adjust the app's configuration.
-func startRuntime(t *testing.T, opts ...func(*app.Config)) *runtime {
+func Start(t *testing.T, opts ...func(*app.Config)) *Runtime {
 	dir := t.TempDir()
-	in := freePort(t)
+	in := FreePort(t)
 	mod := fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
 spec:
   functions: example/*
@@ -107,7 +104,7 @@ spec:
 kind: io.statefun.playground.v1/ingress
 spec:
   port: %d
-`, personFunctions(t), in)
+`, PersonFunctions(t), in)
 	path := filepath.Join(dir, "module.yaml")
 	if err := os.WriteFile(path, []byte(mod), 0o644); err != nil {
 		t.Fatal(err)
@@ -126,15 +123,15 @@ spec:
 	if cfg.TLSCert != "" {
 		scheme = "https"
 	}
-	rt := &runtime{api: scheme + "://" + a.Addr("admin"), ingress: fmt.Sprintf("http://127.0.0.1:%d", in)}
+	rt := &Runtime{API: scheme + "://" + a.Addr("admin"), Ingress: fmt.Sprintf("http://127.0.0.1:%d", in)}
 	if cfg.TLSCert != "" {
-		rt.hc = clientTrusting(t, cfg.TLSCert)
+		rt.HTTP = ClientTrusting(t, cfg.TLSCert)
 	}
 	if len(cfg.API.Tokens) > 0 {
-		rt.token = cfg.API.Tokens[0].Secret
+		rt.Token = cfg.API.Tokens[0].Secret
 	}
-	rt.send(t, "seed")
-	c := rt.client(t)
+	rt.Send(t, "seed")
+	c := rt.Client(t)
 	seed := stateclient.Address{Namespace: "example", Type: "person", ID: "seed"}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -150,9 +147,9 @@ spec:
 	return rt
 }
 
-// send sends one message to example/person/<id> through the ingress.
-func (rt *runtime) send(t *testing.T, id string) {
-	req, _ := http.NewRequest(http.MethodPut, rt.ingress+"/example/person/"+pathEscape(id), strings.NewReader("hi"))
+// Send sends one message to example/person/<id> through the ingress.
+func (rt *Runtime) Send(t *testing.T, id string) {
+	req, _ := http.NewRequest(http.MethodPut, rt.Ingress+"/example/person/"+PathEscape(id), strings.NewReader("hi"))
 	req.Header.Set("Content-Type", "application/vnd.example/ping")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -164,13 +161,13 @@ func (rt *runtime) send(t *testing.T, id string) {
 	}
 }
 
-func pathEscape(s string) string {
+func PathEscape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "%", "%25"), "/", "%2F")
 }
 
-// withTLS makes the runtime serve https with a fresh self-signed
+// WithTLS makes the runtime serve https with a fresh self-signed
 // certificate for 127.0.0.1.
-func withTLS(t *testing.T) func(*app.Config) {
+func WithTLS(t *testing.T) func(*app.Config) {
 	dir := t.TempDir()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -201,9 +198,9 @@ func withTLS(t *testing.T) func(*app.Config) {
 	return func(c *app.Config) { c.TLSCert, c.TLSKey = certFile, keyFile }
 }
 
-// clientTrusting returns an HTTP client that trusts the PEM certificate in
+// ClientTrusting returns an HTTP client that trusts the PEM certificate in
 // file.
-func clientTrusting(t *testing.T, file string) *http.Client {
+func ClientTrusting(t *testing.T, file string) *http.Client {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -213,9 +210,9 @@ func clientTrusting(t *testing.T, file string) *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 }
 
-// withTokens gives the API two tokens: "admin" (read,write, the runtime's
+// WithTokens gives the API two tokens: "admin" (read,write, the runtime's
 // client uses it) and "viewer" (read).
-func withTokens(c *app.Config) {
+func WithTokens(c *app.Config) {
 	c.API.Tokens = []stateapi.Token{
 		{Name: "admin", Secret: "admin-secret-0123456789", Scopes: []string{stateapi.ScopeRead, stateapi.ScopeWrite}},
 		{Name: "viewer", Secret: "viewer-secret-0123456789", Scopes: []string{stateapi.ScopeRead}},

@@ -1,0 +1,276 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime/pprof"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/sdktest"
+)
+
+// roleEnv makes the test binary do one job in a child process instead of
+// running benchmarks: that is how the function and the load generator get
+// processes of their own without a build step. Its values:
+//
+//	counter  serve sdktest/counter (official Go SDK)
+//	empty    serve emptyHandler
+//	load     run the load generator described by loadEnv (see runLoadChild)
+const roleEnv = "STATEFUN_BENCH_ROLE"
+
+// loadEnv carries a loadSpec, as JSON, to a load generator child.
+const loadEnv = "STATEFUN_BENCH_LOAD"
+
+func TestMain(m *testing.M) {
+	// The official Go SDK logs every registration through the log package.
+	log.SetOutput(io.Discard)
+	switch os.Getenv(roleEnv) {
+	case "counter":
+		serve(sdktest.CounterHandler())
+	case "empty":
+		serve(emptyHandler{})
+	case "load":
+		if err := runLoadChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: load generator:", err)
+			os.Exit(1)
+		}
+	default:
+		os.Exit(m.Run())
+	}
+}
+
+// emptyHandler reads the request body and answers 200 with no body, as
+// the playground ingress does: an HTTP round trip with nothing behind it.
+type emptyHandler struct{}
+
+func (emptyHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.WriteHeader(http.StatusOK)
+}
+
+// serve serves h on a loopback port, prints "listening on host:port" and
+// exits when stdin is closed.
+func serve(h http.Handler) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}()
+	fmt.Printf("listening on %s\n", ln.Addr())
+	_ = srv.Serve(ln)
+}
+
+// loadSpec is the work of a load generator: post Messages messages to
+// IngressPrefix + "id-<i mod Addrs>" from Clients clients.
+type loadSpec struct {
+	IngressPrefix string
+	Addrs         int
+	Messages      int
+	Clients       int
+	MaxTime       time.Duration
+}
+
+func (s loadSpec) urls() []string {
+	urls := make([]string, s.Addrs)
+	for i := range urls {
+		urls[i] = s.IngressPrefix + idName(i)
+	}
+	return urls
+}
+
+func idName(i int) string { return fmt.Sprintf("id-%d", i) }
+
+// run drives the load from this process.
+func (s loadSpec) run(ctx context.Context) (loadSummary, error) {
+	client := newLoadClient(s.Clients)
+	defer client.CloseIdleConnections()
+	urls := s.urls()
+	res, err := drive(ctx, s.Messages, s.Clients, s.MaxTime, postOp(client, func(i int) string { return urls[i%len(urls)] }, []byte("1")))
+	return res.summary(), err
+}
+
+// runLoadChild is the load generator process: it reads its loadSpec from
+// loadEnv, prints "ready", starts when a line arrives on stdin, prints
+// "result <loadSummary as JSON>" when done and exits when stdin closes.
+func runLoadChild() error {
+	var spec loadSpec
+	if err := json.Unmarshal([]byte(os.Getenv(loadEnv)), &spec); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	stdin := bufio.NewReader(os.Stdin)
+	if _, err := stdin.ReadString('\n'); err != nil {
+		return err
+	}
+	sum, err := spec.run(context.Background())
+	if err != nil {
+		return err
+	}
+	out, err := json.Marshal(sum)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("result %s\n", out)
+	// Stay until stdin closes, so the parent can still read this
+	// process's CPU time.
+	_, _ = io.Copy(io.Discard, stdin)
+	return nil
+}
+
+// child is this test binary running in another role (see roleEnv).
+type child struct {
+	pid    int
+	stdin  io.WriteCloser
+	lines  chan string // stdout, line by line; closed when the process ends
+	exited chan struct{}
+}
+
+// startChild starts a child in role with extra environment variables. It
+// stops when b ends: stdin is closed, and the process is killed if it has
+// not exited 5 seconds later.
+func startChild(b *testing.B, role string, env ...string) *child {
+	b.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	c := &child{pid: cmd.Process.Pid, stdin: stdin, lines: make(chan string, 16), exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 64<<20)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+		_ = cmd.Wait()
+		close(c.exited)
+	}()
+	b.Cleanup(func() {
+		stdin.Close()
+		select {
+		case <-c.exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-c.exited
+		}
+	})
+	return c
+}
+
+// expect waits for the child's next line that starts with prefix and
+// returns the rest of it.
+func (c *child) expect(b *testing.B, prefix string, timeout time.Duration) string {
+	b.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok {
+				b.Fatalf("bench: child %d ended before printing %q", c.pid, prefix)
+			}
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				return strings.TrimSpace(rest)
+			}
+		case <-deadline:
+			b.Fatalf("bench: child %d did not print %q within %v", c.pid, prefix, timeout)
+		}
+	}
+}
+
+// startServer runs a server role in a child and returns its address.
+func startServer(b *testing.B, role string) (addr string, pid int) {
+	c := startChild(b, role)
+	return c.expect(b, "listening on ", time.Minute), c.pid
+}
+
+// counterFn is sdktest/counter, served either by a child process or by an
+// httptest server in this process.
+type counterFn struct {
+	url string
+	pid int // the child's, or 0 when in process
+}
+
+// startCounter starts the function as -load.fn says.
+func startCounter(b *testing.B) *counterFn {
+	b.Helper()
+	switch *flagFn {
+	case "process":
+		addr, pid := startServer(b, "counter")
+		return &counterFn{url: "http://" + addr + "/statefun", pid: pid}
+	case "inprocess":
+		// The server's goroutines inherit the label of the goroutine that
+		// starts it, so a profile can tell the function apart.
+		var s *sdktest.CounterServer
+		pprof.Do(context.Background(), pprof.Labels("role", "function"), func(context.Context) {
+			s = sdktest.StartCounterServer(b)
+		})
+		return &counterFn{url: s.URL}
+	}
+	b.Fatalf("bench: -load.fn %q: want process or inprocess", *flagFn)
+	return nil
+}
+
+// loadGen is a load generator ready to start: run sends the load and
+// returns what it measured; pid is its process, 0 for this one.
+type loadGen struct {
+	run func() (loadSummary, error)
+	pid int
+}
+
+// startLoad prepares the load generator as -load.gen says.
+func startLoad(b *testing.B, spec loadSpec) loadGen {
+	b.Helper()
+	switch *flagGen {
+	case "inprocess":
+		return loadGen{run: func() (loadSummary, error) { return spec.run(b.Context()) }}
+	case "process":
+		js, err := json.Marshal(spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := startChild(b, "load", loadEnv+"="+string(js))
+		c.expect(b, "ready", time.Minute)
+		return loadGen{pid: c.pid, run: func() (loadSummary, error) {
+			if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+				return loadSummary{}, err
+			}
+			var sum loadSummary
+			err := json.Unmarshal([]byte(c.expect(b, "result ", spec.MaxTime+time.Minute)), &sum)
+			return sum, err
+		}}
+	}
+	b.Fatalf("bench: -load.gen %q: want process or inprocess", *flagGen)
+	return loadGen{}
+}

@@ -10,8 +10,8 @@
 //     synced Pebble batch (group commit), then, once durable, delivers
 //     messages to other partitions, answers ingress callers and tells each
 //     partition its commit is durable.
-//   - one short-lived goroutine per invocation in flight (at most one per
-//     address).
+//   - callWorker, as many as there are invocations in flight (at most one
+//     per address); a worker that finds no work for 30s exits.
 //
 // Nothing leaves a partition before the commit that produced it is durable:
 // messages for other partitions are delivered by commitLoop after the sync.

@@ -106,7 +106,7 @@ func (p *part) process() error {
 		p.e.waiters.deliver(r)
 	}
 	for _, inv := range rd.Invocations {
-		go p.e.call(p, inv)
+		p.e.dispatch(p, inv)
 	}
 	if c := rd.Commit; c != nil {
 		if len(c.Specs) > 0 {

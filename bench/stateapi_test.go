@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/app"
+	"github.com/statefun-go/statefun/internal/sdktest"
+)
+
+var (
+	flagAPIOps = flag.Int("load.apiops", envInt("STATEFUN_BENCH_API_OPS", 3000), "state API requests per measured operation and client count")
+	flagAPIBg  = flag.Duration("load.apibg", envDur("STATEFUN_BENCH_API_BG", 45*time.Second), "how long the function load runs beside the state API measurements")
+)
+
+// BenchmarkStateAPI measures the state access API while the function load
+// of BenchmarkEndToEnd (10,000 addresses) runs beside it: GET, PUT with
+// ack=applied and PUT with ack=committed of one key of sdktest/counter, at 1
+// and 16 concurrent clients; throughput and p50/p99 latency.
+func BenchmarkStateAPI(b *testing.B) {
+	fn := startCounter(b)
+	ctx := b.Context()
+	dir := b.TempDir()
+	ingressPort, egressPort := freePort(b), freePort(b)
+	module := fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
+spec:
+  functions: sdktest/*
+  urlPathTemplate: %s
+---
+kind: io.statefun.playground.v1/ingress
+spec:
+  port: %d
+---
+kind: io.statefun.playground.v1/egress
+spec:
+  port: %d
+  topics: [%s]
+`, fn.url, ingressPort, egressPort, sdktest.CounterTopic)
+	modPath := filepath.Join(dir, "module.yaml")
+	if err := os.WriteFile(modPath, []byte(module), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	a, err := app.Start(app.Config{ModulePath: modPath, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
+		Partitions: *flagPartitions, ListenHost: "127.0.0.1",
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	ingress := "http://" + a.Addr("ingress0") + "/" + sdktest.CounterFn + "/"
+	entry := "http://" + a.Addr("admin") + "/state/" + sdktest.CounterFn + "/api-key/" + sdktest.CounterState
+	mc := &http.Client{Timeout: 10 * time.Second}
+	if st, err := roundTrip(mc, mustRequest(ctx, ingress+"api-key")); err != nil || st != http.StatusOK {
+		b.Fatalf("bench: warm-up message: status %d, %v", st, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, entry, nil)
+		if st, _ := roundTrip(mc, req); st == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("bench: the counter's state never appeared")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	// The function load beside: as BenchmarkEndToEnd at 10,000 ids, for
+	// -load.apibg; each measurement says whether it ran inside that window.
+	spec := loadSpec{IngressPrefix: ingress, Addrs: 10000, Messages: 1 << 30, Clients: *flagClients, MaxTime: *flagAPIBg}
+	bgEnd := time.Now().Add(*flagAPIBg)
+	gen := startLoad(b, spec)
+	loadDone := make(chan loadSummary, 1)
+	go func() {
+		s, err := gen.run()
+		if err != nil {
+			b.Log("bench: background load:", err)
+		}
+		loadDone <- s
+	}()
+	time.Sleep(time.Second) // let the load reach its pace
+
+	api := newLoadClient(16)
+	put := func(ack string) func(ctx context.Context, i int) (bool, error) {
+		u := entry + "?ack=" + ack
+		return func(ctx context.Context, i int) (bool, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader([]byte(strconv.Itoa(i))))
+			if err != nil {
+				return false, err
+			}
+			req.Header.Set("Content-Type", "text/plain")
+			st, err := roundTrip(api, req)
+			switch {
+			case err != nil:
+				return false, err
+			case st == http.StatusServiceUnavailable:
+				return true, nil
+			case st != http.StatusOK:
+				return false, fmt.Errorf("bench: PUT answered %d", st)
+			}
+			return false, nil
+		}
+	}
+	get := func(ctx context.Context, i int) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, entry, nil)
+		if err != nil {
+			return false, err
+		}
+		st, err := roundTrip(api, req)
+		if err == nil && st != http.StatusOK {
+			err = fmt.Errorf("bench: GET answered %d", st)
+		}
+		return false, err
+	}
+	// A committed write waits for a synced group commit, which the function
+	// load keeps busy: a tenth of the requests measure it as well.
+	for _, op := range []struct {
+		name string
+		op   func(context.Context, int) (bool, error)
+		ops  int
+	}{{"GET", get, *flagAPIOps}, {"PUT-applied", put("applied"), *flagAPIOps}, {"PUT-committed", put("committed"), max(*flagAPIOps/10, 1)}} {
+		for _, clients := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/clients=%d", op.name, clients), func(b *testing.B) {
+				var s loadSummary
+				for range b.N {
+					r, err := drive(ctx, op.ops, clients, *flagMaxTime, op.op)
+					if err != nil {
+						b.Fatal(err)
+					}
+					s = r.summary()
+				}
+				b.ReportMetric(s.rate(), "req/s")
+				b.ReportMetric(ms(s.P50), "p50-ms")
+				b.ReportMetric(ms(s.P99), "p99-ms")
+				if time.Now().After(bgEnd) {
+					b.Log("bench: WARNING: the function load had ended before this measurement did; raise -load.apibg")
+				}
+			})
+		}
+	}
+	bg := <-loadDone
+	b.Logf("bench: function load beside: %d messages in %s (%.0f/s)", bg.OK, bg.Elapsed.Round(time.Millisecond), bg.rate())
+}

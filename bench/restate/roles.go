@@ -13,6 +13,7 @@ import (
 	httppprof "net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime/pprof"
 	"sync"
 	"syscall"
@@ -110,9 +111,10 @@ type runtimeConfig struct {
 	DebugAddr string
 }
 
-// runStatefunRuntime runs our runtime as `statefun run` does: app.Start
-// with the shipped defaults (16 partitions for a new store, synced group
-// commits), until SIGTERM or SIGINT, then a clean Close.
+// runStatefunRuntime runs our runtime as `statefun run` does: GOGC 400
+// unless GOGC is set, app.Start with the shipped defaults (16 partitions
+// for a new store, synced group commits), until SIGTERM or SIGINT, then a
+// clean Close.
 func runStatefunRuntime() error {
 	var c runtimeConfig
 	if err := json.Unmarshal([]byte(os.Getenv(runtimeConfigEnv)), &c); err != nil {
@@ -127,6 +129,10 @@ func runStatefunRuntime() error {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		// As cmd/statefun's run does: keep this in step with it.
+		debug.SetGCPercent(400)
+	}
 	if c.DebugAddr != "" {
 		ln, err := net.Listen("tcp", c.DebugAddr)
 		if err != nil {

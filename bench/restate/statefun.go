@@ -41,7 +41,7 @@ func (s *statefunSystem) DataDir() string { return filepath.Join(s.dir, "data") 
 
 func (s *statefunSystem) Settings() []string {
 	return []string{
-		"this repository's runtime through `internal/app.Start`, as `statefun run` starts it, with its defaults: embedded Pebble store, 16 partitions, every group commit synced (`pebble.Sync`) before an ingress 200 or a state API `ack=committed` answer",
+		"this repository's runtime through `internal/app.Start`, as `statefun run` starts it, with its defaults: GOGC 400, embedded Pebble store, 16 partitions, every group commit synced (`pebble.Sync`) before an ingress 200 or a state API `ack=committed` answer",
 		"function: `sdktest/counter`, official StateFun Go SDK v3.3.0, HTTP/1.1, own process",
 	}
 }

@@ -61,8 +61,9 @@ func (c *committer) enqueue(r *commitReq) {
 	}
 }
 
-// submit enqueues a request whose caller waits on r.done.
-func (c *committer) submit(ctx context.Context, r *commitReq) error {
+// submit enqueues a request whose caller waits on r.done, or returns
+// ErrClosed when the engine has stopped.
+func (c *committer) submit(r *commitReq) error {
 	if err := c.e.ctx.Err(); err != nil {
 		return ErrClosed
 	}

@@ -33,7 +33,7 @@ func (e *Engine) PopEgress(ctx context.Context, egress, route string) (rec *prot
 		return nil, false, err
 	}
 	req := &commitReq{egress: &egressPop{egress: egress, route: route, seq: seq}, done: make(chan error, 1)}
-	if err := e.com.submit(ctx, req); err != nil {
+	if err := e.com.submit(req); err != nil {
 		return nil, false, err
 	}
 	if err := <-req.done; err != nil {

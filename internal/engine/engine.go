@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -226,7 +225,7 @@ func (e *Engine) Ingest(ctx context.Context, env *protocol.Envelope) error {
 	}
 	key := store.InboxKey{Partition: p.id, Source: store.SourceIngress, Seq: e.ingressSeq.Add(1)}
 	req := &commitReq{ingress: &ingressWrite{key: key, env: env}, done: make(chan error, 1)}
-	if err := e.com.submit(ctx, req); err != nil {
+	if err := e.com.submit(req); err != nil {
 		return err
 	}
 	select {
@@ -316,5 +315,3 @@ func (e *Engine) call(p *part, inv partition.Invocation) {
 
 // SpecsOf returns the registered states of a function type.
 func (e *Engine) SpecsOf(t address.TypeName) []partition.Spec { return e.reg.get(t) }
-
-func (e *Engine) String() string { return fmt.Sprintf("engine(%d partitions)", len(e.parts)) }

@@ -139,7 +139,7 @@ func (e *Engine) accept(ctx context.Context, p *part, m partition.Mutation) (par
 	now := e.opts.Now().UnixMilli()
 	rc := &protocol.Receipt{Mutation: m.ID, Status: "accepted", At: now, Target: toProtoAddr(m.Addr), State: m.State}
 	req := &commitReq{ingress: &ingressWrite{key: key, env: env, receipt: rc}, done: make(chan error, 1)}
-	if err := e.com.submit(ctx, req); err != nil {
+	if err := e.com.submit(req); err != nil {
 		return partition.Receipt{}, err
 	}
 	select {

@@ -240,9 +240,6 @@ func (c *Core) NextDeadline() (int64, bool) {
 // Backlog is the number of messages waiting behind in-flight invocations.
 func (c *Core) Backlog() int { return c.backlog }
 
-// CommitID is the id of the last commit Ready handed out.
-func (c *Core) CommitID() uint64 { return c.commitID }
-
 func (c *Core) mailbox(addr address.Address) *mailbox {
 	mb := c.mailboxes[addr]
 	if mb == nil {

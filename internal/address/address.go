@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // TypeName is a StateFun typename, "<namespace>/<name>".
@@ -68,4 +70,102 @@ func Partition(id string, n int) int {
 	h := fnv.New64a()
 	h.Write([]byte(id))
 	return int(h.Sum64() % uint64(n))
+}
+
+// MaxSegmentBytes is the most bytes one part of an address may have: a
+// namespace, a function name or an id (and, in the state API, a state
+// name). Every edge that accepts an address checks it with the validators
+// below, so anything stored can also be read, repaired and deleted through
+// the state API, whose paths carry the same parts.
+const MaxSegmentBytes = 4096
+
+// MaxTypenameBytes is the most bytes a value's typename may have.
+const MaxTypenameBytes = 4096
+
+// ErrBadAddress is matched (errors.Is) by the *FieldError the validators
+// below return when a field could not be stored, encoded or addressed later.
+var ErrBadAddress = errors.New("address: invalid field")
+
+// FieldError is a field that failed validation: Field names it ("id",
+// "namespace", "typename", ...), Problem says what is wrong, so an edge can
+// answer with its own prefix.
+type FieldError struct {
+	Field   string
+	Problem string
+}
+
+func (e *FieldError) Error() string { return "address: " + e.Field + " " + e.Problem }
+
+// Is makes a FieldError match ErrBadAddress.
+func (e *FieldError) Is(target error) bool { return target == ErrBadAddress }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}
+
+// CheckSegment checks one part of an address or a state name: non-empty,
+// valid UTF-8 (protobuf refuses to encode anything else) and at most
+// MaxSegmentBytes. field names the part in the error.
+func CheckSegment(field, s string) error {
+	switch {
+	case s == "":
+		return fieldErr(field, "is empty")
+	case len(s) > MaxSegmentBytes:
+		return fieldErr(field, "is %d bytes, over the limit of %d", len(s), MaxSegmentBytes)
+	case !utf8.ValidString(s):
+		return fieldErr(field, "is not valid UTF-8")
+	}
+	return nil
+}
+
+// CheckID checks an instance id. Any UTF-8 is allowed (also '/' and
+// control characters, which the state API can address percent-encoded).
+func CheckID(id string) error { return CheckSegment("id", id) }
+
+// CheckStateName checks the name of a state, as a function declares it.
+func CheckStateName(name string) error { return CheckSegment("state name", name) }
+
+// CheckFunctionType checks a function type: both parts valid segments,
+// without '/' (module.yaml could never name such a type) and without
+// control characters (they end up in logs and metric labels).
+func CheckFunctionType(t TypeName) error {
+	for _, p := range [2]struct{ field, s string }{{"namespace", t.Namespace}, {"function name", t.Name}} {
+		if err := CheckSegment(p.field, p.s); err != nil {
+			return err
+		}
+		if strings.ContainsRune(p.s, '/') {
+			return fieldErr(p.field, "%q contains '/'", p.s)
+		}
+		if i := strings.IndexFunc(p.s, unicode.IsControl); i >= 0 {
+			return fieldErr(p.field, "contains the control character %U", []rune(p.s[i:])[0])
+		}
+	}
+	return nil
+}
+
+// CheckAddress checks a function type and an id.
+func CheckAddress(a Address) error {
+	if err := CheckFunctionType(a.Type); err != nil {
+		return err
+	}
+	return CheckID(a.ID)
+}
+
+// CheckTypename checks a value's typename: valid UTF-8, at most
+// MaxTypenameBytes, no control characters or spaces, and of the shape
+// <namespace>/<name> as the SDKs parse it (split at the last '/').
+func CheckTypename(s string) error {
+	switch {
+	case len(s) > MaxTypenameBytes:
+		return fieldErr("typename", "is %d bytes, over the limit of %d", len(s), MaxTypenameBytes)
+	case !utf8.ValidString(s):
+		return fieldErr("typename", "is not valid UTF-8")
+	}
+	if i := strings.IndexFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }); i >= 0 {
+		return fieldErr("typename", "contains the character %U", []rune(s[i:])[0])
+	}
+	if _, err := ParseTypeNameLax(s); err != nil {
+		return fieldErr("typename", "%q is not <namespace>/<name>", s)
+	}
+	return nil
 }

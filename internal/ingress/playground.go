@@ -11,9 +11,10 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -29,10 +30,17 @@ const DefaultTypename = "io.statefun.types/string"
 // MaxBodyBytes caps one message's body.
 const MaxBodyBytes = 32 << 20
 
-// Playground serves io.statefun.playground.v1/ingress: any method on
+// Playground serves io.statefun.playground.v1/ingress: PUT or POST on
 // /<namespace>/<function-name>/<id>, the typename taken from a Content-Type
 // of application/vnd.<typename>, the raw body as the value. It answers 200
 // only once the message is durable.
+//
+// Every field that will be stored is checked here, before anything is
+// written, with a 4xx that names it: the method (405), the function type
+// and id (400, the limits of internal/address, which the state API
+// shares), a function type no endpoint serves (404), the typename (400)
+// and the body's size (413). A message that passes can be encoded, stored,
+// delivered and reached through the state API.
 type Playground struct {
 	Sink Sink
 	// Busy tells whether an error means "full, retry later" (503).
@@ -42,12 +50,23 @@ type Playground struct {
 	// MaxBodyBytes. A larger message is refused here with 413 rather than
 	// accepted and then never deliverable.
 	MaxBody func(namespace, name string) int64
-	Logger  *slog.Logger
+	// Served reports whether an endpoint serves a function type. Nil means
+	// every type is served. A message to a type no endpoint serves is
+	// refused here with 404 rather than stored and retried forever.
+	Served func(namespace, name string) bool
+	Logger *slog.Logger
 }
 
+// allowed is the Allow header of a 405: the methods that send a message.
+const allowed = "POST, PUT"
+
+// ServeHTTP validates one request, makes its message durable and answers.
 func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	env, status, err := p.parse(r)
 	if err != nil {
+		if status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", allowed)
+		}
 		http.Error(w, err.Error(), status)
 		return
 	}
@@ -66,24 +85,30 @@ func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// parse turns a request into the envelope to store, or says which field is
+// wrong with the status to answer.
 func (p *Playground) parse(r *http.Request) (*protocol.Envelope, int, error) {
+	if r.Method != http.MethodPut && r.Method != http.MethodPost {
+		return nil, http.StatusMethodNotAllowed, fmt.Errorf("ingress: method %s: only POST and PUT send a message", r.Method)
+	}
 	segs, err := splitPath(r.URL.EscapedPath())
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	typename := DefaultTypename
-	if ct := r.Header.Get("Content-Type"); strings.HasPrefix(ct, "application/vnd.") {
-		typename = strings.TrimPrefix(ct, "application/vnd.")
-		if i := strings.IndexByte(typename, ';'); i >= 0 {
-			typename = strings.TrimSpace(typename[:i])
-		}
-		if i := strings.LastIndexByte(typename, '/'); i <= 0 || i == len(typename)-1 {
-			return nil, http.StatusBadRequest, fmt.Errorf("ingress: Content-Type %q does not name a typename <namespace>/<name>", ct)
-		}
+	fn := address.TypeName{Namespace: segs[0], Name: segs[1]}
+	if err := address.CheckAddress(address.Address{Type: fn, ID: segs[2]}); err != nil {
+		return nil, http.StatusBadRequest, edgeErr(err)
+	}
+	if p.Served != nil && !p.Served(fn.Namespace, fn.Name) {
+		return nil, http.StatusNotFound, fmt.Errorf("ingress: no endpoint in module.yaml serves function type %s", fn)
+	}
+	typename, err := typenameOf(r.Header.Get("Content-Type"))
+	if err != nil {
+		return nil, http.StatusBadRequest, err
 	}
 	limit := int64(MaxBodyBytes)
 	if p.MaxBody != nil {
-		limit = min(limit, p.MaxBody(segs[0], segs[1]))
+		limit = min(limit, p.MaxBody(fn.Namespace, fn.Name))
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
 	if err != nil {
@@ -94,30 +119,67 @@ func (p *Playground) parse(r *http.Request) (*protocol.Envelope, int, error) {
 		return nil, http.StatusBadRequest, fmt.Errorf("ingress: reading body: %v", err)
 	}
 	return &protocol.Envelope{
-		Target:   &protocol.Address{Namespace: segs[0], Type: segs[1], Id: segs[2]},
+		Target:   &protocol.Address{Namespace: fn.Namespace, Type: fn.Name, Id: segs[2]},
 		Argument: &protocol.TypedValue{Typename: typename, HasValue: true, Value: body},
 	}, 0, nil
 }
 
+// typenameOf returns the typename a Content-Type names
+// (application/vnd.<typename>, parameters ignored), DefaultTypename for any
+// other Content-Type, and an error naming the header when the typename is
+// not one that can be stored.
+func typenameOf(ct string) (string, error) {
+	rest, ok := strings.CutPrefix(ct, "application/vnd.")
+	if !ok {
+		return DefaultTypename, nil
+	}
+	if i := strings.IndexByte(rest, ';'); i >= 0 {
+		rest = rest[:i]
+	}
+	typename := strings.TrimSpace(rest)
+	if err := address.CheckTypename(typename); err != nil {
+		var fe *address.FieldError
+		errors.As(err, &fe)
+		return "", fmt.Errorf("ingress: Content-Type %s does not name a typename <namespace>/<name>: %s %s", quote(ct), fe.Field, fe.Problem)
+	}
+	return typename, nil
+}
+
+// edgeErr words a validator's error as this edge's: "ingress: id is empty".
+func edgeErr(err error) error {
+	var fe *address.FieldError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("ingress: %s %s", fe.Field, fe.Problem)
+	}
+	return fmt.Errorf("ingress: %v", err)
+}
+
+// quote quotes s for an error message, cut short: the answer to a request
+// need not echo a header of a megabyte.
+func quote(s string) string {
+	const max = 200
+	if len(s) > max {
+		return strconv.Quote(s[:max]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
 // splitPath splits /<namespace>/<name>/<id> on '/' before unescaping, so an
-// id may carry an encoded '/'.
+// id may carry an encoded '/'. The parts are checked by the caller.
 func splitPath(escaped string) ([3]string, error) {
 	var out [3]string
 	parts := strings.Split(strings.TrimPrefix(escaped, "/"), "/")
 	if len(parts) != 3 {
-		return out, fmt.Errorf("ingress: the path must be /<namespace>/<function-name>/<id>, got %q", escaped)
+		return out, fmt.Errorf("ingress: the path must be /<namespace>/<function-name>/<id>, got %s", quote(escaped))
 	}
 	names := [3]string{"namespace", "function name", "id"}
 	for i, p := range parts {
 		s, err := url.PathUnescape(p)
 		if err != nil {
-			return out, fmt.Errorf("ingress: %s: %v", names[i], err)
+			return out, fmt.Errorf("ingress: %s: invalid percent-encoding", names[i])
 		}
 		if s == "" {
 			return out, fmt.Errorf("ingress: the path must be /<namespace>/<function-name>/<id>: empty %s", names[i])
-		}
-		if !utf8.ValidString(s) {
-			return out, fmt.Errorf("ingress: %s is not valid UTF-8", names[i])
 		}
 		out[i] = s
 	}

@@ -3,6 +3,7 @@ package partition
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -23,6 +24,11 @@ type Config struct {
 	// route (a playground topic). An error refuses the whole response. A nil
 	// func refuses every egress message.
 	Egress func(namespace, typ string, arg *protocol.TypedValue) (route string, err error)
+	// Routable reports whether an endpoint serves a function type. A
+	// response that sends a message (at once or delayed) to a type it does
+	// not serve is a protocol violation: the message could never be
+	// delivered. Nil means every type is routable.
+	Routable func(t address.TypeName) bool
 	// RetryBase is the first backoff after a failed attempt, in ms; it
 	// doubles per attempt up to RetryMax. Defaults 50 and 10000.
 	RetryBase, RetryMax int64
@@ -56,7 +62,10 @@ type Core struct {
 	now int64
 
 	mailboxes map[address.Address]*mailbox
-	backlog   int
+	// backlog counts the messages and mutations of every mailbox that are
+	// not settled yet: queued, parked behind a probe, or in a batch in
+	// flight or in backoff.
+	backlog int
 
 	specs map[address.TypeName][]Spec
 	// known marks types whose states are known to be complete: they have
@@ -237,7 +246,10 @@ func (c *Core) NextDeadline() (int64, bool) {
 	return c.timers[0].due, true
 }
 
-// Backlog is the number of messages waiting behind in-flight invocations.
+// Backlog is the number of messages (and operator mutations) in the core
+// that are not settled yet: queued behind an invocation, parked behind a
+// cold type's probe, or in a batch in flight or waiting out a backoff. A
+// message stuck retrying counts until it succeeds.
 func (c *Core) Backlog() int { return c.backlog }
 
 func (c *Core) mailbox(addr address.Address) *mailbox {
@@ -321,7 +333,6 @@ func (c *Core) startBatch(addr address.Address, mb *mailbox) error {
 	copy(msgs, mb.queue)
 	rest := mb.queue[n:]
 	mb.queue = append(mb.queue[:0:0], rest...)
-	c.backlog -= n
 	mb.inflight = &batch{msgs: msgs}
 	return c.send(addr, mb.inflight)
 }
@@ -357,7 +368,7 @@ func (c *Core) send(addr address.Address, b *batch) error {
 			if s.Mode == ExpireAfterInvoke {
 				// Reading a state for an invocation restarts its clock
 				// (StateFun's OnReadAndWrite TTL); the version stays.
-				e.ExpiresAt = c.now + s.TTL
+				e.ExpiresAt = addSat(c.now, s.TTL)
 				c.write(addr, s.Name, e, false)
 			}
 		}
@@ -426,6 +437,7 @@ func (c *Core) settleResult(ev ResultArrived, mb *mailbox) error {
 		if err := c.apply(ev.Addr, mb.inflight, fx); err != nil {
 			return err
 		}
+		c.backlog -= len(mb.inflight.msgs)
 		mb.inflight = nil
 		return c.advance(ev.Addr, mb)
 	}
@@ -437,11 +449,11 @@ func (c *Core) fail(addr address.Address, mb *mailbox, err error, violation bool
 	b := mb.inflight
 	b.attempt++
 	backoff := c.cfg.RetryMax
-	if shift := b.attempt - 1; shift < 30 && c.cfg.RetryBase<<shift < backoff {
+	if shift := b.attempt - 1; shift < 30 && c.cfg.RetryBase <= backoff>>shift {
 		backoff = c.cfg.RetryBase << shift
 	}
 	b.waiting = true
-	at := c.now + backoff
+	at := addSat(c.now, backoff)
 	c.schedule(&timerItem{due: at, retry: &retryRef{addr: addr, b: b}})
 	c.ready.Failures = append(c.ready.Failures, Failure{
 		Addr: addr, Attempt: b.attempt, Violation: violation, Err: err, RetryAt: at,
@@ -493,8 +505,16 @@ func specFromProto(m *protocol.FromFunction_PersistedValueSpec) (Spec, error) {
 	if s.Name == "" {
 		return s, errors.New("the function declared a state with an empty name")
 	}
+	// The name is a path segment of the state API, the typename is stored
+	// with every value: both must be storable and reachable.
+	if err := address.CheckStateName(s.Name); err != nil {
+		return s, fmt.Errorf("a declared %s", fieldProblem(err))
+	}
 	if s.Typename == "" {
 		s.Typename = "io.statefun.types/unset"
+	}
+	if err := address.CheckTypename(s.Typename); err != nil {
+		return s, fmt.Errorf("state %q: %s", s.Name, fieldProblem(err))
 	}
 	switch es := m.GetExpirationSpec(); es.GetMode() {
 	case protocol.FromFunction_ExpirationSpec_NONE:
@@ -646,4 +666,17 @@ func toAddress(a *protocol.Address) address.Address {
 
 func toProto(a address.Address) *protocol.Address {
 	return &protocol.Address{Namespace: a.Type.Namespace, Type: a.Type.Name, Id: a.ID}
+}
+
+// addSat returns now + d, saturated at the ends of int64: a delay, TTL or
+// backoff too large to represent lies forever in the future (or past) and
+// never wraps around to fire at once.
+func addSat(now, d int64) int64 {
+	switch {
+	case d > 0 && now > math.MaxInt64-d:
+		return math.MaxInt64
+	case d < 0 && now < math.MinInt64-d:
+		return math.MinInt64
+	}
+	return now + d
 }

@@ -56,11 +56,8 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 	}
 	caller := toProto(self)
 	for i, m := range r.GetOutgoingMessages() {
-		if err := checkTarget(m.GetTarget()); err != nil {
+		if err := c.checkMessage(m.GetTarget(), m.GetArgument()); err != nil {
 			return nil, violation("outgoing message %d: %v", i, err)
-		}
-		if m.GetArgument() == nil {
-			return nil, violation("outgoing message %d to %s has no argument", i, toAddress(m.GetTarget()))
 		}
 		fx.messages = append(fx.messages, &protocol.Envelope{Target: m.GetTarget(), Caller: caller, Argument: m.GetArgument()})
 	}
@@ -79,6 +76,9 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 			if d.GetCancellationToken() == "" {
 				return nil, violation("delayed invocation %d: a cancellation request without a token", i)
 			}
+			if err := checkToken(d.GetCancellationToken()); err != nil {
+				return nil, violation("delayed invocation %d: %v", i, err)
+			}
 			fx.delayed = append(fx.delayed, delayedOp{cancel: true, token: d.GetCancellationToken()})
 			changed[d.GetCancellationToken()] = false
 			continue
@@ -86,13 +86,13 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 		if d.GetDelayInMs() < 0 {
 			return nil, violation("delayed invocation %d: negative delay %d ms", i, d.GetDelayInMs())
 		}
-		if err := checkTarget(d.GetTarget()); err != nil {
+		if err := c.checkMessage(d.GetTarget(), d.GetArgument()); err != nil {
 			return nil, violation("delayed invocation %d: %v", i, err)
 		}
-		if d.GetArgument() == nil {
-			return nil, violation("delayed invocation %d has no argument", i)
-		}
 		if tok := d.GetCancellationToken(); tok != "" {
+			if err := checkToken(tok); err != nil {
+				return nil, violation("delayed invocation %d: %v", i, err)
+			}
 			if pending(tok) {
 				return nil, violation("delayed invocation %d: cancellation token %q is already pending for id %q", i, tok, self.ID)
 			}
@@ -146,14 +146,46 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 	return fx, nil
 }
 
-func checkTarget(a *protocol.Address) error {
+// checkMessage checks a message a function sends: a target that can be
+// stored, reached through the state API and delivered (an endpoint serves
+// its type), and an argument with a typename that can be encoded.
+func (c *Core) checkMessage(a *protocol.Address, arg *protocol.TypedValue) error {
 	if a == nil {
 		return errors.New("no target address")
 	}
-	if a.GetNamespace() == "" || a.GetType() == "" {
-		return fmt.Errorf("target %q/%q/%q has an empty function type", a.GetNamespace(), a.GetType(), a.GetId())
+	t := toAddress(a)
+	if err := address.CheckAddress(t); err != nil {
+		return fmt.Errorf("target %s", fieldProblem(err))
+	}
+	if c.cfg.Routable != nil && !c.cfg.Routable(t.Type) {
+		return fmt.Errorf("target: no endpoint serves function type %s", t.Type)
+	}
+	if arg == nil {
+		return fmt.Errorf("to %s has no argument", t.Type)
+	}
+	if err := address.CheckTypename(arg.GetTypename()); err != nil {
+		return fmt.Errorf("argument %s", fieldProblem(err))
 	}
 	return nil
+}
+
+// checkToken checks a cancellation token, stored with its delayed message:
+// UTF-8 (so it encodes) and bounded like an id, whose scope it shares.
+func checkToken(tok string) error {
+	if err := address.CheckSegment("cancellation token", tok); err != nil {
+		return errors.New(fieldProblem(err))
+	}
+	return nil
+}
+
+// fieldProblem words a validator's error without its package prefix, for a
+// violation that names the item it is about.
+func fieldProblem(err error) string {
+	var fe *address.FieldError
+	if errors.As(err, &fe) {
+		return fe.Field + " " + fe.Problem
+	}
+	return err.Error()
 }
 
 // apply carries out a validated response of b, in StateFun's order:
@@ -170,7 +202,7 @@ func (c *Core) apply(self address.Address, b *batch, fx *effects) error {
 			continue
 		}
 		c.timerSeq++
-		t := Timer{Key: TimerKey{Partition: c.cfg.ID, Due: c.now + d.delay, ID: c.timerSeq}, Env: d.env}
+		t := Timer{Key: TimerKey{Partition: c.cfg.ID, Due: addSat(c.now, d.delay), ID: c.timerSeq}, Env: d.env}
 		c.addTimer(t)
 		c.pending.TimersAdded = append(c.pending.TimersAdded, t)
 	}
@@ -194,7 +226,7 @@ func (c *Core) apply(self address.Address, b *batch, fx *effects) error {
 		c.versionSeq++
 		e := Entry{Typename: m.spec.Typename, Value: m.value, Version: c.versionSeq}
 		if m.spec.Mode != ExpireNone {
-			e.ExpiresAt = c.now + m.spec.TTL
+			e.ExpiresAt = addSat(c.now, m.spec.TTL)
 		}
 		c.write(self, m.spec.Name, e, false)
 	}

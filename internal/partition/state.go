@@ -298,7 +298,7 @@ func (c *Core) applyMutation(q queued) error {
 	c.versionSeq++
 	e := Entry{Typename: typename, Value: m.Value, Version: c.versionSeq}
 	if spec != nil && spec.Mode != ExpireNone {
-		e.ExpiresAt = c.now + spec.TTL
+		e.ExpiresAt = addSat(c.now, spec.TTL)
 	}
 	c.write(m.Addr, m.State, e, false)
 	rc.Version = e.Version

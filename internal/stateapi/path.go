@@ -5,11 +5,14 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/statefun-go/statefun/internal/address"
 )
 
 // MaxSegmentBytes bounds one unescaped path segment (a namespace, type, id
-// or state name).
-const MaxSegmentBytes = 4096
+// or state name). It is the limit every edge that accepts an address
+// applies, so whatever is stored can be reached here.
+const MaxSegmentBytes = address.MaxSegmentBytes
 
 // splitPath splits an escaped path below a prefix ("/state") into its
 // unescaped segments. It splits on '/' before unescaping, so a segment may

@@ -1,0 +1,179 @@
+package ingress
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// storeSink makes each message durable in a real store's inbox, the way the
+// engine's committer does, so a message the store cannot hold fails here.
+type storeSink struct {
+	db  *store.DB
+	mu  sync.Mutex
+	seq uint64
+}
+
+func (s *storeSink) Ingest(_ context.Context, env *protocol.Envelope) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	p := address.Partition(env.GetTarget().GetId(), s.db.Partitions())
+	b := s.db.NewBatch()
+	b.PutInbox(store.InboxKey{Partition: p, Source: ^uint32(0), Seq: s.seq}, env)
+	return b.Commit(true)
+}
+
+// stored returns every message in the store's inboxes.
+func (s *storeSink) stored(t *testing.T) []*protocol.Envelope {
+	t.Helper()
+	var out []*protocol.Envelope
+	for p := 0; p < s.db.Partitions(); p++ {
+		if err := s.db.ScanInbox(p, func(_ store.InboxKey, env *protocol.Envelope) error {
+			out = append(out, env)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// quietLogger drops Pebble's log lines.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)         {}
+func (quietLogger) Errorf(string, ...any)        {}
+func (quietLogger) Fatalf(f string, args ...any) { panic("pebble fatal: " + f) }
+
+func newServer(t *testing.T, p *Playground) (*httptest.Server, *storeSink) {
+	t.Helper()
+	db, err := store.Open("", store.Options{FS: vfs.NewMem(), Partitions: 4, Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	sink := &storeSink{db: db}
+	p.Sink = sink
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	return srv, sink
+}
+
+// send sends one raw request and returns the status, the Allow header and
+// the body of the answer.
+func send(t *testing.T, srv *httptest.Server, method, path, contentType string, body []byte) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.URL.Opaque = path // sent as written, no cleaning or re-escaping
+	if contentType != "" {
+		req.Header["Content-Type"] = []string{contentType}
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func TestPlaygroundAcceptsAMessageAndStoresIt(t *testing.T) {
+	srv, sink := newServer(t, &Playground{})
+	for _, method := range []string{"PUT", "POST"} {
+		status, _, body := send(t, srv, method, "/example/greeter/a%2Fb", "application/vnd.example/Greet; charset=utf-8", []byte("hi"))
+		if status != http.StatusOK {
+			t.Fatalf("%s: status %d: %s", method, status, body)
+		}
+	}
+	got := sink.stored(t)
+	if len(got) != 2 {
+		t.Fatalf("stored %d messages, want 2", len(got))
+	}
+	env := got[0]
+	if a := env.GetTarget(); a.GetNamespace() != "example" || a.GetType() != "greeter" || a.GetId() != "a/b" {
+		t.Fatalf("target %v", a)
+	}
+	if v := env.GetArgument(); v.GetTypename() != "example/Greet" || string(v.GetValue()) != "hi" {
+		t.Fatalf("argument %v", v)
+	}
+}
+
+// Every field that will be stored is checked at the edge with a 4xx naming
+// it, and nothing is written.
+func TestPlaygroundRefusesWhatCannotBeStoredOrReached(t *testing.T) {
+	served := func(ns, name string) bool { return ns == "example" }
+	srv, sink := newServer(t, &Playground{Served: served})
+	long := strings.Repeat("x", address.MaxSegmentBytes+1)
+	for _, tc := range []struct {
+		name, method, path, ct string
+		status                 int
+		want                   string
+	}{
+		// One request with such a typename used to stop the whole runtime:
+		// the commit holding it failed to encode.
+		{"typename not UTF-8", "PUT", "/example/greeter/a", "application/vnd.example/\xff\xfe", 400, "Content-Type"},
+		{"typename without a name", "PUT", "/example/greeter/a", "application/vnd.example/", 400, "Content-Type"},
+		{"typename without a slash", "PUT", "/example/greeter/a", "application/vnd.string", 400, "Content-Type"},
+		{"typename with a control char", "PUT", "/example/greeter/a", "application/vnd.example/a\tb", 400, "Content-Type"},
+		{"typename too long", "PUT", "/example/greeter/a", "application/vnd.example/" + long, 400, "typename is 4105 bytes"},
+		// An id the state API could never read, repair or delete.
+		{"id over the shared limit", "PUT", "/example/greeter/" + long, "", 400, "id is 4097 bytes, over the limit of 4096"},
+		{"id not UTF-8", "PUT", "/example/greeter/%FF", "", 400, "ingress: id is not valid UTF-8"},
+		{"empty id", "PUT", "/example/greeter/", "", 400, "empty id"},
+		{"namespace over the limit", "PUT", "/" + long + "/greeter/a", "", 400, "namespace is 4097 bytes"},
+		{"function name with a slash", "PUT", "/example/a%2Fb/a", "", 400, "function name \"a/b\" contains '/'"},
+		{"function name with a control char", "PUT", "/example/a%0Ab/a", "", 400, "function name contains the control character"},
+		{"too few segments", "PUT", "/example/greeter", "", 400, "/<namespace>/<function-name>/<id>"},
+		// Only PUT and POST send; GET and OPTIONS used to become messages.
+		{"GET", "GET", "/example/greeter/a", "", 405, "only POST and PUT"},
+		{"OPTIONS", "OPTIONS", "/example/greeter/a", "", 405, "only POST and PUT"},
+		{"DELETE", "DELETE", "/example/greeter/a", "", 405, "only POST and PUT"},
+		// A type no endpoint serves used to be stored and retried forever.
+		{"type no endpoint serves", "PUT", "/other/greeter/a", "", 404, "serves function type other/greeter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, hdr, body := send(t, srv, tc.method, tc.path, tc.ct, []byte("x"))
+			if status != tc.status || !strings.Contains(body, tc.want) {
+				t.Fatalf("status %d %q, want %d naming %q", status, body, tc.status, tc.want)
+			}
+			if status == 405 && hdr.Get("Allow") != "POST, PUT" {
+				t.Fatalf("Allow %q", hdr.Get("Allow"))
+			}
+		})
+	}
+	if got := sink.stored(t); len(got) != 0 {
+		t.Fatalf("refused requests stored %d messages: %v", len(got), got)
+	}
+	// The edge still works after all that.
+	if status, _, body := send(t, srv, "POST", "/example/greeter/a", "", []byte("x")); status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+}
+
+// An id at the shared limit is accepted, and it is the limit the state API
+// applies to its path segments.
+func TestPlaygroundIDLimitIsTheSharedOne(t *testing.T) {
+	srv, sink := newServer(t, &Playground{})
+	id := strings.Repeat("é", address.MaxSegmentBytes/2)
+	if status, _, body := send(t, srv, "PUT", "/example/greeter/"+id, "", nil); status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	if got := sink.stored(t); len(got) != 1 || got[0].GetTarget().GetId() != id {
+		t.Fatalf("stored %v", got)
+	}
+}

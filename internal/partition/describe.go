@@ -1,0 +1,191 @@
+package partition
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/protocol"
+)
+
+// This file renders the core's outputs as short, stable text for scripted
+// tests and debugging: one line per effect, in the order the core produced
+// them, with versions as epoch.count (the epoch is bumped by a restore).
+
+// DescribeReady renders every part of a Ready: invocations, the commit,
+// failures and replies.
+func DescribeReady(rd Ready) string {
+	var b strings.Builder
+	for _, inv := range rd.Invocations {
+		b.WriteString(DescribeInvocation(inv))
+	}
+	if rd.Commit != nil {
+		b.WriteString(DescribeCommit(rd.Commit))
+	}
+	for _, f := range rd.Failures {
+		kind := "call failed"
+		if f.Violation {
+			kind = "violation"
+		}
+		fmt.Fprintf(&b, "failure %s attempt=%d %s, retry at %d: %v\n", f.Addr, f.Attempt, kind, f.RetryAt, f.Err)
+	}
+	for _, r := range rd.Replies {
+		b.WriteString(describeReply(r))
+	}
+	return b.String()
+}
+
+// DescribeInvocation renders a request: its address, attempt, the states
+// it carries and its messages.
+func DescribeInvocation(inv Invocation) string {
+	var b strings.Builder
+	req := inv.Body.GetInvocation()
+	fmt.Fprintf(&b, "invoke %s request=%d attempt=%d\n", inv.Addr, inv.Request, inv.Attempt)
+	for _, s := range req.GetState() {
+		if s.GetStateValue() == nil {
+			fmt.Fprintf(&b, "  state %s absent\n", s.GetStateName())
+		} else {
+			fmt.Fprintf(&b, "  state %s = %s\n", s.GetStateName(), DescribeValue(s.GetStateValue()))
+		}
+	}
+	for _, m := range req.GetInvocations() {
+		fmt.Fprintf(&b, "  message %s from %s\n", DescribeValue(m.GetArgument()), describeCaller(m.GetCaller()))
+	}
+	return b.String()
+}
+
+// DescribeCommit renders a commit in the order the committer applies it.
+func DescribeCommit(c *Commit) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "commit %d versions=%s\n", c.ID, describeVersion(c.VersionSeq))
+	for _, p := range c.Produced {
+		fmt.Fprintf(&b, "  produce %s -> %s from %s: %s\n", describeKey(p.Key), describeAddr(p.Env.GetTarget()), describeCaller(p.Env.GetCaller()), DescribeValue(p.Env.GetArgument()))
+	}
+	for _, t := range c.TimersAdded {
+		tok := ""
+		if t.Env.GetCancellationToken() != "" {
+			tok = " token=" + t.Env.GetCancellationToken()
+		}
+		fmt.Fprintf(&b, "  timer+ due=%d id=%d -> %s%s: %s\n", t.Key.Due, t.Key.ID, describeAddr(t.Env.GetTarget()), tok, DescribeValue(t.Env.GetArgument()))
+	}
+	for _, w := range c.State {
+		if w.Delete {
+			fmt.Fprintf(&b, "  delete %s %s\n", w.Addr, w.State)
+			continue
+		}
+		fmt.Fprintf(&b, "  write %s %s = %s\n", w.Addr, w.State, DescribeEntry(w.Entry))
+	}
+	types := make([]address.TypeName, 0, len(c.Specs))
+	for t := range c.Specs {
+		types = append(types, t)
+	}
+	sort.Slice(types, func(i, j int) bool { return types[i].String() < types[j].String() })
+	for _, t := range types {
+		fmt.Fprintf(&b, "  specs %s:", t)
+		for _, s := range c.Specs[t] {
+			fmt.Fprintf(&b, " %s", DescribeSpec(s))
+		}
+		b.WriteString("\n")
+	}
+	for _, k := range c.Consumed {
+		fmt.Fprintf(&b, "  consume %s\n", describeKey(k))
+	}
+	for _, k := range c.TimersRemoved {
+		fmt.Fprintf(&b, "  timer- due=%d id=%d\n", k.Due, k.ID)
+	}
+	for _, e := range c.Egress {
+		fmt.Fprintf(&b, "  egress %s route=%s: %s\n", e.Egress, e.Route, DescribeValue(e.Record.GetArgument()))
+	}
+	for _, r := range c.Receipts {
+		fmt.Fprintf(&b, "  receipt %s\n", describeReceipt(r))
+	}
+	for _, a := range c.Audit {
+		before := "absent"
+		if a.Before != nil {
+			before = DescribeEntry(*a.Before)
+		}
+		fmt.Fprintf(&b, "  audit %s %s %s before %s\n", a.Mutation, a.Addr, a.State, before)
+	}
+	return b.String()
+}
+
+// DescribeEntry renders a state entry: value, version and expiry.
+func DescribeEntry(e Entry) string {
+	s := fmt.Sprintf("%s:%q v=%s", e.Typename, e.Value, describeVersion(e.Version))
+	if e.ExpiresAt != 0 {
+		s += fmt.Sprintf(" expires=%d", e.ExpiresAt)
+	}
+	return s
+}
+
+// DescribeValue renders a typed value as typename:"bytes".
+func DescribeValue(v *protocol.TypedValue) string {
+	if v == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%s:%q", v.GetTypename(), v.GetValue())
+}
+
+// DescribeSpec renders a registered state: name(typename[, ttl]).
+func DescribeSpec(s Spec) string {
+	switch s.Mode {
+	case ExpireAfterWrite:
+		return fmt.Sprintf("%s(%s, after-write %d)", s.Name, s.Typename, s.TTL)
+	case ExpireAfterInvoke:
+		return fmt.Sprintf("%s(%s, after-invoke %d)", s.Name, s.Typename, s.TTL)
+	}
+	return fmt.Sprintf("%s(%s)", s.Name, s.Typename)
+}
+
+func describeReply(r Reply) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "reply %d", r.Request)
+	if r.Receipt != nil {
+		fmt.Fprintf(&b, " receipt %s", describeReceipt(*r.Receipt))
+	}
+	if r.Err != nil {
+		fmt.Fprintf(&b, " error %v", r.Err)
+	}
+	b.WriteString("\n")
+	for _, e := range r.Entries {
+		fmt.Fprintf(&b, "  %s = %s\n", e.State, DescribeEntry(e.Entry))
+	}
+	return b.String()
+}
+
+func describeReceipt(r Receipt) string {
+	outcome := "applied"
+	switch r.Reject {
+	case RejectPrecondition:
+		outcome = "rejected (precondition)"
+	case RejectTypeConflict:
+		outcome = "rejected (type conflict)"
+	case RejectNoTypename:
+		outcome = "rejected (no typename)"
+	case RejectNotFound:
+		outcome = "rejected (not found)"
+	}
+	return fmt.Sprintf("%s %s %s checkpoint=%d version=%s", r.Mutation, r.Addr, outcome, r.Checkpoint, describeVersion(r.Version))
+}
+
+func describeVersion(v uint64) string {
+	return fmt.Sprintf("%d.%d", v/versionEpoch, v%versionEpoch)
+}
+
+func describeKey(k InboxKey) string {
+	src := fmt.Sprint(k.Source)
+	if k.Source == SourceIngress {
+		src = "ingress"
+	}
+	return fmt.Sprintf("p%d/%s/%d", k.Partition, src, k.Seq)
+}
+
+func describeAddr(a *protocol.Address) string { return toAddress(a).String() }
+
+func describeCaller(a *protocol.Address) string {
+	if a == nil {
+		return "ingress"
+	}
+	return describeAddr(a)
+}

@@ -3,12 +3,11 @@ package module
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/endpointurl"
 )
 
 // endpoint validates the spec of an io.statefun.endpoints.v{1,2}/http
@@ -95,55 +94,24 @@ func parseSelector(s string) (FunctionSelector, string) {
 	return FunctionSelector{Namespace: t.Namespace, Name: t.Name}, ""
 }
 
-// checkURLTemplate checks that a template becomes a URL StateFun can call
-// once {function.name} is replaced. It returns the problem as text, empty
-// when there is none.
+// checkURLTemplate checks that a template becomes a URL the invoker can
+// call once {function.name} is replaced. The rules are package
+// endpointurl's, shared with the invoker. It returns the problem as text,
+// empty when there is none.
 func checkURLTemplate(s string) string {
 	expanded := strings.ReplaceAll(s, functionNamePlaceholder, "fn")
-	if i := strings.IndexFunc(expanded, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
-		return fmt.Sprintf("invalid URL template %q: it contains a space or control character", s)
-	}
 	if strings.ContainsAny(expanded, "{}") {
-		// Java's URI rejects braces, so StateFun would fail on every call;
-		// a brace left over is usually a misspelt placeholder.
+		// A brace left over is usually a misspelt placeholder.
 		return fmt.Sprintf("invalid URL template %q: the only placeholder is %s", s, functionNamePlaceholder)
 	}
-	u, err := url.Parse(expanded)
-	if err != nil {
-		// url.Error repeats the URL, which the message already quotes.
-		var ue *url.Error
+	if _, err := endpointurl.Parse(expanded); err != nil {
+		var ue *endpointurl.Error
 		if errors.As(err, &ue) {
-			err = ue.Err
+			return fmt.Sprintf("invalid URL template %q: %s", s, ue.Reason)
 		}
 		return fmt.Sprintf("invalid URL template %q: %v", s, err)
 	}
-	switch strings.ToLower(u.Scheme) {
-	case "http", "https":
-		if u.Host == "" || u.Hostname() == "" {
-			return fmt.Sprintf("invalid URL template %q: want an absolute URL with a host, such as http://functions:8000/statefun", s)
-		}
-	case "http+unix", "https+unix":
-		if !hasSockSegment(u.Path) {
-			return fmt.Sprintf("invalid URL template %q: a %s URL names its socket file in the path, such as %s:///run/functions.sock/statefun",
-				s, u.Scheme, u.Scheme)
-		}
-	case "":
-		return fmt.Sprintf("invalid URL template %q: want an absolute URL, such as http://functions:8000/statefun", s)
-	default:
-		return fmt.Sprintf("invalid URL template %q: unsupported scheme %q; want http, https, http+unix or https+unix", s, u.Scheme)
-	}
 	return ""
-}
-
-// hasSockSegment reports whether a path has a segment ending in ".sock",
-// which StateFun takes as the Unix socket file.
-func hasSockSegment(path string) bool {
-	for seg := range strings.SplitSeq(path, "/") {
-		if strings.HasSuffix(seg, ".sock") {
-			return true
-		}
-	}
-	return false
 }
 
 // transport validates an endpoints.v2 transport object; absent means the

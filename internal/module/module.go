@@ -2,6 +2,7 @@ package module
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -225,7 +226,11 @@ func (m *Module) EndpointFor(t address.TypeName) (*Endpoint, bool) {
 const functionNamePlaceholder = "{function.name}"
 
 // URL returns the endpoint URL for function type t: URLPathTemplate with
-// every {function.name} replaced by t.Name.
+// every {function.name} replaced by t.Name, path-escaped. For the names
+// StateFun can call (letters, digits, '-', '_', '.', '~') escaping changes
+// nothing; for any other name it keeps the URL valid, so that a wildcard
+// endpoint cannot turn a name with a space, '%', '?' or '#' into a URL the
+// invoker refuses or that asks for another path.
 func (e *Endpoint) URL(t address.TypeName) string {
-	return strings.ReplaceAll(e.URLPathTemplate, functionNamePlaceholder, t.Name)
+	return strings.ReplaceAll(e.URLPathTemplate, functionNamePlaceholder, url.PathEscape(t.Name))
 }

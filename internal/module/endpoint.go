@@ -170,10 +170,7 @@ func (d *doc) async(o object) Transport {
 	t.PoolTTL = d.optDuration(o, "pool_ttl", DefaultPoolTTL)
 	t.PoolSize = int(d.optInt(o, "pool_size", DefaultPoolSize, 1, maxInt32))
 	t.PayloadMaxBytes = d.optInt(o, "payload_max_bytes", DefaultPayloadMaxBytes, 1, maxInt32)
-	t.TrustCACerts = d.optStr(o, "trust_cacerts")
-	t.ClientCert = d.optStr(o, "client_cert")
-	t.ClientKey = d.optStr(o, "client_key")
-	t.ClientKeyPassword = d.optStr(o, "client_key_password")
+	d.tlsFiles(o, &t)
 	return t
 }
 

@@ -178,13 +178,14 @@ type Transport struct {
 	// PayloadMaxBytes caps request and response bodies (async only).
 	PayloadMaxBytes int64
 
-	// TrustCACerts, ClientCert, ClientKey and ClientKeyPassword configure
-	// TLS (async only). They are passed through as written: StateFun accepts
-	// file locations and "classpath:" resources. Empty means unset.
-	TrustCACerts      string
-	ClientCert        string
-	ClientKey         string
-	ClientKeyPassword string
+	// TrustCACerts, ClientCert and ClientKey configure TLS (async only):
+	// the paths of PEM files of the CA certificates to trust, and of the
+	// client certificate and its unencrypted key for mutual TLS. module.yaml
+	// may write them as paths or file: URLs; these are the paths. Empty
+	// means unset.
+	TrustCACerts string
+	ClientCert   string
+	ClientKey    string
 }
 
 // PlaygroundIngress is the playground's HTTP ingress. It accepts messages at

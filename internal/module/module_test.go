@@ -119,13 +119,12 @@ spec:
     pool_size: 8
     payload_max_bytes: 1048576
     trust_cacerts: file:///ca.pem
-    client_cert: classpath:cert.pem
+    client_cert: file:certs/cert.pem
     client_key: /key.pem
-    client_key_password: secret
     read: 5s # not an async property: ignored`, 10, Transport{
 			Type: TransportAsync, Call: 24 * time.Hour, Connect: 30 * time.Second, PoolTTL: 0,
-			PoolSize: 8, PayloadMaxBytes: 1 << 20, TrustCACerts: "file:///ca.pem",
-			ClientCert: "classpath:cert.pem", ClientKey: "/key.pem", ClientKeyPassword: "secret"}},
+			PoolSize: 8, PayloadMaxBytes: 1 << 20, TrustCACerts: "/ca.pem",
+			ClientCert: "certs/cert.pem", ClientKey: "/key.pem"}},
 		{"v2 async type defaulted", `
 kind: io.statefun.endpoints.v2/http
 spec: {functions: a/b, urlPathTemplate: "http://h/", transport: {call: 5s}}`, 1000,

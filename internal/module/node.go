@@ -212,16 +212,6 @@ func (d *doc) requireStr(f field) (string, bool) {
 	return d.str(f)
 }
 
-// optStr reads an optional string; absent is "".
-func (d *doc) optStr(o object, name string) string {
-	f := o.get(name)
-	if f.node == nil {
-		return ""
-	}
-	s, _ := d.str(f)
-	return s
-}
-
 // integer reads an integer in [lo, hi]. A quoted decimal integer is
 // accepted, as Jackson coerces it.
 func (d *doc) integer(f field, lo, hi int64) (int64, bool) {

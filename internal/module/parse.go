@@ -22,22 +22,31 @@ const supportedKinds = KindHTTPEndpointV2 + ", " + KindHTTPEndpointV1 + ", " +
 
 // Load reads and validates the module file at path. It returns an error
 // prefixed "module: " when the file cannot be read, and Errors when it is
-// invalid (see Parse).
+// invalid (see Parse). Unlike Parse, it also reads the TLS files the module
+// names (trust_cacerts, client_cert, client_key), so that a missing file or
+// one without the expected PEM blocks is reported at its field.
 func Load(path string) (*Module, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("module: reading module file: %w", err)
 	}
-	return Parse(path, data)
+	return parse(path, data, readTLSFile)
 }
 
 // Parse validates the module file contents data; filename only names the
 // file in errors. When data is invalid it returns a nil Module and Errors,
 // which lists every problem found, in file order. A YAML syntax error stops
 // the reading at the broken document; the documents before it are still
-// checked. An empty file is a valid, empty module.
+// checked. Parse does no I/O: it checks the TLS file locations a module
+// names, but only Load reads the files.
 func Parse(filename string, data []byte) (*Module, error) {
+	return parse(filename, data, nil)
+}
+
+// parse is Parse, reading TLS files with readFile unless it is nil.
+func parse(filename string, data []byte, readFile func(string) ([]byte, error)) (*Module, error) {
 	p := &parser{
+		readFile:   readFile,
 		file:       filename,
 		mod:        &Module{},
 		exact:      make(map[address.TypeName]Position),
@@ -74,6 +83,9 @@ func Parse(filename string, data []byte) (*Module, error) {
 
 // parser holds the state of one Parse call.
 type parser struct {
+	// readFile reads the TLS files a module names; nil skips reading them.
+	readFile func(string) ([]byte, error)
+
 	file string
 	errs Errors
 	mod  *Module

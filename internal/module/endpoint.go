@@ -19,6 +19,13 @@ func (p *parser) endpoint(d *doc, spec field, pos Position) {
 	}
 	before := len(p.errs)
 	e := &Endpoint{Kind: d.kind, Pos: pos, MaxNumBatchRequests: DefaultMaxNumBatchRequests}
+	if d.kind == KindHTTPEndpointV1 {
+		d.knownFields(o, []string{"functions", "urlPathTemplate", "maxNumBatchRequests", "timeouts"},
+			map[string]string{"transport": "a " + KindHTTPEndpointV1 + " endpoint always uses okhttp; use " + KindHTTPEndpointV2 + " to pick a transport"})
+	} else {
+		d.knownFields(o, []string{"functions", "urlPathTemplate", "maxNumBatchRequests", "transport"},
+			map[string]string{"timeouts": "spec-level timeouts belong to " + KindHTTPEndpointV1 + "; in " + KindHTTPEndpointV2 + " write them under transport"})
+	}
 
 	ff := o.get("functions")
 	if s, ok := d.requireStr(ff); ok {
@@ -137,8 +144,16 @@ func (d *doc) transport(f field) Transport {
 		typ = s
 	}
 	if typ == TransportOkHTTP {
+		onlyAsync := "it applies to the " + TransportAsync + " transport only"
+		d.knownFields(o, []string{"type", "timeouts"}, map[string]string{
+			"call": onlyAsync + "; for okhttp write timeouts.call", "connect": onlyAsync + "; for okhttp write timeouts.connect",
+			"pool_ttl": onlyAsync, "pool_size": onlyAsync, "payload_max_bytes": onlyAsync,
+			"trust_cacerts": onlyAsync, "client_cert": onlyAsync, "client_key": onlyAsync, "client_key_password": onlyAsync,
+		})
 		return d.okhttp(o)
 	}
+	d.knownFields(o, []string{"type", "call", "connect", "timeouts", "pool_ttl", "pool_size", "payload_max_bytes",
+		"trust_cacerts", "client_cert", "client_key", "client_key_password"}, nil)
 	return d.async(o)
 }
 
@@ -163,6 +178,8 @@ func (d *doc) async(o object) Transport {
 	// wins, with the old defaults, as in StateFun's NettyRequestReplySpec.
 	if tf := o.get("timeouts"); tf.node != nil {
 		if to, ok := d.object(tf); ok {
+			onlyOkHTTP := "it applies to the " + TransportOkHTTP + " transport only"
+			d.knownFields(to, []string{"call", "connect"}, map[string]string{"read": onlyOkHTTP, "write": onlyOkHTTP})
 			t.Call = d.optTimeout(to, "call", DefaultAsyncLegacyCall)
 			t.Connect = d.optTimeout(to, "connect", DefaultAsyncLegacyConnect)
 		}
@@ -192,6 +209,7 @@ func (d *doc) okhttp(o object) Transport {
 	if !ok {
 		return t
 	}
+	d.knownFields(to, []string{"call", "connect", "read", "write"}, nil)
 	before := len(d.p.errs)
 	t.Call = d.optTimeout(to, "call", DefaultOkHTTPCall)
 	t.Connect = d.optTimeout(to, "connect", DefaultOkHTTPConnect)

@@ -86,7 +86,7 @@ func TestMalformedModules(t *testing.T) {
 			1, 3, "spec.port", `want an integer, got string "abc"`},
 		{"port out of range", "kind: io.statefun.playground.v1/ingress\nspec:\n  port: 70000\n",
 			1, 3, "spec.port", "70000 is out of range; want 1 to 65535"},
-		{"port missing", "kind: io.statefun.playground.v1/ingress\nspec:\n  prot: 8090\n",
+		{"port missing", "kind: io.statefun.playground.v1/ingress\nspec:\n  {}\n",
 			1, 2, "spec.port", "required"},
 		{"topics not a list", "kind: io.statefun.playground.v1/egress\nspec:\n  port: 8091\n  topics: greetings\n",
 			1, 4, "spec.topics", `want a list, got string "greetings"`},

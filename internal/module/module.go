@@ -95,6 +95,11 @@ type Module struct {
 	Endpoints []*Endpoint
 	Ingresses []*PlaygroundIngress
 	Egresses  []*PlaygroundEgress
+
+	// Warnings are problems that do not stop the module from loading, in
+	// file order: unknown keys that StateFun ignores too and that are no
+	// near miss of a known key (those are errors). Callers should log them.
+	Warnings []*Error
 }
 
 // Position is where a component or value appears in a module file.

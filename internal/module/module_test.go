@@ -339,17 +339,27 @@ spec:
 	}
 }
 
-func TestEmptyFile(t *testing.T) {
-	for _, src := range []string{"", "# nothing\n", "---\n", "~\n"} {
-		m := mustParse(t, src)
-		if len(m.Endpoints)+len(m.Ingresses)+len(m.Egresses) != 0 {
-			t.Errorf("%q: got components", src)
+// TestEmptyModule: a module that binds no function type is refused with
+// the file's name, whether it is empty or only lacks endpoints.
+func TestEmptyModule(t *testing.T) {
+	for src, want := range map[string]string{
+		"":                        "module.yaml: the module is empty: it has no components",
+		"# nothing\n":             "module.yaml: the module is empty",
+		"---\n":                   "module.yaml: the module is empty",
+		"---\n# a\n---\n~\n---\n": "module.yaml: the module is empty",
+		"kind: io.statefun.playground.v1/ingress\nspec: {port: 8090}\n":                "module.yaml: the module binds no function type: it has no io.statefun.endpoints.v2/http",
+		"version: \"3.0\"\nmodule:\n  meta: {type: remote}\n  spec: {endpoints: []}\n": "module.yaml: the module binds no function type",
+	} {
+		_, err := Parse("module.yaml", []byte(src))
+		var errs Errors
+		if !errors.As(err, &errs) || len(errs) != 1 || !strings.HasPrefix(err.Error(), want) || errs[0].File != "module.yaml" {
+			t.Errorf("Parse(%q) = %v, want %q", src, err, want)
 		}
 	}
 }
 
 func TestEgressTopicsDeduplicated(t *testing.T) {
-	m := mustParse(t, "kind: io.statefun.playground.v1/egress\nspec: {port: 1, topics: [b, a, b, \"2024\", 2024]}\n")
+	m := mustParse(t, v2("  functions: a/b\n  urlPathTemplate: http://h/\n")+"---\nkind: io.statefun.playground.v1/egress\nspec: {port: 1, topics: [b, a, b, \"2024\", 2024]}\n")
 	if got := m.Egresses[0].Topics; !reflect.DeepEqual(got, []string{"b", "a", "2024"}) {
 		t.Errorf("topics = %q", got)
 	}

@@ -23,12 +23,18 @@ type field struct {
 	// parent is where the absence of this field is reported: the key of the
 	// enclosing mapping, or the mapping itself.
 	parent *yaml.Node
+	// typo is the key that misspells this absent field, already reported
+	// as unknown; its absence is then not reported again.
+	typo *yaml.Node
 }
 
 // object is a YAML mapping with its keys indexed, merge keys ("<<") applied.
 type object struct {
 	field
 	fields map[string]field
+	// typos maps a known key to the unknown key that misspells it (see
+	// knownFields).
+	typos map[string]*yaml.Node
 }
 
 // get returns the field called name; its node is nil when o lacks it.
@@ -36,7 +42,7 @@ func (o object) get(name string) field {
 	if f, ok := o.fields[name]; ok {
 		return f
 	}
-	return field{path: childPath(o.path, name), parent: o.where()}
+	return field{path: childPath(o.path, name), parent: o.where(), typo: o.typos[name]}
 }
 
 // where is the node that errors about o as a whole point at: the key it
@@ -92,7 +98,9 @@ func (d *doc) pos(n *yaml.Node) Position {
 // present reports whether f has a value, recording "required" when not.
 func (d *doc) present(f field) bool {
 	if f.node == nil {
-		d.errorf(f.parent, f.path, "required")
+		if f.typo == nil {
+			d.errorf(f.parent, f.path, "required")
+		}
 		return false
 	}
 	return true
@@ -131,7 +139,7 @@ func (d *doc) object(f field) (object, bool) {
 		d.errorf(f.node, f.path, "want a mapping, got %s", describe(f.node))
 		return object{}, false
 	}
-	o := object{field: f, fields: make(map[string]field)}
+	o := object{field: f, fields: make(map[string]field), typos: make(map[string]*yaml.Node)}
 	ok := true
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(f.node.Content); i += 2 {

@@ -69,16 +69,42 @@ func parse(filename string, data []byte, readFile func(string) ([]byte, error)) 
 		}
 	}
 
+	if len(p.errs) == 0 && len(p.mod.Endpoints) == 0 {
+		p.empty(len(live) == 0)
+	}
 	if len(p.errs) > 0 {
-		slices.SortStableFunc(p.errs, func(a, b *Error) int {
-			if a.Document != b.Document {
-				return a.Document - b.Document
-			}
-			return a.Line - b.Line
-		})
+		sortErrors(p.errs)
 		return nil, p.errs
 	}
+	sortErrors(p.warns)
+	p.mod.Warnings = p.warns
 	return p.mod, nil
+}
+
+// sortErrors sorts errors or warnings into file order.
+func sortErrors(es []*Error) {
+	slices.SortStableFunc(es, func(a, b *Error) int {
+		if a.Document != b.Document {
+			return a.Document - b.Document
+		}
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return a.Column - b.Column
+	})
+}
+
+// empty reports a module that binds no function type: with no endpoint, no
+// message could ever be delivered, and a file that loads as nothing is
+// almost always the wrong file or a broken template.
+func (p *parser) empty(noDocuments bool) {
+	msg := "the module binds no function type: it has no " + KindHTTPEndpointV2 + " (or " + KindHTTPEndpointV1 +
+		") component, so no message could ever be delivered"
+	if noDocuments {
+		msg = "the module is empty: it has no components (only blank lines, comments, null documents or ---); " +
+			"a module needs at least one " + KindHTTPEndpointV2 + " component, a document with kind and spec"
+	}
+	p.errs = append(p.errs, &Error{File: p.file, Msg: msg})
 }
 
 // parser holds the state of one Parse call.
@@ -86,9 +112,10 @@ type parser struct {
 	// readFile reads the TLS files a module names; nil skips reading them.
 	readFile func(string) ([]byte, error)
 
-	file string
-	errs Errors
-	mod  *Module
+	file  string
+	errs  Errors
+	warns []*Error
+	mod   *Module
 
 	// exact and namespaces hold where each function type and namespace was
 	// bound (the position of the functions value), to report duplicates.
@@ -208,6 +235,7 @@ func (p *parser) component(num int, root *yaml.Node) {
 	if !ok {
 		return
 	}
+	d.knownFields(top, []string{"kind", "spec"}, nil)
 	kf := top.get("kind")
 	if kf.node == nil {
 		if vf := top.get("version"); vf.node != nil {

@@ -3,6 +3,7 @@ package module
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,6 +75,8 @@ type doc struct {
 	p    *parser
 	num  int
 	kind string
+	// merges counts the merge-key sources expanded (see maxMerges).
+	merges int
 }
 
 // errorf records an error at node n, or at line 0 when n is nil.
@@ -132,9 +135,21 @@ func describe(n *yaml.Node) string {
 	return "an unexpected YAML node"
 }
 
+// maxMerges bounds the merge-key (<<) sources one document may expand.
+// Real files merge a handful; aliases of aliases could otherwise make the
+// work grow exponentially with the file's size.
+const maxMerges = 1000
+
 // object indexes the mapping in f. It reports an error and returns false
 // when f is not a mapping or has a duplicate key.
 func (d *doc) object(f field) (object, bool) {
+	return d.objectIn(f, nil)
+}
+
+// objectIn is object for a mapping reached through the merge keys of the
+// mappings in merging, which it must not merge again: a mapping that merges
+// itself (spec: &s {<<: *s}) is a cycle.
+func (d *doc) objectIn(f field, merging []*yaml.Node) (object, bool) {
 	if f.node.Kind != yaml.MappingNode {
 		d.errorf(f.node, f.path, "want a mapping, got %s", describe(f.node))
 		return object{}, false
@@ -179,7 +194,19 @@ func (d *doc) object(f field) (object, bool) {
 				ok = false
 				continue
 			}
-			src, good := d.object(field{path: f.path, node: s, key: f.key, parent: f.parent})
+			if s == f.node || slices.Contains(merging, s) {
+				d.errorf(s, f.path, "a merge key (<<) refers to a mapping that contains it")
+				ok = false
+				continue
+			}
+			if d.merges++; d.merges > maxMerges {
+				if d.merges == maxMerges+1 {
+					d.errorf(s, f.path, "more than %d merge-key (<<) expansions in one document", maxMerges)
+				}
+				ok = false
+				continue
+			}
+			src, good := d.objectIn(field{path: f.path, node: s, key: f.key, parent: f.parent}, append(merging, f.node))
 			if !good {
 				ok = false
 				continue

@@ -9,10 +9,12 @@
 //	  functions: example/*
 //	  urlPathTemplate: http://functions:8000/statefun
 //
-// Null and empty documents are skipped. A module must bind at least one
-// function type (an endpoint component): an empty file, one with only
-// comments or "---", or one without endpoints is refused, because it could
-// never deliver a message.
+// Null and empty documents are skipped. A module without components (an
+// empty file, only comments or "---", a legacy module with empty lists) is
+// refused: a file that loads as nothing is almost always the wrong file. A
+// module with playground components but no endpoint loads with a warning:
+// it can deliver no message, but the state API can still serve the state
+// of function types that left the module.
 //
 // Unknown keys: StateFun ignores keys it does not know, so real files may
 // carry extra ones and refusing them all would break files StateFun loads.

@@ -14,8 +14,8 @@ import (
 
 // FuzzParse feeds arbitrary files to the loader. Whatever the input, Parse
 // must not panic or hang, every error must name the file and, when it is
-// inside a document, its line, and a module that loads must bind at least
-// one function type to URLs the invoker can call.
+// inside a document, its line, and a module that loads must have a
+// component and bind function types only to URLs the invoker can call.
 //
 // The seed corpus is testdata/*.yaml, the example modules and the
 // tests' fuzz corpus, so `go test` (and make test) runs it as a normal
@@ -55,8 +55,8 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if len(m.Endpoints) == 0 {
-			t.Fatalf("a module without endpoints loaded")
+		if len(m.Endpoints)+len(m.Ingresses)+len(m.Egresses) == 0 {
+			t.Fatalf("a module without components loaded")
 		}
 		for _, w := range m.Warnings {
 			checkPositioned(t, w, name)

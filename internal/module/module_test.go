@@ -339,22 +339,31 @@ spec:
 	}
 }
 
-// TestEmptyModule: a module that binds no function type is refused with
-// the file's name, whether it is empty or only lacks endpoints.
+// TestEmptyModule: a module without components is refused with the
+// file's name.
 func TestEmptyModule(t *testing.T) {
 	for src, want := range map[string]string{
 		"":                        "module.yaml: the module is empty: it has no components",
 		"# nothing\n":             "module.yaml: the module is empty",
 		"---\n":                   "module.yaml: the module is empty",
 		"---\n# a\n---\n~\n---\n": "module.yaml: the module is empty",
-		"kind: io.statefun.playground.v1/ingress\nspec: {port: 8090}\n":                "module.yaml: the module binds no function type: it has no io.statefun.endpoints.v2/http",
-		"version: \"3.0\"\nmodule:\n  meta: {type: remote}\n  spec: {endpoints: []}\n": "module.yaml: the module binds no function type",
+		"version: \"3.0\"\nmodule:\n  meta: {type: remote}\n  spec: {endpoints: []}\n": "module.yaml: the module is empty: it declares no endpoints, ingresses or egresses",
 	} {
 		_, err := Parse("module.yaml", []byte(src))
 		var errs Errors
 		if !errors.As(err, &errs) || len(errs) != 1 || !strings.HasPrefix(err.Error(), want) || errs[0].File != "module.yaml" {
 			t.Errorf("Parse(%q) = %v, want %q", src, err, want)
 		}
+	}
+}
+
+// TestModuleWithoutEndpoints: a module with only playground components
+// loads, with a warning, so that the state API can still serve the state of
+// function types that left the module.
+func TestModuleWithoutEndpoints(t *testing.T) {
+	m := mustParse(t, "kind: io.statefun.playground.v1/ingress\nspec: {port: 8090}\n")
+	if len(m.Warnings) != 1 || !strings.HasPrefix(m.Warnings[0].Error(), "module.yaml: the module binds no function type") {
+		t.Errorf("warnings = %v", m.Warnings)
 	}
 }
 

@@ -70,7 +70,7 @@ func parse(filename string, data []byte, readFile func(string) ([]byte, error)) 
 	}
 
 	if len(p.errs) == 0 && len(p.mod.Endpoints) == 0 {
-		p.empty(len(live) == 0)
+		p.noEndpoints(len(live) == 0)
 	}
 	if len(p.errs) > 0 {
 		sortErrors(p.errs)
@@ -94,17 +94,23 @@ func sortErrors(es []*Error) {
 	})
 }
 
-// empty reports a module that binds no function type: with no endpoint, no
-// message could ever be delivered, and a file that loads as nothing is
-// almost always the wrong file or a broken template.
-func (p *parser) empty(noDocuments bool) {
-	msg := "the module binds no function type: it has no " + KindHTTPEndpointV2 + " (or " + KindHTTPEndpointV1 +
-		") component, so no message could ever be delivered"
-	if noDocuments {
-		msg = "the module is empty: it has no components (only blank lines, comments, null documents or ---); " +
-			"a module needs at least one " + KindHTTPEndpointV2 + " component, a document with kind and spec"
+// noEndpoints reports a module without endpoints. One without any
+// component is refused: a file that loads as nothing is almost always the
+// wrong file or a broken template. One with only playground components
+// loads with a warning: no message can be delivered, but the state API can
+// still read and repair the state of function types that left the module.
+func (p *parser) noEndpoints(noDocuments bool) {
+	switch {
+	case noDocuments:
+		p.errs = append(p.errs, &Error{File: p.file, Msg: "the module is empty: it has no components (only blank lines, comments, null documents or ---); " +
+			"a module needs at least one " + KindHTTPEndpointV2 + " component, a document with kind and spec"})
+	case len(p.mod.Ingresses)+len(p.mod.Egresses) == 0:
+		p.errs = append(p.errs, &Error{File: p.file, Msg: "the module is empty: it declares no endpoints, ingresses or egresses; " +
+			"a module needs at least one " + KindHTTPEndpointV2 + " component"})
+	default:
+		p.warns = append(p.warns, &Error{File: p.file, Msg: "the module binds no function type (it has no " + KindHTTPEndpointV2 +
+			" component), so no message can be delivered; only the state API is of use"})
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Msg: msg})
 }
 
 // parser holds the state of one Parse call.

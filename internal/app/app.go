@@ -96,6 +96,9 @@ func Start(cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, w := range mod.Warnings {
+		cfg.Logger.Warn("module: " + w.Error())
+	}
 	fns, err := newFunctions(mod)
 	if err != nil {
 		return nil, err

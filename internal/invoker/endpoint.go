@@ -4,27 +4,18 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
-	"net/url"
-	"strings"
-)
 
-// unixHost is the Host of every request sent over a UNIX socket. There is no
-// host to name; "localhost" is what curl --unix-socket users expect to see,
-// and it is also the TLS server name checked for https+unix.
-const unixHost = "localhost"
+	"github.com/statefun-go/statefun/internal/endpointurl"
+)
 
 // CheckURL reports whether Invoke can address rawURL, without connecting; use
 // it to reject a bad endpoint when configuration is loaded. It returns nil or
-// the KindRequest *Error that Invoke would return for rawURL.
+// the KindRequest *Error that Invoke would return for rawURL. The rules are
+// those of package endpointurl, which the module loader applies too.
 func CheckURL(rawURL string) error {
-	u, err := url.Parse(rawURL)
-	if err == nil {
-		_, err = route(u)
-	}
-	if err != nil {
+	if _, err := endpointurl.Parse(rawURL); err != nil {
 		return requestError(rawURL, err)
 	}
 	return nil
@@ -32,75 +23,13 @@ func CheckURL(rawURL string) error {
 
 // requestError wraps a failure to form a request for rawURL.
 func requestError(rawURL string, err error) *Error {
-	var ue *url.Error
+	var ue *endpointurl.Error
 	if errors.As(err, &ue) {
-		// url.Error repeats the whole URL, which our message already shows.
-		err = ue.Err
+		// The endpointurl.Error repeats the whole URL, which our message
+		// already shows.
+		err = errors.New(ue.Reason)
 	}
-	return &Error{URL: redact(rawURL), Kind: KindRequest, Detail: "bad endpoint URL", Err: err}
-}
-
-// route checks that u is a URL Invoke can send to and returns the UNIX
-// socket its requests go through, or "" for TCP. It rewrites a UNIX socket
-// URL in place into the http or https URL of the request it stands for. The
-// package comment gives the rules.
-func route(u *url.URL) (socket string, err error) {
-	switch u.Scheme {
-	case "http", "https":
-		if u.Host == "" {
-			return "", errors.New("URL has no host")
-		}
-		return "", nil
-	case "http+unix", "https+unix":
-	default:
-		return "", fmt.Errorf("unsupported scheme %q, want http, https, http+unix or https+unix", u.Scheme)
-	}
-	if u.Host != "" || u.User != nil {
-		return "", fmt.Errorf("%s URL has host %q, want none: write %s:///path/to/fn.sock/request/path", u.Scheme, u.Host, u.Scheme)
-	}
-	if u.Opaque != "" {
-		return "", fmt.Errorf("%s URL needs an absolute socket path: write %s:///path/to/fn.sock/request/path", u.Scheme, u.Scheme)
-	}
-	// Split the escaped path so that an escaped "/" inside a component does
-	// not count as a separator.
-	escaped := u.EscapedPath()
-	parts := strings.Split(escaped, "/")
-	end := -1
-	for i, p := range parts {
-		name, err := url.PathUnescape(p)
-		if err != nil {
-			return "", err
-		}
-		if strings.HasSuffix(name, ".sock") {
-			end = i
-			break
-		}
-	}
-	if end < 0 {
-		return "", fmt.Errorf("%s URL path %q has no component ending in .sock to name the socket file", u.Scheme, u.Path)
-	}
-	socket, err = url.PathUnescape(strings.Join(parts[:end+1], "/"))
-	if err != nil {
-		return "", err
-	}
-	rest := "/" + strings.Join(parts[end+1:], "/")
-	path, err := url.PathUnescape(rest)
-	if err != nil {
-		return "", err
-	}
-	u.Scheme = strings.TrimSuffix(u.Scheme, "+unix")
-	u.Host = unixHost
-	u.Path, u.RawPath = path, rest
-	return socket, nil
-}
-
-// redact returns rawURL with any password replaced, for error messages.
-func redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil || u.User == nil {
-		return rawURL
-	}
-	return u.Redacted()
+	return &Error{URL: endpointurl.Redact(rawURL), Kind: KindRequest, Detail: "bad endpoint URL", Err: err}
 }
 
 // dialError marks a failure to establish a connection, so that Invoke can
@@ -120,7 +49,7 @@ func newTransport(o Options, tlsCfg *tls.Config, socket string) *http.Transport 
 		// tls.Dialer takes the server name from the address it dials, which
 		// for a socket is a file path.
 		tlsCfg = tlsCfg.Clone()
-		tlsCfg.ServerName = unixHost
+		tlsCfg.ServerName = endpointurl.Localhost
 	}
 	// The dialer's Timeout covers the TLS handshake too, so ConnectTimeout
 	// bounds connect plus handshake as documented.

@@ -22,17 +22,16 @@
 //   - Redirects are not followed and proxy environment variables are ignored,
 //     as in StateFun.
 //
-// Endpoint URLs have the scheme http, https, http+unix or https+unix. A UNIX
-// socket URL follows StateFun's rule (UnixDomainHttpEndpoint.java): the
-// first path component that ends in ".sock" ends the socket file's path, and
-// the rest is the request path. So http+unix:///run/fn.sock/statefun talks
-// to the socket /run/fn.sock and asks for /statefun, with Host: localhost.
-// The rule looks at names only, never at the file system, so a socket whose
-// name does not end in ".sock" cannot be addressed. The host part must be
-// empty (three slashes): StateFun silently ignores it, which hides typos.
-// https+unix speaks TLS over the socket and verifies the server certificate
-// for "localhost"; StateFun's okhttp transport, its only client with UNIX
-// socket support, speaks plain HTTP for https+unix.
+// Endpoint URLs have the scheme http, https, http+unix or https+unix, and
+// package endpointurl decides which are valid (the module loader applies the
+// same rules, so a loaded module never names a URL Invoke refuses). A UNIX
+// socket URL follows StateFun's rule: the first path component that ends in
+// ".sock" ends the socket file's path, and the rest is the request path. So
+// http+unix:///run/fn.sock/statefun talks to the socket /run/fn.sock and asks
+// for /statefun, with Host: localhost. https+unix speaks TLS over the socket
+// and verifies the server certificate for "localhost"; StateFun's okhttp
+// transport, its only client with UNIX socket support, speaks plain HTTP for
+// https+unix.
 //
 // What a response must be to count as a success, checked in this order:
 //
@@ -76,6 +75,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/statefun-go/statefun/internal/endpointurl"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -174,14 +174,14 @@ func (c *Client) socketTransport(socket string) *http.Transport {
 // been closed by the server before any of the request was written.
 func (c *Client) Invoke(ctx context.Context, rawURL string, req *protocol.ToFunction) (*protocol.FromFunction, error) {
 	if req == nil {
-		return nil, &Error{URL: redact(rawURL), Kind: KindRequest, Detail: "nil ToFunction"}
+		return nil, &Error{URL: endpointurl.Redact(rawURL), Kind: KindRequest, Detail: "nil ToFunction"}
 	}
 	body, err := proto.Marshal(req)
 	if err != nil {
-		return nil, &Error{URL: redact(rawURL), Kind: KindRequest, Detail: "cannot marshal the ToFunction", Err: err}
+		return nil, &Error{URL: endpointurl.Redact(rawURL), Kind: KindRequest, Detail: "cannot marshal the ToFunction", Err: err}
 	}
 	if int64(len(body)) > c.opts.PayloadMaxBytes {
-		return nil, &Error{URL: redact(rawURL), Kind: KindTooLarge,
+		return nil, &Error{URL: endpointurl.Redact(rawURL), Kind: KindTooLarge,
 			Detail: fmt.Sprintf("request of %d bytes exceeds the payload cap of %d bytes", len(body), c.opts.PayloadMaxBytes)}
 	}
 
@@ -190,19 +190,18 @@ func (c *Client) Invoke(ctx context.Context, rawURL string, req *protocol.ToFunc
 
 	// bytes.Reader gives the request a Content-Length and a GetBody, so it is
 	// never chunked and the transport can resend it on a stale connection.
-	hreq, err := http.NewRequestWithContext(attemptCtx, http.MethodPost, rawURL, bytes.NewReader(body))
+	target, err := endpointurl.Parse(rawURL)
 	if err != nil {
 		return nil, requestError(rawURL, err)
 	}
-	socket, err := route(hreq.URL)
+	hreq, err := http.NewRequestWithContext(attemptCtx, http.MethodPost, target.URL.String(), bytes.NewReader(body))
 	if err != nil {
 		return nil, requestError(rawURL, err)
 	}
 	hreq.Header = c.header
 	transport := c.tcp
-	if socket != "" {
-		hreq.Host = unixHost
-		transport = c.socketTransport(socket)
+	if target.Socket != "" {
+		transport = c.socketTransport(target.Socket)
 	}
 
 	// RoundTrip rather than an http.Client: a Client would follow redirects,
@@ -210,12 +209,12 @@ func (c *Client) Invoke(ctx context.Context, rawURL string, req *protocol.ToFunc
 	resp, err := transport.RoundTrip(hreq)
 	if err != nil {
 		kind, detail, cause := c.classify(ctx, attemptCtx, err)
-		return nil, &Error{URL: redact(rawURL), Kind: kind, Detail: detail, Err: cause}
+		return nil, &Error{URL: endpointurl.Redact(rawURL), Kind: kind, Detail: detail, Err: cause}
 	}
 	defer resp.Body.Close()
 	from, e := c.readResponse(ctx, attemptCtx, resp)
 	if e != nil {
-		e.URL = redact(rawURL)
+		e.URL = endpointurl.Redact(rawURL)
 		e.StatusCode = resp.StatusCode
 		return nil, e
 	}

@@ -443,9 +443,10 @@ func TestCheckURL(t *testing.T) {
 	}
 	for bad, want := range map[string]string{
 		"localhost:8000":             `unsupported scheme "localhost"`,
-		"http:///statefun":           "URL has no host",
-		"http+unix://run/fn.sock/x":  `URL has host "run", want none`,
-		"http+unix:///run/fn/socket": "has no component ending in .sock",
+		"http:///statefun":           "want an absolute URL with a host",
+		"http+unix://run/fn.sock/x":  `has no host, but this one has "run"`,
+		"http+unix:///run/fn/socket": "with a component ending in .sock",
+		"http://h:99999/":            "port 99999 is out of range",
 		"http://[::1":                "missing ']' in host",
 	} {
 		err := invoker.CheckURL(bad)

@@ -9,8 +9,37 @@
 //	  functions: example/*
 //	  urlPathTemplate: http://functions:8000/statefun
 //
-// Null and empty documents are skipped, and so are keys this package does
-// not know (StateFun ignores unknown properties too).
+// Null and empty documents are skipped. A module without components (an
+// empty file, only comments or "---", a legacy module with empty lists) is
+// refused: a file that loads as nothing is almost always the wrong file. A
+// module with playground components but no endpoint loads with a warning:
+// it can deliver no message, but the state API can still serve the state
+// of function types that left the module.
+//
+// Unknown keys: StateFun ignores keys it does not know, so real files may
+// carry extra ones and refusing them all would break files StateFun loads.
+// But an ignored misspelling silently drops a setting. So a key that is a
+// near miss of a key known at its place (the same up to case, '_' and '-',
+// or within a small edit distance) is an error with a suggestion:
+//
+//	module.yaml:3:3: document 1 (io.statefun.endpoints.v2/http): spec.functons: unknown field "functons"; did you mean "functions"?
+//
+// Any other unknown key is ignored, as in StateFun, and listed in
+// Module.Warnings with its position, for the caller to log.
+//
+// Endpoint URLs follow package endpointurl, the rule the invoker applies
+// too: whatever loads can be called. http+unix://host/... (a host in a UNIX
+// socket URL, which StateFun silently ignores) is refused with the
+// three-slash URL it most likely meant.
+//
+// TLS files of the async transport (trust_cacerts, client_cert,
+// client_key) are paths or file: URLs (file:/etc/ca.pem, as StateFun's own
+// smoke test writes them); relative paths are relative to the working
+// directory, as in StateFun. classpath: resources, other schemes and remote
+// file hosts are refused, and so is client_key_password: encrypted keys are
+// not supported. Parse checks the locations only and does no I/O; Load also
+// reads the files, so that a missing file, one without a PEM certificate, or
+// a key that does not match its certificate is reported at the field.
 //
 // Supported kinds:
 //
@@ -35,8 +64,8 @@
 // Where this package is stricter than StateFun, it rejects files that would
 // only fail later, at run time, in StateFun: zero timeouts of the async
 // transport, a URL template with a placeholder other than {function.name},
-// a pool_size below 1, duplicate mapping keys, and two playground components
-// on one port.
+// a pool_size below 1, duplicate mapping keys, two playground components
+// on one port, and merge keys (<<) that merge a mapping into itself.
 //
 // Parse and Load check the whole file and report every problem they find,
 // each one an [*Error] that names the file, document, line, column and field.

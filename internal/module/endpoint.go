@@ -3,12 +3,11 @@ package module
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/endpointurl"
 )
 
 // endpoint validates the spec of an io.statefun.endpoints.v{1,2}/http
@@ -20,6 +19,13 @@ func (p *parser) endpoint(d *doc, spec field, pos Position) {
 	}
 	before := len(p.errs)
 	e := &Endpoint{Kind: d.kind, Pos: pos, MaxNumBatchRequests: DefaultMaxNumBatchRequests}
+	if d.kind == KindHTTPEndpointV1 {
+		d.knownFields(o, []string{"functions", "urlPathTemplate", "maxNumBatchRequests", "timeouts"},
+			map[string]string{"transport": "a " + KindHTTPEndpointV1 + " endpoint always uses okhttp; use " + KindHTTPEndpointV2 + " to pick a transport"})
+	} else {
+		d.knownFields(o, []string{"functions", "urlPathTemplate", "maxNumBatchRequests", "transport"},
+			map[string]string{"timeouts": "spec-level timeouts belong to " + KindHTTPEndpointV1 + "; in " + KindHTTPEndpointV2 + " write them under transport"})
+	}
 
 	ff := o.get("functions")
 	if s, ok := d.requireStr(ff); ok {
@@ -95,55 +101,24 @@ func parseSelector(s string) (FunctionSelector, string) {
 	return FunctionSelector{Namespace: t.Namespace, Name: t.Name}, ""
 }
 
-// checkURLTemplate checks that a template becomes a URL StateFun can call
-// once {function.name} is replaced. It returns the problem as text, empty
-// when there is none.
+// checkURLTemplate checks that a template becomes a URL the invoker can
+// call once {function.name} is replaced. The rules are package
+// endpointurl's, shared with the invoker. It returns the problem as text,
+// empty when there is none.
 func checkURLTemplate(s string) string {
 	expanded := strings.ReplaceAll(s, functionNamePlaceholder, "fn")
-	if i := strings.IndexFunc(expanded, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
-		return fmt.Sprintf("invalid URL template %q: it contains a space or control character", s)
-	}
 	if strings.ContainsAny(expanded, "{}") {
-		// Java's URI rejects braces, so StateFun would fail on every call;
-		// a brace left over is usually a misspelt placeholder.
+		// A brace left over is usually a misspelt placeholder.
 		return fmt.Sprintf("invalid URL template %q: the only placeholder is %s", s, functionNamePlaceholder)
 	}
-	u, err := url.Parse(expanded)
-	if err != nil {
-		// url.Error repeats the URL, which the message already quotes.
-		var ue *url.Error
+	if _, err := endpointurl.Parse(expanded); err != nil {
+		var ue *endpointurl.Error
 		if errors.As(err, &ue) {
-			err = ue.Err
+			return fmt.Sprintf("invalid URL template %q: %s", s, ue.Reason)
 		}
 		return fmt.Sprintf("invalid URL template %q: %v", s, err)
 	}
-	switch strings.ToLower(u.Scheme) {
-	case "http", "https":
-		if u.Host == "" || u.Hostname() == "" {
-			return fmt.Sprintf("invalid URL template %q: want an absolute URL with a host, such as http://functions:8000/statefun", s)
-		}
-	case "http+unix", "https+unix":
-		if !hasSockSegment(u.Path) {
-			return fmt.Sprintf("invalid URL template %q: a %s URL names its socket file in the path, such as %s:///run/functions.sock/statefun",
-				s, u.Scheme, u.Scheme)
-		}
-	case "":
-		return fmt.Sprintf("invalid URL template %q: want an absolute URL, such as http://functions:8000/statefun", s)
-	default:
-		return fmt.Sprintf("invalid URL template %q: unsupported scheme %q; want http, https, http+unix or https+unix", s, u.Scheme)
-	}
 	return ""
-}
-
-// hasSockSegment reports whether a path has a segment ending in ".sock",
-// which StateFun takes as the Unix socket file.
-func hasSockSegment(path string) bool {
-	for seg := range strings.SplitSeq(path, "/") {
-		if strings.HasSuffix(seg, ".sock") {
-			return true
-		}
-	}
-	return false
 }
 
 // transport validates an endpoints.v2 transport object; absent means the
@@ -169,8 +144,16 @@ func (d *doc) transport(f field) Transport {
 		typ = s
 	}
 	if typ == TransportOkHTTP {
+		onlyAsync := "it applies to the " + TransportAsync + " transport only"
+		d.knownFields(o, []string{"type", "timeouts"}, map[string]string{
+			"call": onlyAsync + "; for okhttp write timeouts.call", "connect": onlyAsync + "; for okhttp write timeouts.connect",
+			"pool_ttl": onlyAsync, "pool_size": onlyAsync, "payload_max_bytes": onlyAsync,
+			"trust_cacerts": onlyAsync, "client_cert": onlyAsync, "client_key": onlyAsync, "client_key_password": onlyAsync,
+		})
 		return d.okhttp(o)
 	}
+	d.knownFields(o, []string{"type", "call", "connect", "timeouts", "pool_ttl", "pool_size", "payload_max_bytes",
+		"trust_cacerts", "client_cert", "client_key", "client_key_password"}, nil)
 	return d.async(o)
 }
 
@@ -195,6 +178,8 @@ func (d *doc) async(o object) Transport {
 	// wins, with the old defaults, as in StateFun's NettyRequestReplySpec.
 	if tf := o.get("timeouts"); tf.node != nil {
 		if to, ok := d.object(tf); ok {
+			onlyOkHTTP := "it applies to the " + TransportOkHTTP + " transport only"
+			d.knownFields(to, []string{"call", "connect"}, map[string]string{"read": onlyOkHTTP, "write": onlyOkHTTP})
 			t.Call = d.optTimeout(to, "call", DefaultAsyncLegacyCall)
 			t.Connect = d.optTimeout(to, "connect", DefaultAsyncLegacyConnect)
 		}
@@ -202,10 +187,7 @@ func (d *doc) async(o object) Transport {
 	t.PoolTTL = d.optDuration(o, "pool_ttl", DefaultPoolTTL)
 	t.PoolSize = int(d.optInt(o, "pool_size", DefaultPoolSize, 1, maxInt32))
 	t.PayloadMaxBytes = d.optInt(o, "payload_max_bytes", DefaultPayloadMaxBytes, 1, maxInt32)
-	t.TrustCACerts = d.optStr(o, "trust_cacerts")
-	t.ClientCert = d.optStr(o, "client_cert")
-	t.ClientKey = d.optStr(o, "client_key")
-	t.ClientKeyPassword = d.optStr(o, "client_key_password")
+	d.tlsFiles(o, &t)
 	return t
 }
 
@@ -227,6 +209,7 @@ func (d *doc) okhttp(o object) Transport {
 	if !ok {
 		return t
 	}
+	d.knownFields(to, []string{"call", "connect", "read", "write"}, nil)
 	before := len(d.p.errs)
 	t.Call = d.optTimeout(to, "call", DefaultOkHTTPCall)
 	t.Connect = d.optTimeout(to, "connect", DefaultOkHTTPConnect)

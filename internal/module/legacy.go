@@ -45,6 +45,7 @@ func (p *parser) legacy(num int, root *yaml.Node) {
 	if !ok {
 		return
 	}
+	d.knownFields(top, []string{"version", "module"}, nil)
 	before := len(p.errs)
 	vf := top.get("version")
 	if v, ok := d.str(vf); ok {
@@ -61,6 +62,7 @@ func (p *parser) legacy(num int, root *yaml.Node) {
 	if !ok {
 		return
 	}
+	d.knownFields(mod, []string{"meta", "spec"}, nil)
 	if meta, ok := d.requireObject(mod.get("meta")); ok {
 		tf := meta.get("type")
 		if t, ok := d.requireStr(tf); ok && !strings.EqualFold(t, "remote") {
@@ -71,6 +73,7 @@ func (p *parser) legacy(num int, root *yaml.Node) {
 	if !ok || len(p.errs) > before {
 		return
 	}
+	d.knownFields(spec, []string{"endpoints", "ingresses", "egresses"}, nil)
 	p.legacyList(d, spec.get("endpoints"), "endpoint", "kind")
 	p.legacyList(d, spec.get("ingresses"), "ingress", "type")
 	p.legacyList(d, spec.get("egresses"), "egress", "type")
@@ -92,10 +95,12 @@ func (p *parser) legacyList(d *doc, f field, entry, kindKey string) {
 		if !ok {
 			continue
 		}
+		c.knownFields(item, []string{entry}, nil)
 		e, ok := c.requireObject(item.get(entry))
 		if !ok {
 			continue
 		}
+		c.knownFields(e, []string{"meta", "spec"}, nil)
 		meta, ok := c.requireObject(e.get("meta"))
 		if !ok {
 			continue

@@ -2,6 +2,7 @@ package module
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -94,6 +95,11 @@ type Module struct {
 	Endpoints []*Endpoint
 	Ingresses []*PlaygroundIngress
 	Egresses  []*PlaygroundEgress
+
+	// Warnings are problems that do not stop the module from loading, in
+	// file order: unknown keys that StateFun ignores too and that are no
+	// near miss of a known key (those are errors). Callers should log them.
+	Warnings []*Error
 }
 
 // Position is where a component or value appears in a module file.
@@ -177,13 +183,14 @@ type Transport struct {
 	// PayloadMaxBytes caps request and response bodies (async only).
 	PayloadMaxBytes int64
 
-	// TrustCACerts, ClientCert, ClientKey and ClientKeyPassword configure
-	// TLS (async only). They are passed through as written: StateFun accepts
-	// file locations and "classpath:" resources. Empty means unset.
-	TrustCACerts      string
-	ClientCert        string
-	ClientKey         string
-	ClientKeyPassword string
+	// TrustCACerts, ClientCert and ClientKey configure TLS (async only):
+	// the paths of PEM files of the CA certificates to trust, and of the
+	// client certificate and its unencrypted key for mutual TLS. module.yaml
+	// may write them as paths or file: URLs; these are the paths. Empty
+	// means unset.
+	TrustCACerts string
+	ClientCert   string
+	ClientKey    string
 }
 
 // PlaygroundIngress is the playground's HTTP ingress. It accepts messages at
@@ -225,7 +232,11 @@ func (m *Module) EndpointFor(t address.TypeName) (*Endpoint, bool) {
 const functionNamePlaceholder = "{function.name}"
 
 // URL returns the endpoint URL for function type t: URLPathTemplate with
-// every {function.name} replaced by t.Name.
+// every {function.name} replaced by t.Name, path-escaped. For the names
+// StateFun can call (letters, digits, '-', '_', '.', '~') escaping changes
+// nothing; for any other name it keeps the URL valid, so that a wildcard
+// endpoint cannot turn a name with a space, '%', '?' or '#' into a URL the
+// invoker refuses or that asks for another path.
 func (e *Endpoint) URL(t address.TypeName) string {
-	return strings.ReplaceAll(e.URLPathTemplate, functionNamePlaceholder, t.Name)
+	return strings.ReplaceAll(e.URLPathTemplate, functionNamePlaceholder, url.PathEscape(t.Name))
 }

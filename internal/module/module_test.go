@@ -119,13 +119,12 @@ spec:
     pool_size: 8
     payload_max_bytes: 1048576
     trust_cacerts: file:///ca.pem
-    client_cert: classpath:cert.pem
+    client_cert: file:certs/cert.pem
     client_key: /key.pem
-    client_key_password: secret
     read: 5s # not an async property: ignored`, 10, Transport{
 			Type: TransportAsync, Call: 24 * time.Hour, Connect: 30 * time.Second, PoolTTL: 0,
-			PoolSize: 8, PayloadMaxBytes: 1 << 20, TrustCACerts: "file:///ca.pem",
-			ClientCert: "classpath:cert.pem", ClientKey: "/key.pem", ClientKeyPassword: "secret"}},
+			PoolSize: 8, PayloadMaxBytes: 1 << 20, TrustCACerts: "/ca.pem",
+			ClientCert: "certs/cert.pem", ClientKey: "/key.pem"}},
 		{"v2 async type defaulted", `
 kind: io.statefun.endpoints.v2/http
 spec: {functions: a/b, urlPathTemplate: "http://h/", transport: {call: 5s}}`, 1000,
@@ -340,17 +339,36 @@ spec:
 	}
 }
 
-func TestEmptyFile(t *testing.T) {
-	for _, src := range []string{"", "# nothing\n", "---\n", "~\n"} {
-		m := mustParse(t, src)
-		if len(m.Endpoints)+len(m.Ingresses)+len(m.Egresses) != 0 {
-			t.Errorf("%q: got components", src)
+// TestEmptyModule: a module without components is refused with the
+// file's name.
+func TestEmptyModule(t *testing.T) {
+	for src, want := range map[string]string{
+		"":                        "module.yaml: the module is empty: it has no components",
+		"# nothing\n":             "module.yaml: the module is empty",
+		"---\n":                   "module.yaml: the module is empty",
+		"---\n# a\n---\n~\n---\n": "module.yaml: the module is empty",
+		"version: \"3.0\"\nmodule:\n  meta: {type: remote}\n  spec: {endpoints: []}\n": "module.yaml: the module is empty: it declares no endpoints, ingresses or egresses",
+	} {
+		_, err := Parse("module.yaml", []byte(src))
+		var errs Errors
+		if !errors.As(err, &errs) || len(errs) != 1 || !strings.HasPrefix(err.Error(), want) || errs[0].File != "module.yaml" {
+			t.Errorf("Parse(%q) = %v, want %q", src, err, want)
 		}
 	}
 }
 
+// TestModuleWithoutEndpoints: a module with only playground components
+// loads, with a warning, so that the state API can still serve the state of
+// function types that left the module.
+func TestModuleWithoutEndpoints(t *testing.T) {
+	m := mustParse(t, "kind: io.statefun.playground.v1/ingress\nspec: {port: 8090}\n")
+	if len(m.Warnings) != 1 || !strings.HasPrefix(m.Warnings[0].Error(), "module.yaml: the module binds no function type") {
+		t.Errorf("warnings = %v", m.Warnings)
+	}
+}
+
 func TestEgressTopicsDeduplicated(t *testing.T) {
-	m := mustParse(t, "kind: io.statefun.playground.v1/egress\nspec: {port: 1, topics: [b, a, b, \"2024\", 2024]}\n")
+	m := mustParse(t, v2("  functions: a/b\n  urlPathTemplate: http://h/\n")+"---\nkind: io.statefun.playground.v1/egress\nspec: {port: 1, topics: [b, a, b, \"2024\", 2024]}\n")
 	if got := m.Egresses[0].Topics; !reflect.DeepEqual(got, []string{"b", "a", "2024"}) {
 		t.Errorf("topics = %q", got)
 	}

@@ -3,6 +3,7 @@ package module
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,12 +24,18 @@ type field struct {
 	// parent is where the absence of this field is reported: the key of the
 	// enclosing mapping, or the mapping itself.
 	parent *yaml.Node
+	// typo is the key that misspells this absent field, already reported
+	// as unknown; its absence is then not reported again.
+	typo *yaml.Node
 }
 
 // object is a YAML mapping with its keys indexed, merge keys ("<<") applied.
 type object struct {
 	field
 	fields map[string]field
+	// typos maps a known key to the unknown key that misspells it (see
+	// knownFields).
+	typos map[string]*yaml.Node
 }
 
 // get returns the field called name; its node is nil when o lacks it.
@@ -36,7 +43,7 @@ func (o object) get(name string) field {
 	if f, ok := o.fields[name]; ok {
 		return f
 	}
-	return field{path: childPath(o.path, name), parent: o.where()}
+	return field{path: childPath(o.path, name), parent: o.where(), typo: o.typos[name]}
 }
 
 // where is the node that errors about o as a whole point at: the key it
@@ -68,6 +75,8 @@ type doc struct {
 	p    *parser
 	num  int
 	kind string
+	// merges counts the merge-key sources expanded (see maxMerges).
+	merges int
 }
 
 // errorf records an error at node n, or at line 0 when n is nil.
@@ -92,7 +101,9 @@ func (d *doc) pos(n *yaml.Node) Position {
 // present reports whether f has a value, recording "required" when not.
 func (d *doc) present(f field) bool {
 	if f.node == nil {
-		d.errorf(f.parent, f.path, "required")
+		if f.typo == nil {
+			d.errorf(f.parent, f.path, "required")
+		}
 		return false
 	}
 	return true
@@ -124,14 +135,26 @@ func describe(n *yaml.Node) string {
 	return "an unexpected YAML node"
 }
 
+// maxMerges bounds the merge-key (<<) sources one document may expand.
+// Real files merge a handful; aliases of aliases could otherwise make the
+// work grow exponentially with the file's size.
+const maxMerges = 1000
+
 // object indexes the mapping in f. It reports an error and returns false
 // when f is not a mapping or has a duplicate key.
 func (d *doc) object(f field) (object, bool) {
+	return d.objectIn(f, nil)
+}
+
+// objectIn is object for a mapping reached through the merge keys of the
+// mappings in merging, which it must not merge again: a mapping that merges
+// itself (spec: &s {<<: *s}) is a cycle.
+func (d *doc) objectIn(f field, merging []*yaml.Node) (object, bool) {
 	if f.node.Kind != yaml.MappingNode {
 		d.errorf(f.node, f.path, "want a mapping, got %s", describe(f.node))
 		return object{}, false
 	}
-	o := object{field: f, fields: make(map[string]field)}
+	o := object{field: f, fields: make(map[string]field), typos: make(map[string]*yaml.Node)}
 	ok := true
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(f.node.Content); i += 2 {
@@ -171,7 +194,19 @@ func (d *doc) object(f field) (object, bool) {
 				ok = false
 				continue
 			}
-			src, good := d.object(field{path: f.path, node: s, key: f.key, parent: f.parent})
+			if s == f.node || slices.Contains(merging, s) {
+				d.errorf(s, f.path, "a merge key (<<) refers to a mapping that contains it")
+				ok = false
+				continue
+			}
+			if d.merges++; d.merges > maxMerges {
+				if d.merges == maxMerges+1 {
+					d.errorf(s, f.path, "more than %d merge-key (<<) expansions in one document", maxMerges)
+				}
+				ok = false
+				continue
+			}
+			src, good := d.objectIn(field{path: f.path, node: s, key: f.key, parent: f.parent}, append(merging, f.node))
 			if !good {
 				ok = false
 				continue
@@ -210,16 +245,6 @@ func (d *doc) requireStr(f field) (string, bool) {
 		return "", false
 	}
 	return d.str(f)
-}
-
-// optStr reads an optional string; absent is "".
-func (d *doc) optStr(o object, name string) string {
-	f := o.get(name)
-	if f.node == nil {
-		return ""
-	}
-	s, _ := d.str(f)
-	return s
 }
 
 // integer reads an integer in [lo, hi]. A quoted decimal integer is

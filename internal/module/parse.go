@@ -22,22 +22,31 @@ const supportedKinds = KindHTTPEndpointV2 + ", " + KindHTTPEndpointV1 + ", " +
 
 // Load reads and validates the module file at path. It returns an error
 // prefixed "module: " when the file cannot be read, and Errors when it is
-// invalid (see Parse).
+// invalid (see Parse). Unlike Parse, it also reads the TLS files the module
+// names (trust_cacerts, client_cert, client_key), so that a missing file or
+// one without the expected PEM blocks is reported at its field.
 func Load(path string) (*Module, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("module: reading module file: %w", err)
 	}
-	return Parse(path, data)
+	return parse(path, data, readTLSFile)
 }
 
 // Parse validates the module file contents data; filename only names the
 // file in errors. When data is invalid it returns a nil Module and Errors,
 // which lists every problem found, in file order. A YAML syntax error stops
 // the reading at the broken document; the documents before it are still
-// checked. An empty file is a valid, empty module.
+// checked. Parse does no I/O: it checks the TLS file locations a module
+// names, but only Load reads the files.
 func Parse(filename string, data []byte) (*Module, error) {
+	return parse(filename, data, nil)
+}
+
+// parse is Parse, reading TLS files with readFile unless it is nil.
+func parse(filename string, data []byte, readFile func(string) ([]byte, error)) (*Module, error) {
 	p := &parser{
+		readFile:   readFile,
 		file:       filename,
 		mod:        &Module{},
 		exact:      make(map[address.TypeName]Position),
@@ -60,23 +69,59 @@ func Parse(filename string, data []byte) (*Module, error) {
 		}
 	}
 
+	if len(p.errs) == 0 && len(p.mod.Endpoints) == 0 {
+		p.noEndpoints(len(live) == 0)
+	}
 	if len(p.errs) > 0 {
-		slices.SortStableFunc(p.errs, func(a, b *Error) int {
-			if a.Document != b.Document {
-				return a.Document - b.Document
-			}
-			return a.Line - b.Line
-		})
+		sortErrors(p.errs)
 		return nil, p.errs
 	}
+	sortErrors(p.warns)
+	p.mod.Warnings = p.warns
 	return p.mod, nil
+}
+
+// sortErrors sorts errors or warnings into file order.
+func sortErrors(es []*Error) {
+	slices.SortStableFunc(es, func(a, b *Error) int {
+		if a.Document != b.Document {
+			return a.Document - b.Document
+		}
+		if a.Line != b.Line {
+			return a.Line - b.Line
+		}
+		return a.Column - b.Column
+	})
+}
+
+// noEndpoints reports a module without endpoints. One without any
+// component is refused: a file that loads as nothing is almost always the
+// wrong file or a broken template. One with only playground components
+// loads with a warning: no message can be delivered, but the state API can
+// still read and repair the state of function types that left the module.
+func (p *parser) noEndpoints(noDocuments bool) {
+	switch {
+	case noDocuments:
+		p.errs = append(p.errs, &Error{File: p.file, Msg: "the module is empty: it has no components (only blank lines, comments, null documents or ---); " +
+			"a module needs at least one " + KindHTTPEndpointV2 + " component, a document with kind and spec"})
+	case len(p.mod.Ingresses)+len(p.mod.Egresses) == 0:
+		p.errs = append(p.errs, &Error{File: p.file, Msg: "the module is empty: it declares no endpoints, ingresses or egresses; " +
+			"a module needs at least one " + KindHTTPEndpointV2 + " component"})
+	default:
+		p.warns = append(p.warns, &Error{File: p.file, Msg: "the module binds no function type (it has no " + KindHTTPEndpointV2 +
+			" component), so no message can be delivered; only the state API is of use"})
+	}
 }
 
 // parser holds the state of one Parse call.
 type parser struct {
-	file string
-	errs Errors
-	mod  *Module
+	// readFile reads the TLS files a module names; nil skips reading them.
+	readFile func(string) ([]byte, error)
+
+	file  string
+	errs  Errors
+	warns []*Error
+	mod   *Module
 
 	// exact and namespaces hold where each function type and namespace was
 	// bound (the position of the functions value), to report duplicates.
@@ -196,6 +241,7 @@ func (p *parser) component(num int, root *yaml.Node) {
 	if !ok {
 		return
 	}
+	d.knownFields(top, []string{"kind", "spec"}, nil)
 	kf := top.get("kind")
 	if kf.node == nil {
 		if vf := top.get("version"); vf.node != nil {

@@ -15,6 +15,7 @@ func (p *parser) playgroundIngress(d *doc, kf, spec field, pos Position) {
 	if !ok {
 		return
 	}
+	d.knownFields(o, []string{"port"}, nil)
 	port, ok := p.port(d, o, fmt.Sprintf("the playground ingress in document %d (%s)", d.num, pos))
 	if !ok {
 		return
@@ -35,6 +36,7 @@ func (p *parser) playgroundEgress(d *doc, kf, spec field, pos Position) {
 	if !ok {
 		return
 	}
+	d.knownFields(o, []string{"port", "topics"}, nil)
 	before := len(p.errs)
 	port, _ := p.port(d, o, fmt.Sprintf("the playground egress in document %d (%s)", d.num, pos))
 

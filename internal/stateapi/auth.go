@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -28,13 +29,30 @@ type Token struct {
 
 // LoadTokens reads a token file: one token per line, "<name> <secret>
 // <scope>[,<scope>]", blank lines and lines starting with '#' ignored.
+//
+// It refuses a file that group or others may write (on systems with Unix
+// permissions): whoever can write it can grant themselves every scope. And
+// it refuses two tokens with the same secret, because a request is then
+// attributed to whichever comes first, and the audit log names the wrong
+// principal. Errors are prefixed "stateapi: " and name the file and line.
 func LoadTokens(path string) ([]Token, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("stateapi: token file: %w", err)
 	}
 	defer f.Close()
+	// Stat the open file, not the path, so the mode checked is that of the
+	// file read.
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stateapi: token file: %w", err)
+	}
+	if perm := fi.Mode().Perm(); runtime.GOOS != "windows" && perm&0o022 != 0 {
+		return nil, fmt.Errorf("stateapi: token file %s is writable by its group or by others (mode %04o), so they could grant themselves access; run chmod 600 %s (or chmod 640 for a group that only reads it)",
+			path, perm, path)
+	}
 	var out []Token
+	secretLine := make(map[string]int) // secret → line of its first token
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
@@ -58,6 +76,11 @@ func LoadTokens(path string) ([]Token, error) {
 		if len(t.Secret) < 16 {
 			return nil, fmt.Errorf("stateapi: %s:%d: the secret of %s is shorter than 16 characters", path, line, t.Name)
 		}
+		if first, dup := secretLine[t.Secret]; dup {
+			return nil, fmt.Errorf("stateapi: %s:%d: token %s has the same secret as the token on line %d; give every token its own secret",
+				path, line, t.Name, first)
+		}
+		secretLine[t.Secret] = line
 		out = append(out, t)
 	}
 	return out, sc.Err()

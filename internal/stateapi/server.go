@@ -200,19 +200,6 @@ var mutationSeq atomic.Uint32
 
 func etag(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
 
-// parseETag reads "<version>" (a weak W/ prefix tolerated).
-func parseETag(s string) (uint64, error) {
-	s = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "W/"))
-	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
-		return 0, fmt.Errorf("If-Match: want a quoted version like \"42\", got %s", s)
-	}
-	v, err := strconv.ParseUint(s[1:len(s)-1], 10, 64)
-	if err != nil || v == 0 {
-		return 0, fmt.Errorf("If-Match: %s is not a version", s)
-	}
-	return v, nil
-}
-
 func versionString(v uint64) *string {
 	if v == 0 {
 		return nil

@@ -31,6 +31,16 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxWait caps ?wait= on a receipt long-poll; default 60s.
 	MaxWait time.Duration
+	// AllowedHosts are Host header values the API answers besides the
+	// loopback names (localhost, 127.0.0.0/8, [::1]): a host name or IP,
+	// matching any port, or host:port. Without tokens any other Host is a
+	// 421 (guard.go says why); with tokens the Host is checked only when
+	// this is set.
+	AllowedHosts []string
+	// AllowedOrigins are other origins (scheme://host[:port]) whose
+	// browser pages may send state-changing requests; any other
+	// cross-origin PUT, DELETE or POST is a 403.
+	AllowedOrigins []string
 }
 
 // Server serves the state API routes on the admin listener.
@@ -38,6 +48,7 @@ type Server struct {
 	eng    *engine.Engine
 	tokens []Token
 	opts   Options
+	cop    *http.CrossOriginProtection
 }
 
 // New returns the API over a running engine.
@@ -48,7 +59,12 @@ func New(eng *engine.Engine, opts Options) *Server {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = time.Minute
 	}
-	return &Server{eng: eng, tokens: opts.Tokens, opts: opts}
+	cop := http.NewCrossOriginProtection()
+	for _, o := range opts.AllowedOrigins {
+		// A malformed origin trusts nothing; Options.Validate reports it.
+		cop.AddTrustedOrigin(o)
+	}
+	return &Server{eng: eng, tokens: opts.Tokens, opts: opts, cop: cop}
 }
 
 // route is one path of the API and the method that serves it.
@@ -80,7 +96,11 @@ var routes = []route{
 // instead, which answers such paths with a 400.
 func (s *Server) Register(mux *http.ServeMux) {
 	for _, rt := range routes {
-		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
+		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
+			if s.guard(w, r) {
+				rt.serve(s, w, r)
+			}
+		})
 	}
 }
 
@@ -92,7 +112,9 @@ func (s *Server) Handler(next http.Handler) http.Handler {
 		p := r.URL.EscapedPath()
 		for _, rt := range routes {
 			if p == rt.path || (strings.HasSuffix(rt.path, "/") && strings.HasPrefix(p, rt.path)) {
-				rt.serve(s, w, r)
+				if s.guard(w, r) {
+					rt.serve(s, w, r)
+				}
 				return
 			}
 		}

@@ -595,6 +595,7 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 	t.Run("ids round-trip", func(t *testing.T) { testIDsRoundTrip(t, api) })
 	t.Run("every operation: 401 and 403", func(t *testing.T) { testAuthEveryOperation(t, apis["tokens"]) })
 	t.Run("every operation: bad address", func(t *testing.T) { testBadAddressEveryOperation(t, api) })
+	t.Run("every operation: 421 forged Host", func(t *testing.T) { testForgedHostEveryOperation(t, api) })
 	t.Run("503 partition queue full", testBusy)
 	t.Run("503 runtime closed", testClosed)
 
@@ -735,6 +736,18 @@ func testAuthEveryOperation(t *testing.T, api string) {
 		r = send(t, api, op.method, target, nil, "Authorization", "Bearer "+other.Secret)
 		if r.StatusCode != 403 {
 			t.Errorf("%s with a %v token: %s", op.key, other.Scopes, r.Status)
+		}
+	}
+}
+
+// testForgedHostEveryOperation: every operation answers a Host that is
+// not a loopback name with a 421 (the API has no tokens), before it reads
+// or changes anything.
+func testForgedHostEveryOperation(t *testing.T, api string) {
+	for _, op := range theSpec(t).ops {
+		r := sendAs(t, api, "rebound.example:8070", op.method, fillTemplate(op.template, exampleVals), []byte("x"), "Statefun-Type", "x/T")
+		if r.StatusCode != 421 {
+			t.Errorf("%s with a forged Host: %s, want 421", op.key, r.Status)
 		}
 	}
 }

@@ -37,6 +37,10 @@ type Options struct {
 	// 421 (guard.go says why); with tokens the Host is checked only when
 	// this is set.
 	AllowedHosts []string
+	// Now is the clock of mutation ids; default time.Now. The runtime
+	// passes the engine's clock, so a simulated run names its mutations
+	// by simulated time.
+	Now func() time.Time
 	// AllowedOrigins are other origins (scheme://host[:port]) whose
 	// browser pages may send state-changing requests; any other
 	// cross-origin PUT, DELETE or POST is a 403.
@@ -58,6 +62,9 @@ func New(eng *engine.Engine, opts Options) *Server {
 	}
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = time.Minute
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	cop := http.NewCrossOriginProtection()
 	for _, o := range opts.AllowedOrigins {
@@ -208,14 +215,17 @@ func engineError(w http.ResponseWriter, r *http.Request, err error) {
 
 // newMutationID returns a unique, time-ordered mutation id.
 //
-// Ids sort in creation order within this process — the millisecond, then a
-// counter — and the audit log breaks ties of one millisecond by id, so the
-// mutations an operator sends one after another are listed in that order.
-// The random tail keeps ids unique across restarts and processes.
-func newMutationID() string {
+// Ids sort in creation order within this process — the millisecond of
+// Options.Now, then a counter — and the audit log breaks ties of one
+// millisecond by id, so the mutations an operator sends one after another
+// are listed in that order. The random tail keeps ids unique across
+// restarts and processes. A clock before 1970 counts as 1970: a negative
+// millisecond would sort after the others.
+func (s *Server) newMutationID() string {
 	var b [4]byte
 	rand.Read(b[:])
-	return fmt.Sprintf("%s-%08x-%s", strconv.FormatInt(time.Now().UnixMilli(), 36), mutationSeq.Add(1), hex.EncodeToString(b[:]))
+	ms := max(s.opts.Now().UnixMilli(), 0)
+	return fmt.Sprintf("%s-%08x-%s", strconv.FormatInt(ms, 36), mutationSeq.Add(1), hex.EncodeToString(b[:]))
 }
 
 var mutationSeq atomic.Uint32

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/statefun-go/statefun/internal/app"
@@ -72,6 +73,17 @@ func env(name, def string) string {
 	return def
 }
 
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("statefun run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -82,6 +94,8 @@ func run(args []string, stderr io.Writer) int {
 	listenHost := fs.String("listen-host", env("STATEFUN_LISTEN_HOST", ""), "host the module's ingress and egress ports bind to; empty means all interfaces (env STATEFUN_LISTEN_HOST)")
 	apiTokens := fs.String("api-tokens", env("STATEFUN_API_TOKENS", ""), "file of state API bearer tokens, one \"<name> <secret> <read,write>\" per line; without it the admin listener must be loopback (env STATEFUN_API_TOKENS)")
 	requireReason := fs.Bool("api-require-reason", env("STATEFUN_API_REQUIRE_REASON", "") == "true", "refuse state API mutations without a Statefun-Reason header (env STATEFUN_API_REQUIRE_REASON=true)")
+	allowedHosts := fs.String("api-allowed-hosts", env("STATEFUN_API_ALLOWED_HOSTS", ""), "comma-separated Host names (host or host:port) the admin listener answers besides localhost, 127.0.0.0/8 and [::1]; without tokens any other Host is refused, against DNS rebinding (env STATEFUN_API_ALLOWED_HOSTS)")
+	allowedOrigins := fs.String("api-allowed-origins", env("STATEFUN_API_ALLOWED_ORIGINS", ""), "comma-separated origins (scheme://host[:port]) whose browser pages may change state through the API; other cross-origin changes are refused (env STATEFUN_API_ALLOWED_ORIGINS)")
 	tlsCert := fs.String("tls-cert", env("STATEFUN_TLS_CERT", ""), "certificate file: serve the admin listener over https (env STATEFUN_TLS_CERT)")
 	tlsKey := fs.String("tls-key", env("STATEFUN_TLS_KEY", ""), "key file for --tls-cert (env STATEFUN_TLS_KEY)")
 	logLevel := fs.String("log-level", env("STATEFUN_LOG_LEVEL", "info"), "debug, info, warn or error (env STATEFUN_LOG_LEVEL)")
@@ -118,7 +132,11 @@ func run(args []string, stderr io.Writer) int {
 		debug.SetGCPercent(400)
 	}
 
-	api := stateapi.Options{RequireReason: *requireReason}
+	api := stateapi.Options{RequireReason: *requireReason, AllowedHosts: splitList(*allowedHosts), AllowedOrigins: splitList(*allowedOrigins)}
+	if err := api.Validate(); err != nil {
+		fmt.Fprintf(stderr, "statefun run: %v\n", err)
+		return 2
+	}
 	if *apiTokens != "" {
 		tokens, err := stateapi.LoadTokens(*apiTokens)
 		if err != nil {

@@ -180,6 +180,7 @@ func mutationToProto(m partition.Mutation) *protocol.StateMutation {
 		Id: m.ID, Target: toProtoAddr(m.Addr), State: m.State, Op: int32(m.Op), Typename: m.Typename,
 		Value: m.Value, IfMatch: m.IfMatch, IfNoneMatch: m.IfNoneMatch, Principal: m.Principal,
 		Reason: m.Reason, Reverts: m.Reverts,
+		IfMatchTags: conditionToProto(m.IfMatchTags), IfNoneMatchTags: conditionToProto(m.IfNoneMatchTags),
 	}
 }
 
@@ -188,7 +189,22 @@ func mutationFromProto(p *protocol.StateMutation) *partition.Mutation {
 		ID: p.GetId(), Addr: fromProtoAddr(p.GetTarget()), State: p.GetState(), Op: partition.MutationOp(p.GetOp()),
 		Typename: p.GetTypename(), Value: p.GetValue(), IfMatch: p.GetIfMatch(), IfNoneMatch: p.GetIfNoneMatch(),
 		Ack: AckAccepted, Principal: p.GetPrincipal(), Reason: p.GetReason(), Reverts: p.GetReverts(),
+		IfMatchTags: conditionFromProto(p.GetIfMatchTags()), IfNoneMatchTags: conditionFromProto(p.GetIfNoneMatchTags()),
 	}
+}
+
+func conditionToProto(c *partition.Condition) *protocol.Condition {
+	if c == nil {
+		return nil
+	}
+	return &protocol.Condition{Any: c.Any, Versions: c.Versions}
+}
+
+func conditionFromProto(p *protocol.Condition) *partition.Condition {
+	if p == nil {
+		return nil
+	}
+	return &partition.Condition{Any: p.GetAny(), Versions: p.GetVersions()}
 }
 
 func toProtoAddr(a address.Address) *protocol.Address {

@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/statefun-go/statefun/internal/address"
@@ -59,6 +60,32 @@ type Mutation struct {
 	Reason      string
 	// Reverts names the mutation this one undoes, for the audit log.
 	Reverts string
+	// IfMatchTags, when set, is an If-Match header: the mutation applies
+	// only when it matches the entry (RFC 9110 §13.1.1). It holds with
+	// IfMatch, not instead of it.
+	IfMatchTags *Condition
+	// IfNoneMatchTags, when set, is an If-None-Match header: the mutation
+	// applies only when it does not match the entry (RFC 9110 §13.1.2).
+	IfNoneMatchTags *Condition
+}
+
+// Condition is an If-Match or If-None-Match header as the core evaluates
+// it: at the mutation's turn in its mailbox, against the entry as it is
+// then, not as it was when the request arrived.
+type Condition struct {
+	// Any is "*": it matches an entry that has a value.
+	Any bool
+	// Versions are the versions of the listed entity tags that can match.
+	// The API leaves out the tags that cannot (a weak tag in If-Match, a
+	// tag that names no version the runtime issues), so a Condition with
+	// neither Any nor Versions matches nothing.
+	Versions []uint64
+}
+
+// Matches reports whether the condition matches an entry: one with a value
+// (exists) at version, or none.
+func (c *Condition) Matches(exists bool, version uint64) bool {
+	return exists && (c.Any || slices.Contains(c.Versions, version))
 }
 
 // RejectCode says why a mutation was not applied.
@@ -255,11 +282,24 @@ func (c *Core) applyMutation(q queued) error {
 	if exists {
 		rc.PreviousVersion, rc.Version = cur.Version, cur.Version
 	}
+	// A delete of an entry without a value is a 404 whatever the
+	// conditions: RFC 9110 §13.2.1 has a server ignore preconditions when
+	// the request would fail without them.
+	if m.Op == OpDelete && !exists {
+		return reject(RejectNotFound, "the entry has no value")
+	}
 	switch {
 	case m.IfMatch != 0 && (!exists || cur.Version != m.IfMatch):
 		return reject(RejectPrecondition, "If-Match: the entry's current version differs")
+	case m.IfMatchTags != nil && !m.IfMatchTags.Matches(exists, cur.Version):
+		if !exists {
+			return reject(RejectPrecondition, "If-Match: the entry has no value")
+		}
+		return reject(RejectPrecondition, "If-Match: no listed entity tag matches the entry's current version")
 	case m.IfNoneMatch && exists:
 		return reject(RejectPrecondition, "If-None-Match: the entry has a value")
+	case m.IfNoneMatchTags != nil && m.IfNoneMatchTags.Matches(exists, cur.Version):
+		return reject(RejectPrecondition, "If-None-Match: a listed entity tag matches the entry's current version")
 	}
 	var before *Entry
 	if exists {
@@ -267,9 +307,6 @@ func (c *Core) applyMutation(q queued) error {
 		before = &b
 	}
 	if m.Op == OpDelete {
-		if !exists {
-			return reject(RejectNotFound, "the entry has no value")
-		}
 		c.write(m.Addr, m.State, Entry{}, true)
 		rc.Version = 0
 		c.audit(m, m.State, before, 0, "")

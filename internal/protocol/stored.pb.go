@@ -282,16 +282,21 @@ type StateMutation struct {
 	// state is empty for a deletion of every entry of the address.
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// op: 0 put, 1 delete, 2 delete all (partition.MutationOp).
-	Op            int32  `protobuf:"varint,4,opt,name=op,proto3" json:"op,omitempty"`
-	Typename      string `protobuf:"bytes,5,opt,name=typename,proto3" json:"typename,omitempty"`
-	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
-	IfMatch       uint64 `protobuf:"varint,7,opt,name=if_match,json=ifMatch,proto3" json:"if_match,omitempty"`
-	IfNoneMatch   bool   `protobuf:"varint,8,opt,name=if_none_match,json=ifNoneMatch,proto3" json:"if_none_match,omitempty"`
-	Principal     string `protobuf:"bytes,9,opt,name=principal,proto3" json:"principal,omitempty"`
-	Reason        string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
-	Reverts       string `protobuf:"bytes,11,opt,name=reverts,proto3" json:"reverts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Op          int32  `protobuf:"varint,4,opt,name=op,proto3" json:"op,omitempty"`
+	Typename    string `protobuf:"bytes,5,opt,name=typename,proto3" json:"typename,omitempty"`
+	Value       []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	IfMatch     uint64 `protobuf:"varint,7,opt,name=if_match,json=ifMatch,proto3" json:"if_match,omitempty"`
+	IfNoneMatch bool   `protobuf:"varint,8,opt,name=if_none_match,json=ifNoneMatch,proto3" json:"if_none_match,omitempty"`
+	Principal   string `protobuf:"bytes,9,opt,name=principal,proto3" json:"principal,omitempty"`
+	Reason      string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reverts     string `protobuf:"bytes,11,opt,name=reverts,proto3" json:"reverts,omitempty"`
+	// if_match_tags and if_none_match_tags, when set, are If-Match and
+	// If-None-Match headers in full (lists, "*"); they hold with if_match
+	// and if_none_match, which mutations stored before them carry.
+	IfMatchTags     *Condition `protobuf:"bytes,12,opt,name=if_match_tags,json=ifMatchTags,proto3" json:"if_match_tags,omitempty"`
+	IfNoneMatchTags *Condition `protobuf:"bytes,13,opt,name=if_none_match_tags,json=ifNoneMatchTags,proto3" json:"if_none_match_tags,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StateMutation) Reset() {
@@ -401,6 +406,75 @@ func (x *StateMutation) GetReverts() string {
 	return ""
 }
 
+func (x *StateMutation) GetIfMatchTags() *Condition {
+	if x != nil {
+		return x.IfMatchTags
+	}
+	return nil
+}
+
+func (x *StateMutation) GetIfNoneMatchTags() *Condition {
+	if x != nil {
+		return x.IfNoneMatchTags
+	}
+	return nil
+}
+
+// Condition is an If-Match or If-None-Match header (partition.Condition).
+type Condition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// any is "*".
+	Any bool `protobuf:"varint,1,opt,name=any,proto3" json:"any,omitempty"`
+	// versions of the listed entity tags that can match.
+	Versions      []uint64 `protobuf:"varint,2,rep,packed,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_protocol_stored_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Condition) GetAny() bool {
+	if x != nil {
+		return x.Any
+	}
+	return false
+}
+
+func (x *Condition) GetVersions() []uint64 {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 // Receipt is the durable outcome of an operator mutation.
 type Receipt struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -422,7 +496,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_protocol_stored_proto_msgTypes[5]
+	mi := &file_protocol_stored_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +508,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[5]
+	mi := &file_protocol_stored_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +521,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Receipt) GetMutation() string {
@@ -545,7 +619,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_protocol_stored_proto_msgTypes[6]
+	mi := &file_protocol_stored_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +631,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[6]
+	mi := &file_protocol_stored_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +644,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *AuditRecord) GetMutation() string {
@@ -699,7 +773,7 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"\rPartitionMeta\x12\x1b\n" +
 	"\tcommit_id\x18\x01 \x01(\x04R\bcommitId\x12\x1f\n" +
 	"\vversion_seq\x18\x02 \x01(\x04R\n" +
-	"versionSeq\"\xbf\x02\n" +
+	"versionSeq\"\xd8\x03\n" +
 	"\rStateMutation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x06target\x18\x02 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x12\x14\n" +
@@ -712,7 +786,12 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"\tprincipal\x18\t \x01(\tR\tprincipal\x12\x16\n" +
 	"\x06reason\x18\n" +
 	" \x01(\tR\x06reason\x12\x18\n" +
-	"\areverts\x18\v \x01(\tR\areverts\"\xb1\x02\n" +
+	"\areverts\x18\v \x01(\tR\areverts\x12F\n" +
+	"\rif_match_tags\x18\f \x01(\v2\".statefun.runtime.stored.ConditionR\vifMatchTags\x12O\n" +
+	"\x12if_none_match_tags\x18\r \x01(\v2\".statefun.runtime.stored.ConditionR\x0fifNoneMatchTags\"9\n" +
+	"\tCondition\x12\x10\n" +
+	"\x03any\x18\x01 \x01(\bR\x03any\x12\x1a\n" +
+	"\bversions\x18\x02 \x03(\x04R\bversions\"\xb1\x02\n" +
 	"\aReceipt\x12\x1a\n" +
 	"\bmutation\x18\x01 \x01(\tR\bmutation\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -758,34 +837,37 @@ func file_protocol_stored_proto_rawDescGZIP() []byte {
 	return file_protocol_stored_proto_rawDescData
 }
 
-var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_protocol_stored_proto_goTypes = []any{
 	(*Envelope)(nil),                        // 0: statefun.runtime.stored.Envelope
 	(*Specs)(nil),                           // 1: statefun.runtime.stored.Specs
 	(*EgressRecord)(nil),                    // 2: statefun.runtime.stored.EgressRecord
 	(*PartitionMeta)(nil),                   // 3: statefun.runtime.stored.PartitionMeta
 	(*StateMutation)(nil),                   // 4: statefun.runtime.stored.StateMutation
-	(*Receipt)(nil),                         // 5: statefun.runtime.stored.Receipt
-	(*AuditRecord)(nil),                     // 6: statefun.runtime.stored.AuditRecord
-	(*Address)(nil),                         // 7: statefun.wire.reqreply.Address
-	(*TypedValue)(nil),                      // 8: statefun.wire.reqreply.TypedValue
-	(*FromFunction_PersistedValueSpec)(nil), // 9: statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	(*Condition)(nil),                       // 5: statefun.runtime.stored.Condition
+	(*Receipt)(nil),                         // 6: statefun.runtime.stored.Receipt
+	(*AuditRecord)(nil),                     // 7: statefun.runtime.stored.AuditRecord
+	(*Address)(nil),                         // 8: statefun.wire.reqreply.Address
+	(*TypedValue)(nil),                      // 9: statefun.wire.reqreply.TypedValue
+	(*FromFunction_PersistedValueSpec)(nil), // 10: statefun.wire.reqreply.FromFunction.PersistedValueSpec
 }
 var file_protocol_stored_proto_depIdxs = []int32{
-	7, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
-	7, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
-	8, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
-	4, // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
-	9, // 4: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
-	8, // 5: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
-	7, // 6: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
-	7, // 7: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
-	7, // 8: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	8,  // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
+	8,  // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
+	9,  // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
+	4,  // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
+	10, // 4: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	9,  // 5: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
+	8,  // 6: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
+	5,  // 7: statefun.runtime.stored.StateMutation.if_match_tags:type_name -> statefun.runtime.stored.Condition
+	5,  // 8: statefun.runtime.stored.StateMutation.if_none_match_tags:type_name -> statefun.runtime.stored.Condition
+	8,  // 9: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
+	8,  // 10: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_protocol_stored_proto_init() }
@@ -800,7 +882,7 @@ func file_protocol_stored_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_stored_proto_rawDesc), len(file_protocol_stored_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2,7 +2,10 @@ package stateapi
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -37,8 +40,66 @@ type auditImage struct {
 
 var opNames = []string{"put", "delete", "delete-all"}
 
+// MaxAuditLimit caps ?limit= on GET /audit. Records are streamed, so the
+// cap bounds how long one request holds a store iterator open (pinning
+// data that compactions would otherwise drop), not its memory; page with
+// ?after=.
+const MaxAuditLimit = 10000
+
+// auditCursor is where a page of the audit log ended: the key of its last
+// record (time, mutation, state), the log's order.
+type auditCursor struct {
+	At       int64
+	Mutation string
+	State    string
+}
+
+// String is the cursor as ?after= carries it: base64url of a JSON array.
+func (c auditCursor) String() string {
+	b, _ := json.Marshal([]any{c.At, c.Mutation, c.State})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// parseAuditCursor reads a cursor String made.
+func parseAuditCursor(s string) (auditCursor, error) {
+	var c auditCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	var parts []json.RawMessage
+	if err == nil {
+		err = json.Unmarshal(b, &parts)
+	}
+	if err == nil && len(parts) != 3 {
+		err = errors.New("want three parts")
+	}
+	if err == nil {
+		err = errors.Join(json.Unmarshal(parts[0], &c.At), json.Unmarshal(parts[1], &c.Mutation), json.Unmarshal(parts[2], &c.State))
+	}
+	if err != nil {
+		return c, fmt.Errorf("?after=%q is not a cursor of this API (pass the next of the previous page)", s)
+	}
+	return c, nil
+}
+
+// after reports whether a record comes after the cursor in the log's order.
+func (c auditCursor) after(a *protocol.AuditRecord) bool {
+	if a.GetAt() != c.At {
+		return a.GetAt() > c.At
+	}
+	if a.GetMutation() != c.Mutation {
+		return a.GetMutation() > c.Mutation
+	}
+	return a.GetState() > c.State
+}
+
 // serveAudit answers GET /audit?namespace=&type=&id=&state=&principal=
-// &since=&until=&limit=: the audit log, oldest first, filtered.
+// &mutation=&since=&until=&after=&limit=: the audit log, oldest first,
+// filtered, one page of at most limit records.
+//
+// The page is streamed as the store is scanned: no more than one record is
+// held at a time. Once the first record is written the status is sent, so
+// a store error after it cannot become a 500: the connection is then cut,
+// and the client sees a truncated body, never a short page that looks
+// complete. HEAD validates the query and scans nothing.
 func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		methodNotAllowed(w, r, "GET, HEAD")
@@ -49,49 +110,137 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	from, to := int64(math.MinInt64), int64(math.MaxInt64)
-	for name, dst := range map[string]*int64{"since": &from, "until": &to} {
-		if v := q.Get(name); v != "" {
+	for _, p := range []struct {
+		name string
+		dst  *int64
+	}{{"since", &from}, {"until", &to}} {
+		if v := q.Get(p.name); v != "" {
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
-				fail(w, r, http.StatusBadRequest, fmt.Sprintf("?%s=%q: want an RFC 3339 time", name, v))
+				fail(w, r, http.StatusBadRequest, fmt.Sprintf("?%s=%q: want an RFC 3339 time", p.name, v))
 				return
 			}
-			*dst = t.UnixMilli()
+			*p.dst = t.UnixMilli()
 		}
 	}
 	limit := 1000
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100000 {
-			fail(w, r, http.StatusBadRequest, "?limit= must be an integer from 1 to 100000")
+		if err != nil || n < 1 || n > MaxAuditLimit {
+			fail(w, r, http.StatusBadRequest, fmt.Sprintf("?limit= must be an integer from 1 to %d; page with ?after= (the next of the previous page)", MaxAuditLimit))
 			return
 		}
 		limit = n
 	}
+	var cursor *auditCursor
+	if v := q.Get("after"); v != "" {
+		c, err := parseAuditCursor(v)
+		if err != nil {
+			fail(w, r, http.StatusBadRequest, err.Error())
+			return
+		}
+		cursor = &c
+		from = max(from, c.At)
+	}
+	filters := map[string]string{}
+	for _, k := range []string{"namespace", "type", "id", "state", "principal", "mutation"} {
+		if v := q.Get(k); v != "" {
+			filters[k] = v
+		}
+	}
 	match := func(a *protocol.AuditRecord) bool {
+		if cursor != nil && !cursor.after(a) {
+			return false
+		}
 		t := a.GetTarget()
 		for k, v := range map[string]string{"namespace": t.GetNamespace(), "type": t.GetType(), "id": t.GetId(),
 			"state": a.GetState(), "principal": a.GetPrincipal(), "mutation": a.GetMutation()} {
-			if want := q.Get(k); want != "" && want != v {
+			if want, ok := filters[k]; ok && want != v {
 				return false
 			}
 		}
 		return true
 	}
-	out := []auditJSON{}
-	err := s.eng.ScanAudit(from, to, func(a *protocol.AuditRecord) bool {
-		if match(a) {
-			out = append(out, auditOf(a))
-		}
-		return len(out) < limit
-	})
-	if err != nil {
-		fail(w, r, http.StatusInternalServerError, err.Error())
+	if r.Method == http.MethodHead {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Records []auditJSON `json:"records"`
-	}{out})
+	page := auditWriter{w: w}
+	var last *protocol.AuditRecord
+	more := false
+	err := s.eng.ScanAudit(from, to, func(a *protocol.AuditRecord) bool {
+		if r.Context().Err() != nil || !match(a) {
+			return r.Context().Err() == nil
+		}
+		if page.n == limit {
+			more = true // one more record matches: there is a next page
+			return false
+		}
+		last = a
+		return page.record(auditOf(a))
+	})
+	switch {
+	case err != nil && page.n == 0:
+		fail(w, r, http.StatusInternalServerError, err.Error())
+		return
+	case err != nil || page.err != nil || r.Context().Err() != nil:
+		// The status is out; cut the connection so that the client cannot
+		// take the part it got for the whole page.
+		panic(http.ErrAbortHandler)
+	}
+	var next *string
+	if more {
+		c := auditCursor{At: last.GetAt(), Mutation: last.GetMutation(), State: last.GetState()}.String()
+		next = &c
+	}
+	page.end(next)
+}
+
+// auditWriter writes an AuditPage one record at a time, in the layout of
+// writeJSON.
+type auditWriter struct {
+	w   http.ResponseWriter
+	n   int
+	err error
+}
+
+// record writes one record, the page's head before the first; it reports
+// whether the write succeeded.
+func (p *auditWriter) record(a auditJSON) bool {
+	b, err := json.MarshalIndent(a, "    ", "  ")
+	if err != nil {
+		p.err = err
+		return false
+	}
+	sep := ",\n    "
+	if p.n == 0 {
+		p.w.Header().Set("Content-Type", "application/json")
+		p.w.WriteHeader(http.StatusOK)
+		sep = "{\n  \"records\": [\n    "
+	}
+	p.n++
+	if _, err := io.WriteString(p.w, sep); err != nil {
+		p.err = err
+		return false
+	}
+	if _, err := p.w.Write(b); err != nil {
+		p.err = err
+		return false
+	}
+	return true
+}
+
+// end closes the page: the records array and the next cursor.
+func (p *auditWriter) end(next *string) {
+	nb, _ := json.Marshal(next)
+	if p.n == 0 {
+		p.w.Header().Set("Content-Type", "application/json")
+		p.w.WriteHeader(http.StatusOK)
+		fmt.Fprintf(p.w, "{\n  \"records\": [],\n  \"next\": %s\n}\n", nb)
+		return
+	}
+	fmt.Fprintf(p.w, "\n  ],\n  \"next\": %s\n}\n", nb)
 }
 
 func auditOf(a *protocol.AuditRecord) auditJSON {

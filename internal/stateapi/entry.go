@@ -27,6 +27,11 @@ const (
 )
 
 func (s *Server) getEntry(w http.ResponseWriter, r *http.Request, a address.Address, state string) {
+	im, inm, err := conditions(r)
+	if err != nil {
+		fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
 	rep, err := s.eng.Read(r.Context(), a, state)
 	if err != nil {
 		engineError(w, r, err)
@@ -42,15 +47,27 @@ func (s *Server) getEntry(w http.ResponseWriter, r *http.Request, a address.Addr
 		writeProblem(w, r, problem{Status: http.StatusNotAcceptable, Detail: err.Error(), Available: available(e)})
 		return
 	}
+	// Conditions are evaluated after the answers that ignore them (404 and
+	// 406 above: RFC 9110 §13.2.1), If-Match first (§13.2.2).
 	h := w.Header()
-	h.Set("Content-Type", media)
-	h.Set("Statefun-Type", e.Typename)
 	h.Set("ETag", etag(e.Version))
+	h.Set("Vary", "Accept")
 	if e.ExpiresAt != 0 {
 		h.Set("Statefun-Expires-At", time.UnixMilli(e.ExpiresAt).UTC().Format(time.RFC3339Nano))
 	}
+	h.Set("Statefun-Type", e.Typename)
+	switch {
+	case im != nil && !im.Matches(true, e.Version):
+		writeProblem(w, r, problem{Status: http.StatusPreconditionFailed, Detail: "If-Match: no listed entity tag matches the entry's current version",
+			CurrentVersion: versionString(e.Version)})
+		return
+	case inm != nil && inm.Matches(true, e.Version):
+		// 304 Not Modified: the client's copy is current; no body.
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.Set("Content-Type", media)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Vary", "Accept")
 	w.WriteHeader(http.StatusOK)
 	if r.Method != http.MethodHead {
 		w.Write(body)
@@ -187,7 +204,7 @@ func (s *Server) reasonOf(r *http.Request) (string, error) {
 // conditions.
 func (s *Server) mutationFrom(r *http.Request, principal string, a address.Address, state string) (partition.Mutation, error) {
 	reason, err := s.reasonOf(r)
-	m := partition.Mutation{ID: newMutationID(), Addr: a, State: state, Principal: principal, Reason: reason}
+	m := partition.Mutation{ID: s.newMutationID(), Addr: a, State: state, Principal: principal, Reason: reason}
 	if err != nil {
 		return m, err
 	}
@@ -204,20 +221,8 @@ func (s *Server) mutationFrom(r *http.Request, principal string, a address.Addre
 	if strings.Contains(strings.ToLower(r.Header.Get("Prefer")), "respond-async") {
 		m.Ack = partition.AckAccepted
 	}
-	if im := r.Header.Get("If-Match"); im != "" {
-		v, err := parseETag(im)
-		if err != nil {
-			return m, err
-		}
-		m.IfMatch = v
-	}
-	if inm := r.Header.Get("If-None-Match"); inm != "" {
-		if strings.TrimSpace(inm) != "*" {
-			return m, fmt.Errorf("If-None-Match: only * is supported, got %s", inm)
-		}
-		m.IfNoneMatch = true
-	}
-	return m, nil
+	m.IfMatchTags, m.IfNoneMatchTags, err = conditions(r)
+	return m, err
 }
 
 func (s *Server) putEntry(w http.ResponseWriter, r *http.Request, principal string, a address.Address, state string) {
@@ -352,8 +357,8 @@ func (s *Server) deleteAddress(w http.ResponseWriter, r *http.Request, principal
 		fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	if m.IfMatch != 0 || m.IfNoneMatch {
-		fail(w, r, http.StatusBadRequest, "conditions apply to one entry; If-Match and If-None-Match are not supported on a whole address")
+	if name, ok := hasCondition(r); ok {
+		fail(w, r, http.StatusBadRequest, name+": conditions apply to one entry; If-Match and If-None-Match are not supported on a whole address")
 		return
 	}
 	m.Op = partition.OpDeleteAll

@@ -1,8 +1,10 @@
 package stateapi
 
 import (
+	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -89,6 +91,11 @@ func FuzzPutBody(f *testing.F) {
 	f.Add("fz", uint8(1), "text/plain", []byte("x"), "", "", "", "", "", "fix \xff")
 	f.Add("fz", uint8(8), "", []byte("x"), "x/\xffT", "", "", "accepted", "", "")
 	f.Add("a/b\x00 😀", uint8(0), "text/plain", []byte("1"), "", "", "", "", "", "")
+	f.Add("fz", uint8(0), "text/plain", []byte("7"), "", `"1", "xyzzy", W/"2"`, "", "", "", "")
+	f.Add("fz", uint8(0), "text/plain", []byte("7"), "", "*", `W/"1", "2"`, "", "", "")
+	f.Add("fz", uint8(0), "text/plain", []byte("7"), "", `*, "1"`, "", "applied", "", "")
+	f.Add("fz", uint8(0), "text/plain", []byte("7"), "", "", `"1" "2"`, "accepted", "", "")
+	f.Add("fz", uint8(0), "text/plain", []byte("7"), "", `w/"1"`, `""`, "", "", "")
 	f.Fuzz(func(t *testing.T, id string, stateIdx uint8, contentType string, body []byte, statefunType, ifMatch, ifNoneMatch, ack, prefer, reason string) {
 		if id == "" || !utf8.ValidString(id) || len(id) > MaxSegmentBytes {
 			id = "fz"
@@ -126,6 +133,9 @@ func FuzzPutBody(f *testing.F) {
 			if rc.Version == nil || after.Header.Get("ETag") != etag(mustUint(t, *rc.Version)) {
 				t.Errorf("PUT answered %s, the entry now has ETag %s", r.body, after.Header.Get("ETag"))
 			}
+			if ok, why := conditionsHeld(r.Request.Header, before); !ok {
+				t.Errorf("PUT %q was applied though %s (the entry was %s, ETag %s)", hdr, why, before.Status, before.Header.Get("ETag"))
+			}
 		case r.StatusCode >= 400:
 			after := send(t, api, "GET", target, nil, "Accept", "application/octet-stream")
 			if after.StatusCode != before.StatusCode || string(after.body) != string(before.body) ||
@@ -135,6 +145,110 @@ func FuzzPutBody(f *testing.F) {
 			}
 		default:
 			t.Errorf("PUT %s: %s", put, r.Status)
+		}
+	})
+}
+
+// conditionsHeld is a model of RFC 9110 §13.1.1-2 for an applied PUT,
+// written apart from the parser: it looks for the entry's ETag as text in
+// the headers sent. It reports whether the headers could have held against
+// the entry before the PUT (no mutation ran in between: the fuzz target is
+// sequential), and why not.
+func conditionsHeld(h http.Header, before *response) (bool, string) {
+	exists := before.StatusCode == 200
+	tag := before.Header.Get("ETag")
+	if v, ok := h["If-Match"]; ok {
+		im := strings.TrimSpace(strings.Join(v, ","))
+		switch {
+		case !exists:
+			return false, "If-Match needs a value"
+		case im == "*":
+		case !strongIn(im, tag):
+			return false, "If-Match does not list the ETag strongly"
+		}
+	}
+	if v, ok := h["If-None-Match"]; ok && exists {
+		inm := strings.TrimSpace(strings.Join(v, ","))
+		if inm == "*" || strings.Contains(inm, tag) {
+			return false, "If-None-Match matches the ETag"
+		}
+	}
+	return true, ""
+}
+
+// strongIn reports whether list holds tag not directly after "W/".
+func strongIn(list, tag string) bool {
+	for i := 0; ; {
+		j := strings.Index(list[i:], tag)
+		if j < 0 {
+			return false
+		}
+		if at := i + j; at < 2 || list[at-2:at] != "W/" {
+			return true
+		}
+		i += j + 1
+	}
+}
+
+// FuzzConditionHeader: the If-Match / If-None-Match parser never panics;
+// what it accepts is * alone or entity tags of allowed bytes; written back
+// as a list the tags parse to themselves; and the condition it hands the
+// core holds only versions of tags the API could have issued (strong ones
+// for If-Match).
+func FuzzConditionHeader(f *testing.F) {
+	for _, s := range []string{
+		"*", `"1"`, `W/"1"`, `"1", "2"`, ` , "1" ,, W/"2",`, `""`, "", `*, "1"`, `"1" "2"`, `w/"1"`,
+		`"a b"`, `"a"b"`, `"1`, "1", "* *", `"ÿ"`, `W/`, `"18446744073709551615"`, `"18446744073709551616"`, `"01"`, `"0"`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		r := &http.Request{Header: http.Header{"If-Match": {v}}}
+		l, err := parseTagList(r, "If-Match")
+		if err != nil {
+			if l != nil || !strings.HasPrefix(err.Error(), "If-Match: ") {
+				t.Fatalf("%q: %v with %+v", v, err, l)
+			}
+			return
+		}
+		if l.any && len(l.tags) > 0 {
+			t.Fatalf("%q: * with tags %+v", v, l.tags)
+		}
+		var b strings.Builder
+		for i, tg := range l.tags {
+			for k := 0; k < len(tg.opaque); k++ {
+				if c := tg.opaque[k]; c == '"' || c < 0x21 || c == 0x7f {
+					t.Fatalf("%q: tag %q holds byte %#x", v, tg.opaque, c)
+				}
+			}
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if tg.weak {
+				b.WriteString("W/")
+			}
+			b.WriteString(`"` + tg.opaque + `"`)
+		}
+		if !l.any {
+			again, err := parseTagList(&http.Request{Header: http.Header{"If-Match": {b.String()}}}, "If-Match")
+			if err != nil || !slices.Equal(again.tags, l.tags) {
+				t.Fatalf("%q → %q → %+v, %v; want %+v", v, b.String(), again, err, l.tags)
+			}
+		}
+		for _, strong := range []bool{true, false} {
+			c := l.condition(strong)
+			if c.Any != l.any {
+				t.Fatalf("%q: Any %v", v, c.Any)
+			}
+			for _, ver := range c.Versions {
+				found := false
+				for _, tg := range l.tags {
+					found = found || (tg.opaque == strconv.FormatUint(ver, 10) && ver != 0 && !(strong && tg.weak))
+				}
+				if !found {
+					t.Fatalf("%q (strong %v): version %d is not a tag of the list", v, strong, ver)
+				}
+			}
 		}
 	})
 }

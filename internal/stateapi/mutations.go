@@ -116,7 +116,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 	var receipts []receiptJSON
 	status, rejected := http.StatusOK, -1
 	for _, a := range records {
-		m := partition.Mutation{ID: newMutationID(), Addr: addrOf(a.GetTarget()), State: a.GetState(),
+		m := partition.Mutation{ID: s.newMutationID(), Addr: addrOf(a.GetTarget()), State: a.GetState(),
 			Principal: principal, Reason: reason, Reverts: id, Ack: partition.AckCommitted}
 		if a.GetHadBefore() {
 			m.Op, m.Typename, m.Value = partition.OpPut, a.GetBeforeTypename(), a.GetBeforeValue()

@@ -31,6 +31,20 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxWait caps ?wait= on a receipt long-poll; default 60s.
 	MaxWait time.Duration
+	// AllowedHosts are Host header values the API answers besides the
+	// loopback names (localhost, 127.0.0.0/8, [::1]): a host name or IP,
+	// matching any port, or host:port. Without tokens any other Host is a
+	// 421 (guard.go says why); with tokens the Host is checked only when
+	// this is set.
+	AllowedHosts []string
+	// Now is the clock of mutation ids; default time.Now. The runtime
+	// passes the engine's clock, so a simulated run names its mutations
+	// by simulated time.
+	Now func() time.Time
+	// AllowedOrigins are other origins (scheme://host[:port]) whose
+	// browser pages may send state-changing requests; any other
+	// cross-origin PUT, DELETE or POST is a 403.
+	AllowedOrigins []string
 }
 
 // Server serves the state API routes on the admin listener.
@@ -38,6 +52,7 @@ type Server struct {
 	eng    *engine.Engine
 	tokens []Token
 	opts   Options
+	cop    *http.CrossOriginProtection
 }
 
 // New returns the API over a running engine.
@@ -48,7 +63,15 @@ func New(eng *engine.Engine, opts Options) *Server {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = time.Minute
 	}
-	return &Server{eng: eng, tokens: opts.Tokens, opts: opts}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	cop := http.NewCrossOriginProtection()
+	for _, o := range opts.AllowedOrigins {
+		// A malformed origin trusts nothing; Options.Validate reports it.
+		cop.AddTrustedOrigin(o)
+	}
+	return &Server{eng: eng, tokens: opts.Tokens, opts: opts, cop: cop}
 }
 
 // route is one path of the API and the method that serves it.
@@ -80,7 +103,11 @@ var routes = []route{
 // instead, which answers such paths with a 400.
 func (s *Server) Register(mux *http.ServeMux) {
 	for _, rt := range routes {
-		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
+		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
+			if s.guard(w, r) {
+				rt.serve(s, w, r)
+			}
+		})
 	}
 }
 
@@ -92,7 +119,9 @@ func (s *Server) Handler(next http.Handler) http.Handler {
 		p := r.URL.EscapedPath()
 		for _, rt := range routes {
 			if p == rt.path || (strings.HasSuffix(rt.path, "/") && strings.HasPrefix(p, rt.path)) {
-				rt.serve(s, w, r)
+				if s.guard(w, r) {
+					rt.serve(s, w, r)
+				}
 				return
 			}
 		}
@@ -186,32 +215,22 @@ func engineError(w http.ResponseWriter, r *http.Request, err error) {
 
 // newMutationID returns a unique, time-ordered mutation id.
 //
-// Ids sort in creation order within this process — the millisecond, then a
-// counter — and the audit log breaks ties of one millisecond by id, so the
-// mutations an operator sends one after another are listed in that order.
-// The random tail keeps ids unique across restarts and processes.
-func newMutationID() string {
+// Ids sort in creation order within this process — the millisecond of
+// Options.Now, then a counter — and the audit log breaks ties of one
+// millisecond by id, so the mutations an operator sends one after another
+// are listed in that order. The random tail keeps ids unique across
+// restarts and processes. A clock before 1970 counts as 1970: a negative
+// millisecond would sort after the others.
+func (s *Server) newMutationID() string {
 	var b [4]byte
 	rand.Read(b[:])
-	return fmt.Sprintf("%s-%08x-%s", strconv.FormatInt(time.Now().UnixMilli(), 36), mutationSeq.Add(1), hex.EncodeToString(b[:]))
+	ms := max(s.opts.Now().UnixMilli(), 0)
+	return fmt.Sprintf("%s-%08x-%s", strconv.FormatInt(ms, 36), mutationSeq.Add(1), hex.EncodeToString(b[:]))
 }
 
 var mutationSeq atomic.Uint32
 
 func etag(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
-
-// parseETag reads "<version>" (a weak W/ prefix tolerated).
-func parseETag(s string) (uint64, error) {
-	s = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(s), "W/"))
-	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
-		return 0, fmt.Errorf("If-Match: want a quoted version like \"42\", got %s", s)
-	}
-	v, err := strconv.ParseUint(s[1:len(s)-1], 10, 64)
-	if err != nil || v == 0 {
-		return 0, fmt.Errorf("If-Match: %s is not a version", s)
-	}
-	return v, nil
-}
 
 func versionString(v uint64) *string {
 	if v == 0 {

@@ -294,8 +294,8 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 			contains: []string{"want committed, applied or accepted"}},
 		{name: "400 If-Match that is not a version", method: "PUT", target: "/state/test/fn/p/i32", body: "1",
 			hdr: []string{"Content-Type", "text/plain", "If-Match", "7"}, status: 400, contains: []string{"If-Match"}},
-		{name: "400 If-None-Match other than *", method: "PUT", target: "/state/test/fn/p/i32", body: "1",
-			hdr: []string{"Content-Type", "text/plain", "If-None-Match", `"7"`}, status: 400, contains: []string{"If-None-Match"}},
+		{name: "400 If-None-Match that is not a list of entity tags", method: "PUT", target: "/state/test/fn/p/i32", body: "1",
+			hdr: []string{"Content-Type", "text/plain", "If-None-Match", `"7", *`}, status: 400, contains: []string{"If-None-Match"}},
 		{name: "400 envelope that is not JSON", method: "PUT", target: "/state/test/fn/p/i32", body: "{", hdr: []string{"Content-Type", "application/json"}, status: 400,
 			contains: []string{"not the JSON envelope"}},
 		{name: "400 envelope without a value", method: "PUT", target: "/state/test/fn/p/i32", body: `{"state": "i32"}`, hdr: []string{"Content-Type", "application/json"},
@@ -547,6 +547,13 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 				t.Errorf("registered %s", r.body)
 			}
 		}},
+		{name: "GET 304 If-None-Match of the current version", method: "GET", target: "/state/test/fn/a/str", status: 304, has: []string{"ETag", "Vary"}, bodyIs: str(""),
+			pre: func(t *testing.T, c *statusCase) { c.hdr = []string{"If-None-Match", `"1", ` + hdrEtag(c.target)} }},
+		{name: "HEAD 304 If-None-Match *", method: "HEAD", target: "/state/test/fn/a/str", hdr: []string{"If-None-Match", "*"}, status: 304, has: []string{"ETag"}},
+		{name: "GET 412 If-Match of another version", method: "GET", target: "/state/test/fn/a/str", hdr: []string{"If-Match", `"1", W/"2"`}, status: 412,
+			has: []string{"ETag"}, contains: []string{`"currentVersion":"`}},
+		{name: "HEAD 412 If-Match of a weak tag", method: "HEAD", target: "/state/test/fn/a/str", status: 412, has: []string{"ETag"},
+			pre: func(t *testing.T, c *statusCase) { c.hdr = []string{"If-Match", "W/" + hdrEtag(c.target)} }},
 		{name: "HEAD the entries of an address", method: "HEAD", target: "/state/test/fn/a", status: 200, bodyIs: str("")},
 		{name: "HEAD the ids of a type", method: "HEAD", target: "/state/test/fn", status: 200},
 		{name: "HEAD /state/<namespace>", method: "HEAD", target: "/state/test", status: 200},
@@ -588,6 +595,7 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 	t.Run("ids round-trip", func(t *testing.T) { testIDsRoundTrip(t, api) })
 	t.Run("every operation: 401 and 403", func(t *testing.T) { testAuthEveryOperation(t, apis["tokens"]) })
 	t.Run("every operation: bad address", func(t *testing.T) { testBadAddressEveryOperation(t, api) })
+	t.Run("every operation: 421 forged Host", func(t *testing.T) { testForgedHostEveryOperation(t, api) })
 	t.Run("503 partition queue full", testBusy)
 	t.Run("503 runtime closed", testClosed)
 
@@ -728,6 +736,18 @@ func testAuthEveryOperation(t *testing.T, api string) {
 		r = send(t, api, op.method, target, nil, "Authorization", "Bearer "+other.Secret)
 		if r.StatusCode != 403 {
 			t.Errorf("%s with a %v token: %s", op.key, other.Scopes, r.Status)
+		}
+	}
+}
+
+// testForgedHostEveryOperation: every operation answers a Host that is
+// not a loopback name with a 421 (the API has no tokens), before it reads
+// or changes anything.
+func testForgedHostEveryOperation(t *testing.T, api string) {
+	for _, op := range theSpec(t).ops {
+		r := sendAs(t, api, "rebound.example:8070", op.method, fillTemplate(op.template, exampleVals), []byte("x"), "Statefun-Type", "x/T")
+		if r.StatusCode != 421 {
+			t.Errorf("%s with a forged Host: %s, want 421", op.key, r.Status)
 		}
 	}
 }

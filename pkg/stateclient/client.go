@@ -578,7 +578,8 @@ func (c *Client) Revert(ctx context.Context, id, reason string) ([]Receipt, erro
 	return []Receipt{*rc}, nil
 }
 
-// Audit returns the audit log's records that match f, oldest first.
+// Audit returns the audit log's records that match f, oldest first. A
+// Limit above the server's page size (maxAuditPage) is read page by page.
 func (c *Client) Audit(ctx context.Context, f AuditFilter) ([]AuditRecord, error) {
 	q := url.Values{}
 	for k, v := range map[string]string{"namespace": f.Namespace, "type": f.Type, "id": f.ID, "state": f.State,
@@ -596,24 +597,33 @@ func (c *Client) Audit(ctx context.Context, f AuditFilter) ([]AuditRecord, error
 	if f.Limit < 0 {
 		return nil, fmt.Errorf("stateclient: Audit: negative limit %d", f.Limit)
 	}
-	if f.Limit > 0 {
-		q.Set("limit", strconv.Itoa(f.Limit))
+	out := []AuditRecord{}
+	for {
+		if f.Limit > 0 {
+			q.Set("limit", strconv.Itoa(min(f.Limit-len(out), maxAuditPage)))
+		}
+		resp, err := c.do(ctx, request{method: http.MethodGet, url: c.endpoint("audit", nil, q)})
+		if err != nil {
+			return nil, err
+		}
+		var page struct {
+			Records []AuditRecord `json:"records"`
+			Next    *string       `json:"next"`
+		}
+		if err := decodeJSON(resp, &page); err != nil {
+			return nil, err
+		}
+		out = append(out, page.Records...)
+		if f.Limit == 0 || len(out) >= f.Limit || page.Next == nil {
+			return out, nil
+		}
+		q.Set("after", *page.Next)
 	}
-	resp, err := c.do(ctx, request{method: http.MethodGet, url: c.endpoint("audit", nil, q)})
-	if err != nil {
-		return nil, err
-	}
-	var out struct {
-		Records []AuditRecord `json:"records"`
-	}
-	if err := decodeJSON(resp, &out); err != nil {
-		return nil, err
-	}
-	if out.Records == nil {
-		out.Records = []AuditRecord{}
-	}
-	return out.Records, nil
 }
+
+// maxAuditPage is the largest page GET /audit serves (a variable for the
+// tests).
+var maxAuditPage = 10000
 
 // IsText reports whether a Value's ContentType is text/plain, that is
 // whether Bytes is the value's text rather than its stored bytes.

@@ -293,6 +293,23 @@ func TestAckReceiptRevertAudit(t *testing.T) {
 	if recs, err := c.Audit(ctx, stateclient.AuditFilter{ID: "ann", Limit: 2}); err != nil || len(recs) != 2 {
 		t.Fatalf("Audit limit = %+v, %v", recs, err)
 	}
+	// A limit over the server's page size is read page by page.
+	all, err := c.Audit(ctx, stateclient.AuditFilter{ID: "ann"})
+	if err != nil || len(all) < 4 {
+		t.Fatalf("Audit of ann = %+v, %v", all, err)
+	}
+	defer stateclient.SetMaxAuditPage(2)()
+	for _, limit := range []int{3, 1000} {
+		paged, err := c.Audit(ctx, stateclient.AuditFilter{ID: "ann", Limit: limit})
+		if want := min(limit, len(all)); err != nil || len(paged) != want {
+			t.Fatalf("Audit limit %d by pages of 2 = %d records, %v; want %d", limit, len(paged), err, want)
+		}
+		for i := range paged {
+			if paged[i].Mutation != all[i].Mutation || paged[i].State != all[i].State {
+				t.Fatalf("Audit by pages: record %d is %+v, want %+v", i, paged[i], all[i])
+			}
+		}
+	}
 }
 
 func TestTokensAndTLS(t *testing.T) {

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRunRefusesBadAllowedHostsAndOrigins: the API's allowed hosts and
+// origins are checked before anything starts, and the error names them.
+func TestRunRefusesBadAllowedHostsAndOrigins(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  [2]string
+		want string
+	}{
+		{[]string{"--api-allowed-origins", "console.example"}, [2]string{}, `allowed origin "console.example"`},
+		{[]string{"--api-allowed-hosts", "http://box/"}, [2]string{}, `allowed host "http://box/"`},
+		{nil, [2]string{"STATEFUN_API_ALLOWED_ORIGINS", "https://ok.example, https://bad.example/x"}, `allowed origin "https://bad.example/x"`},
+	} {
+		if c.env[0] != "" {
+			t.Setenv(c.env[0], c.env[1])
+		}
+		var stderr strings.Builder
+		args := append([]string{"--module", "does-not-exist.yaml", "--data-dir", t.TempDir()}, c.args...)
+		if code := run(args, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q %v: exit %d, %s", c.args, c.env, code, stderr.String())
+		}
+	}
+}
+
+func TestSplitList(t *testing.T) {
+	if got := splitList(" a, b:1,,c "); strings.Join(got, "|") != "a|b:1|c" {
+		t.Errorf("%q", got)
+	}
+	if got := splitList(""); got != nil {
+		t.Errorf("%q", got)
+	}
+}

@@ -1,7 +1,7 @@
 # The two commands a newcomer needs (see README.md):
 #   make example   runs the runtime with the greeter example on the embedded store
 #   make test      runs every test
-.PHONY: example test build bench bench-restate deps
+.PHONY: example test build bench bench-restate deps fuzz soak
 
 build:
 	go build -o bin/statefun ./cmd/statefun
@@ -16,6 +16,7 @@ example: build
 test: deps
 	go vet ./...
 	go test -race -timeout 30m ./...
+	$(MAKE) fuzz
 	cd bench/restate && npm ci --no-audit --no-fund && go test ./...
 
 bench: build
@@ -28,3 +29,31 @@ bench-restate:
 	cd bench/restate && npm ci --no-audit --no-fund && \
 	BENCH_RESTATE_COMMAND='make bench-restate$(if $(BENCH_RESTATE_FLAGS), BENCH_RESTATE_FLAGS="$(BENCH_RESTATE_FLAGS)")' \
 	go run . -out ../../docs/benchmarks.md $(BENCH_RESTATE_FLAGS)
+
+# Every Go fuzz target, each for FUZZTIME (bounded in make test; make soak
+# runs them longer). The seed corpora also run in plain go test. A failing
+# input is written under the package's testdata/fuzz and reproduces with
+# go test -run <Target>/<file>.
+FUZZTIME ?= 10s
+FUZZ_TARGETS = \
+	./internal/ingress:FuzzParse \
+	./internal/partition:FuzzFromFunction \
+	./internal/module:FuzzParse \
+	./internal/endpointurl:FuzzParse \
+	./internal/stateapi:FuzzSplitPath \
+	./internal/stateapi:FuzzPutBody \
+	./internal/stateapi:FuzzConditionHeader \
+	./internal/types:FuzzParseText \
+	./internal/types:FuzzText \
+	./internal/types:FuzzDecodeEnvelopeValue \
+	./internal/store:FuzzStringEncoding
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg; \
+	done
+
+# The long budget: fuzzing for minutes per target.
+soak:
+	$(MAKE) fuzz FUZZTIME=5m

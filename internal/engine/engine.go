@@ -45,6 +45,11 @@ type Options struct {
 	// Now is the clock; defaults to time.Now. Every time the engine reads
 	// (timers of the partition loops, retry logs, latencies) comes from it.
 	Now func() time.Time
+	// Admit, when set, is asked before new work is taken: a non-nil error
+	// refuses Ingest and Mutate (every ack mode) with an error for which
+	// errors.Is(err, ErrBusy) holds and which carries the reason (a disk
+	// space guard plugs in here). Reads and egress pops are not refused.
+	Admit func() error
 	// Driven makes Start run no goroutines: the caller steps partitions,
 	// the group committer and function calls one at a time through
 	// Driver, on its own goroutine (a deterministic simulation does).
@@ -55,6 +60,29 @@ type Options struct {
 // partition's backlog is at its limit; the edges answer 503 with
 // Retry-After.
 var ErrBusy = errors.New("engine: the partition's queue is full, retry later")
+
+// BusyError is the error of work refused because Options.Admit said no:
+// errors.Is(err, ErrBusy) holds, and Reason says why.
+type BusyError struct{ Reason error }
+
+func (e *BusyError) Error() string { return "engine: not taking new work: " + e.Reason.Error() }
+
+// Is makes errors.Is(err, ErrBusy) hold.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// Unwrap returns the reason.
+func (e *BusyError) Unwrap() error { return e.Reason }
+
+// admit asks Options.Admit.
+func (e *Engine) admit() error {
+	if e.opts.Admit == nil {
+		return nil
+	}
+	if err := e.opts.Admit(); err != nil {
+		return &BusyError{Reason: err}
+	}
+	return nil
+}
 
 // ErrClosed is returned by every method after Close, and wrapped by the
 // error callers get once a store error stopped the engine (see Err).
@@ -226,6 +254,10 @@ func (e *Engine) Ingest(ctx context.Context, env *protocol.Envelope) error {
 func (e *Engine) ingest(env *protocol.Envelope) (*ingressReq, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
+	}
+	if err := e.admit(); err != nil {
+		e.m.ingressRejected.Inc()
+		return nil, err
 	}
 	p := e.parts[address.Partition(env.GetTarget().GetId(), len(e.parts))]
 	if p.full(e.opts.MaxBacklog) {

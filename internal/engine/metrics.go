@@ -60,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "statefun_ingress_messages_total", Help: "Messages accepted (durable) from ingresses.",
 		}),
 		ingressRejected: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "statefun_ingress_rejected_total", Help: "Ingress messages refused because the partition queue was full.",
+			Name: "statefun_ingress_rejected_total", Help: "Ingress messages refused because the partition queue was full or Admit refused new work.",
 		}),
 	}
 	if reg != nil {

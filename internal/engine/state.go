@@ -132,6 +132,9 @@ func (e *Engine) mutate(m partition.Mutation) (*pendingMutation, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
+	if err := e.admit(); err != nil {
+		return nil, err
+	}
 	p := e.partOf(m.Addr)
 	if p.full(e.opts.MaxBacklog) {
 		return nil, ErrBusy

@@ -16,7 +16,6 @@ import (
 // When it admits again, work is taken again.
 func TestAdmitRefusesNewWork(t *testing.T) {
 	db := openStore(t, vfs.NewMem(), 2)
-	defer db.Close()
 	full := errors.New("disk almost full")
 	var refuse atomic.Bool
 	refuse.Store(true)

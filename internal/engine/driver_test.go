@@ -47,7 +47,6 @@ func TestDriverOneMessage(t *testing.T) {
 	clock := &simClock{now: time.UnixMilli(1_000_000)}
 	fn := &counter{}
 	db := openStore(t, vfs.NewMem(), 2)
-	defer db.Close()
 	e := newEngine(t, db, fn, func(o *Options) { o.Driven = true; o.Now = clock.Now })
 	e.Start() // runs nothing: the test drives
 	d := e.Driver()

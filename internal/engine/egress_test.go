@@ -38,7 +38,6 @@ func pop(e *Engine, ctx context.Context, out chan<- popResult) {
 // removal to be durable honours its context and holds up no other pop.
 func TestPopEgress(t *testing.T) {
 	db := openStore(t, vfs.NewMem(), 1)
-	defer db.Close()
 	e := newEngine(t, db, &counter{}, func(o *Options) { o.Driven = true })
 	d := e.Driver()
 	putEgress(t, e, "r1", "r2", "r3")

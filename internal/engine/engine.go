@@ -15,6 +15,7 @@ import (
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
+	"google.golang.org/protobuf/proto"
 )
 
 // Functions sends one request to the endpoint that serves a function type.
@@ -35,6 +36,12 @@ type Options struct {
 	// MaxBacklog is how many messages may wait in one partition before the
 	// ingress answers busy. Default 100000.
 	MaxBacklog int
+	// MaxBacklogBytes is how many bytes of messages may be held in memory
+	// by one partition (waiting in its mailbox, queued in its core or in
+	// flight) before the ingress and the state API answer busy. One message
+	// is always taken into an empty partition, whatever its size. Default
+	// DefaultMaxBacklogBytes.
+	MaxBacklogBytes int64
 	// RetryBase and RetryMax bound the backoff of failed calls. Defaults
 	// 50ms and 10s.
 	RetryBase, RetryMax time.Duration
@@ -55,6 +62,10 @@ type Options struct {
 	// Driver, on its own goroutine (a deterministic simulation does).
 	Driven bool
 }
+
+// DefaultMaxBacklogBytes is the default of Options.MaxBacklogBytes: 64 MiB
+// per partition, so 1 GiB for the 16 partitions of a default store.
+const DefaultMaxBacklogBytes = 64 << 20
 
 // ErrBusy is returned by Ingest, Mutate and Read when the target
 // partition's backlog is at its limit; the edges answer 503 with
@@ -129,6 +140,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.MaxBacklog <= 0 {
 		opts.MaxBacklog = 100_000
+	}
+	if opts.MaxBacklogBytes <= 0 {
+		opts.MaxBacklogBytes = DefaultMaxBacklogBytes
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -260,7 +274,7 @@ func (e *Engine) ingest(env *protocol.Envelope) (*ingressReq, error) {
 		return nil, err
 	}
 	p := e.parts[address.Partition(env.GetTarget().GetId(), len(e.parts))]
-	if p.full(e.opts.MaxBacklog) {
+	if e.full(p) {
 		e.m.ingressRejected.Inc()
 		return nil, ErrBusy
 	}
@@ -279,8 +293,11 @@ func (e *Engine) deliver(k store.InboxKey, env *protocol.Envelope) {
 	if m := env.GetMutation(); m != nil {
 		ev.Mutation = mutationFromProto(m)
 	}
-	e.parts[k.Partition].post(ev)
+	e.parts[k.Partition].postSized(ev, proto.Size(env))
 }
+
+// full reports whether p is at its limit of messages or bytes.
+func (e *Engine) full(p *part) bool { return p.full(e.opts.MaxBacklog, e.opts.MaxBacklogBytes) }
 
 // poolInvoker sends invocations on the call workers of a dispatch.Pool.
 type poolInvoker struct {

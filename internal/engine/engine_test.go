@@ -12,7 +12,6 @@ import (
 // durable, and the specs one partition learned reach the listing.
 func TestEngineRuns(t *testing.T) {
 	db := openStore(t, vfs.NewMem(), 4)
-	defer db.Close()
 	fn := &counter{}
 	e := newEngine(t, db, fn, nil)
 	e.Start()

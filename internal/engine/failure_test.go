@@ -23,7 +23,6 @@ func mutation(id string, ack partition.AckMode) partition.Mutation {
 // the messages committed with it are durable and the engine runs on.
 func TestUnencodableMessageFailsOnlyItself(t *testing.T) {
 	db := openStore(t, vfs.NewMem(), 2)
-	defer db.Close()
 	e := newEngine(t, db, &counter{}, func(o *Options) { o.Driven = true })
 	d := e.Driver()
 	bad := msg("a", "x")
@@ -74,7 +73,6 @@ func TestUnencodableMessageFailsOnlyItself(t *testing.T) {
 // wraps ErrClosed and the cause, and stops the engine with the cause.
 func TestStoreErrorAnswersEveryCaller(t *testing.T) {
 	db := openStore(t, vfs.NewMem(), 1)
-	defer db.Close()
 	e := newEngine(t, db, &counter{}, nil)
 	diskErr := errors.New("disk on fire")
 	entered := make(chan struct{})

@@ -97,6 +97,7 @@ func openStore(t testing.TB, fs vfs.FS, partitions int) *store.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close() }) // after the engine's Close: cleanups run last-in first-out
 	return db
 }
 

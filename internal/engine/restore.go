@@ -6,6 +6,7 @@ import (
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
+	"google.golang.org/protobuf/proto"
 )
 
 // restore rebuilds every partition core from the store: its meta, its
@@ -70,6 +71,7 @@ func (e *Engine) restore() error {
 			if err := core.Step(now, ev); err != nil {
 				return err
 			}
+			pt.hold(ev.Key, proto.Size(envs[p][i]))
 		}
 		pending += len(inboxes[p])
 		e.parts = append(e.parts, pt)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/engine/mailbox"
 	"github.com/statefun-go/statefun/internal/partition"
+	"google.golang.org/protobuf/proto"
 )
 
 // effects is where a partition runner hands the effects of its core: the
@@ -38,19 +39,44 @@ type part struct {
 	// the mailbox, the work waiting in this partition, which the ingress
 	// and the state API bound.
 	queued atomic.Int64
+	// held is the size of every inbox message the core holds (queued or in
+	// flight) until a commit consumes it; heldBytes their sum. Only the
+	// runner touches held.
+	held      map[partition.InboxKey]int
+	heldBytes atomic.Int64
 }
 
 func newPart(id int, core *partition.Core, out effects, now func() time.Time) *part {
-	return &part{id: id, core: core, mb: mailbox.New[partition.Event](), out: out, now: now}
+	return &part{id: id, core: core, mb: mailbox.New[partition.Event](), out: out, now: now, held: map[partition.InboxKey]int{}}
 }
 
-// full reports whether the partition's queue is at limit.
-func (p *part) full(limit int) bool {
-	return int64(p.mb.Len())+p.queued.Load() >= int64(limit)
+// full reports whether the partition's queue is at its limit of events or
+// of bytes.
+func (p *part) full(limit int, limitBytes int64) bool {
+	return int64(p.mb.Len())+p.queued.Load() >= int64(limit) || p.mb.Bytes()+p.heldBytes.Load() >= limitBytes
 }
 
-// post queues an event; it never blocks.
+// post queues an event that holds no message; it never blocks.
 func (p *part) post(ev partition.Event) { p.mb.Post(ev, 0) }
+
+// postSized queues an event holding size bytes of message.
+func (p *part) postSized(ev partition.Event, size int) { p.mb.Post(ev, size) }
+
+// hold counts an inbox message the core now holds.
+func (p *part) hold(k partition.InboxKey, size int) {
+	if size > 0 {
+		p.held[k] = size
+		p.heldBytes.Add(int64(size))
+	}
+}
+
+// consumed ends the count of a message a commit consumed.
+func (p *part) consumed(k partition.InboxKey) {
+	if size, ok := p.held[k]; ok {
+		delete(p.held, k)
+		p.heldBytes.Add(-int64(size))
+	}
+}
 
 // run processes events until ctx ends, waking for posts and for the core's
 // next deadline (measured on the injected clock). It returns the core's
@@ -87,6 +113,9 @@ func (p *part) process() (bool, error) {
 		if err := p.core.Step(now, it.Event); err != nil {
 			return true, err
 		}
+		if ma, ok := it.Event.(partition.MessageArrived); ok {
+			p.hold(ma.Key, it.Size)
+		}
 	}
 	if len(items) == 0 {
 		if err := p.core.Step(now, partition.Tick{}); err != nil {
@@ -107,6 +136,14 @@ func (p *part) process() (bool, error) {
 		p.out.invoke(p, inv)
 	}
 	if c := rd.Commit; c != nil {
+		for _, m := range c.Produced {
+			if m.Key.Partition == p.id {
+				p.hold(m.Key, proto.Size(m.Env))
+			}
+		}
+		for _, k := range c.Consumed {
+			p.consumed(k)
+		}
 		p.out.commit(p, c)
 	}
 	backlog := p.core.Backlog()

@@ -29,7 +29,6 @@ func (r *recorder) backlog(_ int, n int)                { r.queued = n }
 // on: the invocation out, the commit to the committer, replies to waiters.
 func TestRunnerHandsOnEffects(t *testing.T) {
 	db := openStore(t, vfs.NewMem(), 1)
-	defer db.Close()
 	core := partition.New(partition.Config{ID: 0, Partitions: 1}, storeReader{db: db}, partition.Restore{})
 	rec := &recorder{}
 	clock := &simClock{}
@@ -40,8 +39,8 @@ func TestRunnerHandsOnEffects(t *testing.T) {
 	p.post(partition.MessageArrived{Key: k1, Env: msg("a", "one")})
 	p.post(partition.MessageArrived{Key: k2, Env: msg("a", "two")})
 	p.post(partition.ReadState{Request: 7, Addr: addr("a")})
-	if p.mb.Len() != 3 || !p.full(3) || p.full(4) {
-		t.Fatalf("mailbox %d events; full(3) %v, full(4) %v", p.mb.Len(), p.full(3), p.full(4))
+	if p.mb.Len() != 3 || !p.full(3, 1<<20) || p.full(4, 1<<20) {
+		t.Fatalf("mailbox %d events; full(3) %v, full(4) %v", p.mb.Len(), p.full(3, 1<<20), p.full(4, 1<<20))
 	}
 	if stepped, err := p.process(); err != nil || !stepped {
 		t.Fatalf("process = %v, %v", stepped, err)
@@ -49,7 +48,7 @@ func TestRunnerHandsOnEffects(t *testing.T) {
 	if len(rec.invocations) != 1 || len(rec.invocations[0].Body.GetInvocation().GetInvocations()) != 1 {
 		t.Fatalf("invocations %+v: want the first message alone (the type's probe)", rec.invocations)
 	}
-	if rec.queued != 1 || p.mb.Len() != 0 || !p.full(1) || p.full(2) {
+	if rec.queued != 1 || p.mb.Len() != 0 || !p.full(1, 1<<20) || p.full(2, 1<<20) {
 		t.Fatalf("queued %d, mailbox %d: want the second message waiting in the core", rec.queued, p.mb.Len())
 	}
 	if len(rec.replies) != 1 || rec.replies[0].Request != 7 {

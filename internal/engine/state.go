@@ -90,8 +90,12 @@ func (e *Engine) Read(ctx context.Context, a address.Address, state string) (par
 	if e.closed.Load() {
 		return partition.Reply{}, ErrClosed
 	}
+	p := e.partOf(a)
+	if e.full(p) {
+		return partition.Reply{}, ErrBusy
+	}
 	id, ch := e.waiters.add()
-	e.partOf(a).post(partition.ReadState{Request: id, Addr: a, State: state})
+	p.post(partition.ReadState{Request: id, Addr: a, State: state})
 	return e.await(ctx, id, ch)
 }
 
@@ -106,6 +110,11 @@ func (e *Engine) Mutate(ctx context.Context, m partition.Mutation) (partition.Re
 		return partition.Receipt{}, err
 	}
 	return pm.wait(ctx)
+}
+
+// mutationSize is what a mutation holds in memory, roughly.
+func mutationSize(m partition.Mutation) int {
+	return len(m.ID) + len(m.Addr.ID) + len(m.State) + len(m.Typename) + len(m.Value) + len(m.Principal) + len(m.Reason) + len(m.Reverts)
 }
 
 // AckAccepted and the other modes, re-exported for callers of Mutate.
@@ -136,7 +145,7 @@ func (e *Engine) mutate(m partition.Mutation) (*pendingMutation, error) {
 		return nil, err
 	}
 	p := e.partOf(m.Addr)
-	if p.full(e.opts.MaxBacklog) {
+	if e.full(p) {
 		return nil, ErrBusy
 	}
 	if m.Ack == AckAccepted {
@@ -144,7 +153,7 @@ func (e *Engine) mutate(m partition.Mutation) (*pendingMutation, error) {
 	}
 	id, ch := e.waiters.add()
 	m.Request = id
-	p.post(partition.Mutate{Mutation: &m})
+	p.postSized(partition.Mutate{Mutation: &m}, mutationSize(m))
 	return &pendingMutation{e: e, m: m, id: id, ch: ch}, nil
 }
 

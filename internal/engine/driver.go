@@ -39,6 +39,14 @@ func (e *Engine) Driver() *Driver { return e.drv }
 // Pending returns the number of events waiting in partition p's mailbox.
 func (d *Driver) Pending(p int) int { return d.e.parts[p].mb.Len() }
 
+// HasWork reports whether Step(p) has something to do now: events in the
+// mailbox, or effects of the core not handed on yet (after New, the restored
+// inbox's invocations). Due timers need a Step too: see NextDeadline.
+func (d *Driver) HasWork(p int) bool {
+	pt := d.e.parts[p]
+	return pt.mb.Len() > 0 || pt.core.HasReady()
+}
+
 // Step processes partition p once: every event waiting in its mailbox, or a
 // Tick at the current time when there is none (due timers fire, backoffs
 // end). Its invocations join Calls, its commit goes to the committer. A core

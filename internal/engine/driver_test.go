@@ -16,7 +16,7 @@ func settle(t *testing.T, d *Driver, parts int) {
 	for range 1000 {
 		busy := false
 		for p := range parts {
-			if d.Pending(p) > 0 {
+			if d.HasWork(p) {
 				busy = true
 				if err := d.Step(p); err != nil {
 					t.Fatal(err)

@@ -113,6 +113,7 @@ type Engine struct {
 
 	ingressSeq atomic.Uint64
 	egressSeq  uint64 // owned by the committer's goroutine (Encode)
+	arrivals   *arrivals
 	egress     *egressPopper
 
 	ctx    context.Context
@@ -278,7 +279,7 @@ func (e *Engine) ingest(env *protocol.Envelope) (*ingressReq, error) {
 		e.m.ingressRejected.Inc()
 		return nil, ErrBusy
 	}
-	key := store.InboxKey{Partition: p.id, Source: store.SourceIngress, Seq: e.ingressSeq.Add(1)}
+	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
 	req := &ingressReq{e: e, key: key, env: env, done: make(chan error, 1)}
 	if err := e.submit(req); err != nil {
 		return nil, err
@@ -288,8 +289,8 @@ func (e *Engine) ingest(env *protocol.Envelope) (*ingressReq, error) {
 
 // deliver hands a durable message (or accepted mutation) to its
 // partition's mailbox.
-func (e *Engine) deliver(k store.InboxKey, env *protocol.Envelope) {
-	ev := partition.MessageArrived{Key: partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}, Env: env}
+func (e *Engine) deliver(k partition.InboxKey, env *protocol.Envelope) {
+	ev := partition.MessageArrived{Key: k, Env: env}
 	if m := env.GetMutation(); m != nil {
 		ev.Mutation = mutationFromProto(m)
 	}

@@ -13,17 +13,18 @@ import (
 // (receipt set): durable in the target's inbox, then delivered.
 type ingressReq struct {
 	e       *Engine
-	key     store.InboxKey
+	key     partition.InboxKey
 	env     *protocol.Envelope
 	receipt *protocol.Receipt
 	done    chan error
 }
 
-func (r *ingressReq) Encode(b *store.Batch) {
-	b.PutInbox(r.key, r.env)
+func (r *ingressReq) Encode(b *store.Batch) error {
+	b.PutInbox(r.e.arrivals.assign(r.key), r.env)
 	if r.receipt != nil {
 		b.PutReceipt(r.receipt)
 	}
+	return nil
 }
 
 func (r *ingressReq) Durable() {
@@ -34,7 +35,10 @@ func (r *ingressReq) Durable() {
 	r.done <- nil
 }
 
-func (r *ingressReq) Fail(err error) { r.done <- r.e.stopErr(err) }
+func (r *ingressReq) Fail(err error) {
+	r.e.arrivals.forget(r.key)
+	r.done <- r.e.stopErr(err)
+}
 
 // partCommit is one commit of a partition core.
 type partCommit struct {
@@ -45,10 +49,10 @@ type partCommit struct {
 
 // Encode writes the commit in the order partition.Commit documents: puts
 // first, deletions last.
-func (r *partCommit) Encode(b *store.Batch) {
+func (r *partCommit) Encode(b *store.Batch) error {
 	cm := r.c
 	for _, p := range cm.Produced {
-		b.PutInbox(inboxKey(p.Key), p.Env)
+		b.PutInbox(r.e.arrivals.assign(p.Key), p.Env)
 	}
 	for _, t := range cm.TimersAdded {
 		b.PutTimer(timerKey(t.Key), t.Env)
@@ -75,11 +79,16 @@ func (r *partCommit) Encode(b *store.Batch) {
 	}
 	b.PutMeta(r.p.id, store.PartitionMeta{CommitID: cm.ID, VersionSeq: cm.VersionSeq})
 	for _, k := range cm.Consumed {
-		b.DeleteInbox(inboxKey(k))
+		sk, err := r.e.arrivals.consume(k)
+		if err != nil {
+			return err
+		}
+		b.DeleteInbox(sk)
 	}
 	for _, k := range cm.TimersRemoved {
 		b.DeleteTimer(timerKey(k))
 	}
+	return nil
 }
 
 // Durable delivers the commit's messages for other partitions, answers the
@@ -89,7 +98,7 @@ func (r *partCommit) Durable() {
 	e, cm := r.e, r.c
 	for _, p := range cm.Produced {
 		if p.Key.Partition != r.p.id {
-			e.deliver(inboxKey(p.Key), p.Env)
+			e.deliver(p.Key, p.Env)
 		}
 	}
 	for _, rc := range cm.Receipts {
@@ -120,13 +129,12 @@ type popReq struct {
 	done          chan error
 }
 
-func (r *popReq) Encode(b *store.Batch) { b.DeleteEgress(r.egress, r.route, r.seq) }
+func (r *popReq) Encode(b *store.Batch) error {
+	b.DeleteEgress(r.egress, r.route, r.seq)
+	return nil
+}
 func (r *popReq) Durable()              { r.done <- nil }
 func (r *popReq) Fail(err error)        { r.done <- r.e.stopErr(err) }
-
-func inboxKey(k partition.InboxKey) store.InboxKey {
-	return store.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}
-}
 
 func timerKey(k partition.TimerKey) store.TimerKey {
 	return store.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}

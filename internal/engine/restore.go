@@ -17,8 +17,11 @@ func (e *Engine) restore() error {
 	envs := make([][]*protocol.Envelope, n)
 	outSeq := make([]uint64, n)
 	var maxIngress uint64
+	e.arrivals = newArrivals(n)
 	for p := 0; p < n; p++ {
+		// In arrival order: the order the messages were delivered before.
 		err := e.db.ScanInbox(p, func(k store.InboxKey, env *protocol.Envelope) error {
+			e.arrivals.restored(k)
 			inboxes[p] = append(inboxes[p], k)
 			envs[p] = append(envs[p], env)
 			switch {

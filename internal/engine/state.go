@@ -8,7 +8,6 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
-	"github.com/statefun-go/statefun/internal/store"
 )
 
 // This file is the engine's side of the state access API: reads and
@@ -160,7 +159,7 @@ func (e *Engine) mutate(m partition.Mutation) (*pendingMutation, error) {
 // accept makes a mutation durable in the target's inbox, with an accepted
 // receipt, then hands it to the partition.
 func (e *Engine) accept(p *part, m partition.Mutation) (*pendingMutation, error) {
-	key := store.InboxKey{Partition: p.id, Source: store.SourceIngress, Seq: e.ingressSeq.Add(1)}
+	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
 	env := &protocol.Envelope{Mutation: mutationToProto(m)}
 	now := e.opts.Now().UnixMilli()
 	rc := &protocol.Receipt{Mutation: m.ID, Status: "accepted", At: now, Target: toProtoAddr(m.Addr), State: m.State}

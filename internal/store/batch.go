@@ -162,18 +162,21 @@ func (b *Batch) DeleteEgress(egress, route string, seq uint64) {
 }
 
 // Stage runs fn, which adds the writes of one request, and keeps them only
-// if every record encodes: otherwise it returns the first encoding error and
-// b is as it was before fn. So a record that protobuf refuses (a string that
+// if every record encodes and fn returns nil: otherwise it returns fn's
+// error or the first encoding error, and b is as it was before fn. So a record that protobuf refuses (a string that
 // is not valid UTF-8) fails only the request it belongs to, not the group
 // commit it would have joined. The writes are copied once into b.
-func (b *Batch) Stage(fn func(*Batch)) error {
+func (b *Batch) Stage(fn func(*Batch) error) error {
 	pb := b.live()
 	if b.stage == nil {
 		b.stage = b.db.NewBatch()
 	}
 	st := b.stage
-	fn(st)
-	if err := st.err; err != nil {
+	err := fn(st)
+	if err == nil {
+		err = st.err
+	}
+	if err != nil {
 		st.err = nil
 		st.live().Reset()
 		return err
@@ -181,7 +184,7 @@ func (b *Batch) Stage(fn func(*Batch)) error {
 	if st.live().Empty() {
 		return nil
 	}
-	err := pb.Apply(st.pb, nil)
+	err = pb.Apply(st.pb, nil)
 	st.pb.Reset()
 	if err != nil {
 		return fmt.Errorf("store: stage: %w", err)

@@ -22,9 +22,10 @@ import (
 type Request interface {
 	// Encode adds the request's writes to b. It runs on the committer's
 	// goroutine, in submission order, so it may own state that only the
-	// committer touches (sequence numbers). A record that cannot be encoded
-	// fails only this request: its writes are dropped and Fail is called.
-	Encode(b *store.Batch)
+	// committer touches (sequence numbers). A record that cannot be encoded,
+	// or an error returned, fails only this request: its writes are dropped
+	// and Fail is called.
+	Encode(b *store.Batch) error
 	// Durable is called once the batch carrying the request is durable,
 	// on the committer's goroutine, in submission order.
 	Durable()

@@ -45,9 +45,9 @@ func newReq(seq uint64, id string) *inboxReq {
 	}
 }
 
-func (r *inboxReq) Encode(b *store.Batch) { b.PutInbox(r.key, r.env) }
-func (r *inboxReq) Durable()              { r.durable <- struct{}{} }
-func (r *inboxReq) Fail(err error)        { r.failed <- err }
+func (r *inboxReq) Encode(b *store.Batch) error { b.PutInbox(r.key, r.env); return nil }
+func (r *inboxReq) Durable()                    { r.durable <- struct{}{} }
+func (r *inboxReq) Fail(err error)              { r.failed <- err }
 
 func inboxLen(t *testing.T, db *store.DB) int {
 	n := 0

@@ -134,10 +134,10 @@ const inboxKeyLen = 1 + 2 + 8 + 4 + 8
 
 // inboxKey appends the key of an inbox message.
 //
-//	+------+------------------+---------------+---------------+------------+
+//	+------+------------------+----------------+---------------+------------+
 //	| 0x02 | partition u16 BE | arrival u64 BE | source u32 BE | seq u64 BE |
-//	+------+------------------+---------------+---------------+------------+
-//	  1 B         2 B               8 B            4 B            8 B       = 23 bytes
+//	+------+------------------+----------------+---------------+------------+
+//	  1 B         2 B                8 B              4 B           8 B       = 23 bytes
 //
 // arrival is the message's place in the partition's arrival order; source
 // is the producing partition, or 0xffffffff (SourceIngress) for an ingress.

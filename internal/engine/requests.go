@@ -133,8 +133,8 @@ func (r *popReq) Encode(b *store.Batch) error {
 	b.DeleteEgress(r.egress, r.route, r.seq)
 	return nil
 }
-func (r *popReq) Durable()              { r.done <- nil }
-func (r *popReq) Fail(err error)        { r.done <- r.e.stopErr(err) }
+func (r *popReq) Durable()       { r.done <- nil }
+func (r *popReq) Fail(err error) { r.done <- r.e.stopErr(err) }
 
 func timerKey(k partition.TimerKey) store.TimerKey {
 	return store.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}

@@ -134,9 +134,23 @@ spec:
 	c := rt.Client(t)
 	seed := stateclient.Address{Namespace: "example", Type: "person", ID: "seed"}
 	deadline := time.Now().Add(10 * time.Second)
+	// The value is readable once applied; the registration shows in the
+	// API's listings once the commit that learned it is durable.
+	registered := func() bool {
+		ts, err := c.ListTypes(context.Background(), "example")
+		if err != nil {
+			return false
+		}
+		for _, ti := range ts.Types {
+			if ti.Type == "person" && ti.Registered {
+				return true
+			}
+		}
+		return false
+	}
 	for {
 		_, err := c.Get(context.Background(), seed, "visits", "")
-		if err == nil {
+		if err == nil && registered() {
 			break
 		}
 		if time.Now().After(deadline) {

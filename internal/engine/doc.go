@@ -1,18 +1,17 @@
-// Package engine is the embedded shell around the partition cores: one
-// goroutine per partition (its mailbox), one group committer writing to the
-// Pebble store, and the invocation of remote functions.
+// Package engine is the embedded shell around the partition cores: a
+// runner (mailbox goroutine) per partition, the group committer writing to
+// the Pebble store, the dispatch of remote-function calls, egress popping,
+// the distribution of learned specs and the façade the state API uses.
 //
-// Goroutines (all started by Start, all stopped by Close):
-//
-//   - partitionLoop, one per partition: steps its core, sends invocations,
-//     hands commits to the committer, wakes up for timers.
-//   - commitLoop: gathers the commit requests that are waiting into one
-//     synced Pebble batch (group commit), then, once durable, delivers
-//     messages to other partitions, answers ingress callers and tells each
-//     partition its commit is durable.
-//   - callWorker, as many as there are invocations in flight (at most one
-//     per address); a worker that finds no work for 30s exits.
+// Each part sits behind a small seam: package committer knows requests and
+// batches, not partitions; package dispatch knows invocations and a
+// completion callback; package mailbox is the event queue; a runner hands
+// its core's effects to the effects interface. With Options.Driven no
+// goroutine runs and a Driver steps every part on the caller's goroutine.
+// docs/engine.md has the map, the goroutines, the lock order and the
+// commit/durability contract.
 //
 // Nothing leaves a partition before the commit that produced it is durable:
-// messages for other partitions are delivered by commitLoop after the sync.
+// messages for other partitions, committed receipts and learned specs are
+// released by the commit request's Durable, after the sync.
 package engine

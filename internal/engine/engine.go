@@ -3,15 +3,19 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/engine/committer"
+	"github.com/statefun-go/statefun/internal/engine/dispatch"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
+	"google.golang.org/protobuf/proto"
 )
 
 // Functions sends one request to the endpoint that serves a function type.
@@ -32,6 +36,12 @@ type Options struct {
 	// MaxBacklog is how many messages may wait in one partition before the
 	// ingress answers busy. Default 100000.
 	MaxBacklog int
+	// MaxBacklogBytes is how many bytes of messages may be held in memory
+	// by one partition (waiting in its mailbox, queued in its core or in
+	// flight) before the ingress and the state API answer busy. One message
+	// is always taken into an empty partition, whatever its size. Default
+	// DefaultMaxBacklogBytes.
+	MaxBacklogBytes int64
 	// RetryBase and RetryMax bound the backoff of failed calls. Defaults
 	// 50ms and 10s.
 	RetryBase, RetryMax time.Duration
@@ -39,15 +49,54 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics may be nil.
 	Metrics *Metrics
-	// Now is the clock; defaults to time.Now. Tests may drive it.
+	// Now is the clock; defaults to time.Now. Every time the engine reads
+	// (timers of the partition loops, retry logs, latencies) comes from it.
 	Now func() time.Time
+	// Admit, when set, is asked before new work is taken: a non-nil error
+	// refuses Ingest and Mutate (every ack mode) with an error for which
+	// errors.Is(err, ErrBusy) holds and which carries the reason (a disk
+	// space guard plugs in here). Reads and egress pops are not refused.
+	Admit func() error
+	// Driven makes Start run no goroutines: the caller steps partitions,
+	// the group committer and function calls one at a time through
+	// Driver, on its own goroutine (a deterministic simulation does).
+	Driven bool
 }
 
-// ErrBusy is returned by Ingest when the target partition's backlog is at
-// its limit; the ingress answers 503 with Retry-After.
+// DefaultMaxBacklogBytes is the default of Options.MaxBacklogBytes: 64 MiB
+// per partition, so 1 GiB for the 16 partitions of a default store.
+const DefaultMaxBacklogBytes = 64 << 20
+
+// ErrBusy is returned by Ingest, Mutate and Read when the target
+// partition's backlog is at its limit; the edges answer 503 with
+// Retry-After.
 var ErrBusy = errors.New("engine: the partition's queue is full, retry later")
 
-// ErrClosed is returned by Ingest and PopEgress after Close.
+// BusyError is the error of work refused because Options.Admit said no:
+// errors.Is(err, ErrBusy) holds, and Reason says why.
+type BusyError struct{ Reason error }
+
+func (e *BusyError) Error() string { return "engine: not taking new work: " + e.Reason.Error() }
+
+// Is makes errors.Is(err, ErrBusy) hold.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// Unwrap returns the reason.
+func (e *BusyError) Unwrap() error { return e.Reason }
+
+// admit asks Options.Admit.
+func (e *Engine) admit() error {
+	if e.opts.Admit == nil {
+		return nil
+	}
+	if err := e.opts.Admit(); err != nil {
+		return &BusyError{Reason: err}
+	}
+	return nil
+}
+
+// ErrClosed is returned by every method after Close, and wrapped by the
+// error callers get once a store error stopped the engine (see Err).
 var ErrClosed = errors.New("engine: closed")
 
 // Engine runs the partitions of one application on the embedded store.
@@ -56,15 +105,16 @@ type Engine struct {
 	db    *store.DB
 	log   *slog.Logger
 	m     *Metrics
-	reg   *specRegistry
+	specs *specRegistry
 	parts []*part
-	com   *committer
+	com   *committer.Committer
+	calls invoker
+	drv   *Driver
 
 	ingressSeq atomic.Uint64
-	egressSeq  uint64 // owned by the committer
-
-	egressMu sync.Mutex
-	egressQ  map[string]*egressQueue
+	egressSeq  uint64 // owned by the committer's goroutine (Encode)
+	arrivals   *arrivals
+	egress     *egressPopper
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -72,11 +122,16 @@ type Engine struct {
 	closed atomic.Bool
 
 	waiters *waiters
-	calls   chan callReq // unbuffered: a send succeeds only to an idle worker
 
 	errOnce sync.Once
 	err     error
 	failed  chan struct{}
+}
+
+// invoker sends a partition's invocations: a pool of call workers, or the
+// Driver's queue.
+type invoker interface {
+	invoke(p *part, inv partition.Invocation)
 }
 
 // New restores every partition from the store. Call Start to run them.
@@ -87,6 +142,9 @@ func New(opts Options) (*Engine, error) {
 	if opts.MaxBacklog <= 0 {
 		opts.MaxBacklog = 100_000
 	}
+	if opts.MaxBacklogBytes <= 0 {
+		opts.MaxBacklogBytes = DefaultMaxBacklogBytes
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -96,88 +154,24 @@ func New(opts Options) (*Engine, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	e := &Engine{opts: opts, db: opts.Store, log: opts.Logger, m: opts.Metrics, egressQ: map[string]*egressQueue{}, failed: make(chan struct{}), waiters: newWaiters(), calls: make(chan callReq)}
+	e := &Engine{opts: opts, db: opts.Store, log: opts.Logger, m: opts.Metrics, failed: make(chan struct{}), waiters: newWaiters()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.egress = newEgressPopper(e.db, e.submit)
 	var err error
-	if e.reg, err = loadSpecs(e.db); err != nil {
+	if e.specs, err = loadSpecs(e.db); err != nil {
 		return nil, err
 	}
 	if err := e.restore(); err != nil {
 		return nil, err
 	}
-	e.com = newCommitter(e)
+	e.com = committer.New(e.db, committer.Options{Now: opts.Now, Observe: e.m.observeCommit})
+	if opts.Driven {
+		e.drv = &Driver{e: e}
+		e.calls = e.drv
+	} else {
+		e.calls = poolInvoker{e: e, pool: dispatch.New(e.ctx, opts.Functions, opts.Now)}
+	}
 	return e, nil
-}
-
-// restore rebuilds every partition core from the store: its meta, its
-// timers, and the messages still waiting in its inbox, which re-run.
-func (e *Engine) restore() error {
-	n := e.db.Partitions()
-	inboxes := make([][]store.InboxKey, n)
-	envs := make([][]*protocol.Envelope, n)
-	outSeq := make([]uint64, n)
-	var maxIngress uint64
-	for p := 0; p < n; p++ {
-		err := e.db.ScanInbox(p, func(k store.InboxKey, env *protocol.Envelope) error {
-			inboxes[p] = append(inboxes[p], k)
-			envs[p] = append(envs[p], env)
-			switch {
-			case k.Source == store.SourceIngress:
-				maxIngress = max(maxIngress, k.Seq)
-			case int(k.Source) < n:
-				outSeq[k.Source] = max(outSeq[k.Source], k.Seq+1)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	e.ingressSeq.Store(maxIngress)
-	seq, err := e.db.MaxEgressSeq()
-	if err != nil {
-		return err
-	}
-	e.egressSeq = seq
-	now := e.opts.Now().UnixMilli()
-	pending := 0
-	for p := 0; p < n; p++ {
-		meta, err := e.db.Meta(p)
-		if err != nil {
-			return err
-		}
-		rs := partition.Restore{CommitID: meta.CommitID, VersionSeq: meta.VersionSeq, OutSeq: outSeq[p]}
-		err = e.db.ScanTimers(p, func(k store.TimerKey, env *protocol.Envelope) error {
-			rs.Timers = append(rs.Timers, partition.Timer{Key: partition.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}, Env: env})
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		core := partition.New(partition.Config{
-			ID:         p,
-			Partitions: n,
-			MaxBatch:   e.opts.MaxBatch,
-			Egress:     e.opts.Egress,
-			RetryBase:  durOr(e.opts.RetryBase, 50*time.Millisecond).Milliseconds(),
-			RetryMax:   durOr(e.opts.RetryMax, 10*time.Second).Milliseconds(),
-		}, storeReader{db: e.db, reg: e.reg}, rs)
-		for i, k := range inboxes[p] {
-			ev := partition.MessageArrived{Key: partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}, Env: envs[p][i]}
-			if m := envs[p][i].GetMutation(); m != nil {
-				ev.Mutation = mutationFromProto(m)
-			}
-			if err := core.Step(now, ev); err != nil {
-				return err
-			}
-		}
-		pending += len(inboxes[p])
-		e.parts = append(e.parts, newPart(e, p, core))
-	}
-	if pending > 0 {
-		e.log.Info("restored pending messages", "messages", pending, "partitions", n)
-	}
-	return nil
 }
 
 func durOr(d, def time.Duration) time.Duration {
@@ -187,13 +181,27 @@ func durOr(d, def time.Duration) time.Duration {
 	return d
 }
 
-// Start runs the partitions and the committer until Close.
+// Start runs the partitions and the committer until Close (with
+// Options.Driven it runs nothing: see Driver).
 func (e *Engine) Start() {
+	if e.drv != nil {
+		return
+	}
 	e.wg.Add(1)
-	go func() { defer e.wg.Done(); e.com.loop(e.ctx) }()
+	go func() {
+		defer e.wg.Done()
+		if err := e.com.Run(e.ctx); err != nil {
+			e.fatal(err)
+		}
+	}()
 	for _, p := range e.parts {
 		e.wg.Add(1)
-		go func() { defer e.wg.Done(); p.loop(e.ctx) }()
+		go func() {
+			defer e.wg.Done()
+			if err := p.run(e.ctx); err != nil {
+				e.fatal(err)
+			}
+		}()
 	}
 }
 
@@ -206,26 +214,41 @@ func (e *Engine) Close() {
 	}
 	e.cancel()
 	e.wg.Wait()
+	e.com.Close()
 }
 
 // Partitions returns P.
 func (e *Engine) Partitions() int { return len(e.parts) }
 
+// submit hands a request to the committer.
+func (e *Engine) submit(r committer.Request) error {
+	if err := e.com.Submit(r); err != nil {
+		return e.stopErr(err)
+	}
+	return nil
+}
+
+// stopErr is what a caller gets when its work will not be made durable
+// because the engine stopped: it wraps ErrClosed and the cause.
+func (e *Engine) stopErr(cause error) error {
+	if err := e.Err(); err != nil {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	if cause == nil || errors.Is(cause, ErrClosed) {
+		return ErrClosed
+	}
+	if errors.Is(cause, committer.ErrStopped) {
+		return fmt.Errorf("%w: %w", ErrClosed, cause)
+	}
+	return cause
+}
+
 // Ingest makes a message from an ingress durable and then delivers it. It
 // returns once the message is durable (the playground ingress answers 200
 // only then), ErrBusy when the target partition is full.
 func (e *Engine) Ingest(ctx context.Context, env *protocol.Envelope) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	p := e.parts[address.Partition(env.GetTarget().GetId(), len(e.parts))]
-	if p.full(e.opts.MaxBacklog) {
-		e.m.ingressRejected.Inc()
-		return ErrBusy
-	}
-	key := store.InboxKey{Partition: p.id, Source: store.SourceIngress, Seq: e.ingressSeq.Add(1)}
-	req := &commitReq{ingress: &ingressWrite{key: key, env: env}, done: make(chan error, 1)}
-	if err := e.com.submit(req); err != nil {
+	req, err := e.ingest(env)
+	if err != nil {
 		return err
 	}
 	select {
@@ -242,76 +265,81 @@ func (e *Engine) Ingest(ctx context.Context, env *protocol.Envelope) error {
 	return nil
 }
 
+// ingest admits a message and hands it to the committer.
+func (e *Engine) ingest(env *protocol.Envelope) (*ingressReq, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if err := e.admit(); err != nil {
+		e.m.ingressRejected.Inc()
+		return nil, err
+	}
+	p := e.parts[address.Partition(env.GetTarget().GetId(), len(e.parts))]
+	if e.full(p) {
+		e.m.ingressRejected.Inc()
+		return nil, ErrBusy
+	}
+	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
+	req := &ingressReq{e: e, key: key, env: env, done: make(chan error, 1)}
+	if err := e.submit(req); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
 // deliver hands a durable message (or accepted mutation) to its
 // partition's mailbox.
-func (e *Engine) deliver(k store.InboxKey, env *protocol.Envelope) {
-	ev := partition.MessageArrived{Key: partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}, Env: env}
+func (e *Engine) deliver(k partition.InboxKey, env *protocol.Envelope) {
+	ev := partition.MessageArrived{Key: k, Env: env}
 	if m := env.GetMutation(); m != nil {
 		ev.Mutation = mutationFromProto(m)
 	}
-	e.parts[k.Partition].post(ev)
+	e.parts[k.Partition].postSized(ev, proto.Size(env))
 }
 
-// publishSpecs tells every other partition what one partition learned.
-func (e *Engine) publishSpecs(from int, specs map[address.TypeName][]partition.Spec) {
-	for t, s := range specs {
-		e.reg.set(t, s)
-		for _, p := range e.parts {
-			if p.id != from {
-				p.post(partition.SpecsKnown{Type: t, Specs: s})
-			}
-		}
+// full reports whether p is at its limit of messages or bytes.
+func (e *Engine) full(p *part) bool { return p.full(e.opts.MaxBacklog, e.opts.MaxBacklogBytes) }
+
+// poolInvoker sends invocations on the call workers of a dispatch.Pool.
+type poolInvoker struct {
+	e    *Engine
+	pool *dispatch.Pool
+}
+
+func (pi poolInvoker) invoke(p *part, inv partition.Invocation) {
+	pi.pool.Dispatch(inv, pi.e.callDone(p))
+}
+
+// callDone returns the completion of p's calls: metrics, then the result
+// goes into p's mailbox.
+func (e *Engine) callDone(p *part) dispatch.Done {
+	return func(inv partition.Invocation, resp *protocol.FromFunction, err error, took time.Duration) {
+		e.m.observeCall(inv, err, took)
+		p.post(partition.ResultArrived{Addr: inv.Addr, Request: inv.Request, Response: resp, Err: err})
 	}
 }
 
-// callReq is one invocation handed to a call worker.
-type callReq struct {
-	p   *part
-	inv partition.Invocation
+// fatal stops the engine after an error that leaves it unable to go on
+// (a store error). Everything durable stays; the rest re-runs after restart.
+func (e *Engine) fatal(err error) {
+	e.errOnce.Do(func() {
+		e.err = err
+		e.log.Error("engine stopped", "error", err)
+		close(e.failed)
+		e.cancel()
+	})
 }
 
-// callIdle is how long a call worker waits for work before it exits.
-const callIdle = 30 * time.Second
+// Failed is closed when the engine stopped on an error; Err says which.
+func (e *Engine) Failed() <-chan struct{} { return e.failed }
 
-// dispatch sends an invocation on a call worker: an idle one if there is
-// one, else a new one. Workers live on while there is work, so their stacks,
-// grown by decoding responses, are reused instead of grown again for every
-// call (a goroutine per call cost 7.5% of the runtime's CPU in the profile of
-// docs/benchmarks.md). There is no cap: each address has at most one call in
-// flight, and the endpoint's connection pool bounds the rest.
-func (e *Engine) dispatch(p *part, inv partition.Invocation) {
+// Err returns the error that stopped the engine, or nil while it runs
+// (the admin /readyz answers 503 with it).
+func (e *Engine) Err() error {
 	select {
-	case e.calls <- callReq{p, inv}:
+	case <-e.failed:
+		return e.err
 	default:
-		go e.callWorker(callReq{p, inv})
+		return nil
 	}
 }
-
-func (e *Engine) callWorker(r callReq) {
-	idle := time.NewTimer(callIdle)
-	defer idle.Stop()
-	for {
-		e.call(r.p, r.inv)
-		idle.Reset(callIdle)
-		select {
-		case r = <-e.calls:
-		case <-idle.C:
-			return
-		case <-e.ctx.Done():
-			return
-		}
-	}
-}
-
-func (e *Engine) call(p *part, inv partition.Invocation) {
-	start := time.Now()
-	resp, err := e.opts.Functions.Call(e.ctx, inv.Addr.Type, inv.Body)
-	if e.ctx.Err() != nil {
-		return // shutting down: the batch re-runs after a restart
-	}
-	e.m.observeCall(inv, err, time.Since(start))
-	p.post(partition.ResultArrived{Addr: inv.Addr, Request: inv.Request, Response: resp, Err: err})
-}
-
-// SpecsOf returns the registered states of a function type.
-func (e *Engine) SpecsOf(t address.TypeName) []partition.Spec { return e.reg.get(t) }

@@ -60,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "statefun_ingress_messages_total", Help: "Messages accepted (durable) from ingresses.",
 		}),
 		ingressRejected: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "statefun_ingress_rejected_total", Help: "Ingress messages refused because the partition queue was full.",
+			Name: "statefun_ingress_rejected_total", Help: "Ingress messages refused because the partition queue was full or Admit refused new work.",
 		}),
 	}
 	if reg != nil {
@@ -101,30 +101,6 @@ func (e *Engine) logFailure(p int, f partition.Failure) {
 	}
 	level("invocation failed, will retry",
 		"function", f.Addr.Type.String(), "id", f.Addr.ID, "partition", p,
-		"attempt", f.Attempt, "retry_in", time.Until(time.UnixMilli(f.RetryAt)).Round(time.Millisecond),
+		"attempt", f.Attempt, "retry_in", time.UnixMilli(f.RetryAt).Sub(e.opts.Now()).Round(time.Millisecond),
 		"protocol_violation", f.Violation, "error", f.Err)
-}
-
-// fatal stops the engine after an error that leaves it unable to go on
-// (a store error). Everything durable stays; the rest re-runs after restart.
-func (e *Engine) fatal(err error) {
-	e.errOnce.Do(func() {
-		e.err = err
-		e.log.Error("engine stopped", "error", err)
-		close(e.failed)
-		e.cancel()
-	})
-}
-
-// Failed is closed when the engine stopped on an error; Err says which.
-func (e *Engine) Failed() <-chan struct{} { return e.failed }
-
-// Err returns the error that stopped the engine, or nil.
-func (e *Engine) Err() error {
-	select {
-	case <-e.failed:
-		return e.err
-	default:
-		return nil
-	}
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
-	"github.com/statefun-go/statefun/internal/store"
 )
 
 // This file is the engine's side of the state access API: reads and
@@ -79,7 +78,7 @@ func (e *Engine) await(ctx context.Context, id uint64, ch chan partition.Reply) 
 		return partition.Reply{}, ctx.Err()
 	case <-e.ctx.Done():
 		e.waiters.drop(id)
-		return partition.Reply{}, ErrClosed
+		return partition.Reply{}, e.stopErr(nil)
 	}
 }
 
@@ -90,8 +89,12 @@ func (e *Engine) Read(ctx context.Context, a address.Address, state string) (par
 	if e.closed.Load() {
 		return partition.Reply{}, ErrClosed
 	}
+	p := e.partOf(a)
+	if e.full(p) {
+		return partition.Reply{}, ErrBusy
+	}
 	id, ch := e.waiters.add()
-	e.partOf(a).post(partition.ReadState{Request: id, Addr: a, State: state})
+	p.post(partition.ReadState{Request: id, Addr: a, State: state})
 	return e.await(ctx, id, ch)
 }
 
@@ -101,27 +104,16 @@ func (e *Engine) Read(ctx context.Context, a address.Address, state string) (par
 // commit carrying it is durable for AckCommitted. It returns ErrBusy when
 // the partition's queue is full.
 func (e *Engine) Mutate(ctx context.Context, m partition.Mutation) (partition.Receipt, error) {
-	if e.closed.Load() {
-		return partition.Receipt{}, ErrClosed
-	}
-	p := e.partOf(m.Addr)
-	if p.full(e.opts.MaxBacklog) {
-		return partition.Receipt{}, ErrBusy
-	}
-	if m.Ack == AckAccepted {
-		return e.accept(ctx, p, m)
-	}
-	id, ch := e.waiters.add()
-	m.Request = id
-	p.post(partition.Mutate{Mutation: &m})
-	r, err := e.await(ctx, id, ch)
+	pm, err := e.mutate(m)
 	if err != nil {
 		return partition.Receipt{}, err
 	}
-	if r.Receipt == nil {
-		return partition.Receipt{}, fmt.Errorf("engine: mutation %s got no receipt", m.ID)
-	}
-	return *r.Receipt, nil
+	return pm.wait(ctx)
+}
+
+// mutationSize is what a mutation holds in memory, roughly.
+func mutationSize(m partition.Mutation) int {
+	return len(m.ID) + len(m.Addr.ID) + len(m.State) + len(m.Typename) + len(m.Value) + len(m.Principal) + len(m.Reason) + len(m.Reverts)
 }
 
 // AckAccepted and the other modes, re-exported for callers of Mutate.
@@ -131,26 +123,106 @@ const (
 	AckAccepted  = partition.AckAccepted
 )
 
+// pendingMutation is a mutation handed to its partition (or, accepted, to
+// the committer) whose caller has not heard back yet.
+type pendingMutation struct {
+	e  *Engine
+	m  partition.Mutation
+	id uint64
+	ch chan partition.Reply // AckApplied, AckCommitted
+	// req is the inbox write of an AckAccepted mutation, at its time.
+	req *ingressReq
+	at  int64
+}
+
+// mutate admits a mutation and starts it.
+func (e *Engine) mutate(m partition.Mutation) (*pendingMutation, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if err := e.admit(); err != nil {
+		return nil, err
+	}
+	p := e.partOf(m.Addr)
+	if e.full(p) {
+		return nil, ErrBusy
+	}
+	if m.Ack == AckAccepted {
+		return e.accept(p, m)
+	}
+	id, ch := e.waiters.add()
+	m.Request = id
+	p.postSized(partition.Mutate{Mutation: &m}, mutationSize(m))
+	return &pendingMutation{e: e, m: m, id: id, ch: ch}, nil
+}
+
 // accept makes a mutation durable in the target's inbox, with an accepted
 // receipt, then hands it to the partition.
-func (e *Engine) accept(ctx context.Context, p *part, m partition.Mutation) (partition.Receipt, error) {
-	key := store.InboxKey{Partition: p.id, Source: store.SourceIngress, Seq: e.ingressSeq.Add(1)}
+func (e *Engine) accept(p *part, m partition.Mutation) (*pendingMutation, error) {
+	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
 	env := &protocol.Envelope{Mutation: mutationToProto(m)}
 	now := e.opts.Now().UnixMilli()
 	rc := &protocol.Receipt{Mutation: m.ID, Status: "accepted", At: now, Target: toProtoAddr(m.Addr), State: m.State}
-	req := &commitReq{ingress: &ingressWrite{key: key, env: env, receipt: rc}, done: make(chan error, 1)}
-	if err := e.com.submit(req); err != nil {
-		return partition.Receipt{}, err
+	req := &ingressReq{e: e, key: key, env: env, receipt: rc, done: make(chan error, 1)}
+	if err := e.submit(req); err != nil {
+		return nil, err
+	}
+	return &pendingMutation{e: e, m: m, req: req, at: now}, nil
+}
+
+// wait returns the receipt when the mutation's ack mode says.
+func (pm *pendingMutation) wait(ctx context.Context) (partition.Receipt, error) {
+	if pm.req != nil {
+		select {
+		case err := <-pm.req.done:
+			return pm.accepted(err)
+		case <-ctx.Done():
+			return partition.Receipt{}, ctx.Err()
+		}
+	}
+	r, err := pm.e.await(ctx, pm.id, pm.ch)
+	return pm.receipt(r, err)
+}
+
+// poll is wait without blocking: done is false while the answer is not in.
+func (pm *pendingMutation) poll() (rc partition.Receipt, done bool, err error) {
+	if pm.req != nil {
+		select {
+		case err := <-pm.req.done:
+			rc, err := pm.accepted(err)
+			return rc, true, err
+		default:
+			return partition.Receipt{}, false, nil
+		}
 	}
 	select {
-	case err := <-req.done:
-		if err != nil {
-			return partition.Receipt{}, err
+	case r := <-pm.ch:
+		rc, err := pm.receipt(r, r.Err)
+		return rc, true, err
+	default:
+		if pm.e.ctx.Err() != nil {
+			pm.e.waiters.drop(pm.id)
+			return partition.Receipt{}, true, pm.e.stopErr(nil)
 		}
-	case <-ctx.Done():
-		return partition.Receipt{}, ctx.Err()
+		return partition.Receipt{}, false, nil
 	}
-	return partition.Receipt{Mutation: m.ID, Ack: AckAccepted, At: now}, nil
+}
+
+func (pm *pendingMutation) accepted(err error) (partition.Receipt, error) {
+	if err != nil {
+		return partition.Receipt{}, err
+	}
+	return partition.Receipt{Mutation: pm.m.ID, Ack: AckAccepted, At: pm.at}, nil
+}
+
+func (pm *pendingMutation) receipt(r partition.Reply, err error) (partition.Receipt, error) {
+	if err != nil {
+		return partition.Receipt{}, err
+	}
+	if r.Receipt == nil {
+		return partition.Receipt{}, fmt.Errorf("engine: mutation %s got no receipt", pm.m.ID)
+	}
+	return *r.Receipt, nil
 }
 
 // Receipt returns the durable receipt of a mutation.
@@ -170,7 +242,7 @@ func (e *Engine) WaitReceipt(ctx context.Context, id string) (*protocol.Receipt,
 		case <-ctx.Done():
 			return r, ok, nil
 		case <-e.ctx.Done():
-			return r, ok, ErrClosed
+			return r, ok, e.stopErr(nil)
 		}
 	}
 }
@@ -249,8 +321,18 @@ func (e *Engine) ScanAudit(from, to int64, fn func(*protocol.AuditRecord) bool) 
 	return e.db.ScanAudit(from, to, fn)
 }
 
-// Store returns the engine's store, for listings that read durable state.
-func (e *Engine) Store() *store.DB { return e.db }
+// ScanIDs lists the ids of function type t that hold durable state (see
+// store.DB.ScanIDs).
+func (e *Engine) ScanIDs(t address.TypeName, prefix, after string, fn func(id string) bool) error {
+	return e.db.ScanIDs(t, prefix, after, fn)
+}
+
+// ScanTypes lists the function types that hold durable state (see
+// store.DB.ScanTypes).
+func (e *Engine) ScanTypes(fn func(t address.TypeName) bool) error { return e.db.ScanTypes(fn) }
 
 // KnownTypes returns every function type with registered states.
-func (e *Engine) KnownTypes() []address.TypeName { return e.reg.types() }
+func (e *Engine) KnownTypes() []address.TypeName { return e.specs.types() }
+
+// SpecsOf returns the registered states of a function type.
+func (e *Engine) SpecsOf(t address.TypeName) []partition.Spec { return e.specs.get(t) }

@@ -94,7 +94,7 @@ func (s *Server) whyEmpty(a address.Address, state string, specs []partition.Spe
 
 func (s *Server) typeHoldsState(t address.TypeName) bool {
 	found := false
-	s.eng.Store().ScanIDs(t, "", "", func(string) bool { found = true; return false })
+	s.eng.ScanIDs(t, "", "", func(string) bool { found = true; return false })
 	return found
 }
 

@@ -81,7 +81,7 @@ func (s *Server) listIDs(w http.ResponseWriter, r *http.Request, t address.TypeN
 	}
 	ids := []string{}
 	more := false
-	err := s.eng.Store().ScanIDs(t, q.Get("prefix"), q.Get("after"), func(id string) bool {
+	err := s.eng.ScanIDs(t, q.Get("prefix"), q.Get("after"), func(id string) bool {
 		if len(ids) == limit {
 			more = true
 			return false
@@ -132,7 +132,7 @@ func (s *Server) listTypes(w http.ResponseWriter, r *http.Request, ns string) {
 			ti.StatesCount = len(s.eng.SpecsOf(t))
 		}
 	}
-	err := s.eng.Store().ScanTypes(func(t address.TypeName) bool {
+	err := s.eng.ScanTypes(func(t address.TypeName) bool {
 		if ns == "" || t.Namespace == ns {
 			get(t).HoldsState = true
 		}

@@ -49,14 +49,15 @@ type Options struct {
 
 // Server serves the state API routes on the admin listener.
 type Server struct {
-	eng    *engine.Engine
+	eng    Engine
 	tokens []Token
 	opts   Options
 	cop    *http.CrossOriginProtection
 }
 
-// New returns the API over a running engine.
-func New(eng *engine.Engine, opts Options) *Server {
+// New returns the API over a running engine (the embedded *engine.Engine, or
+// any other implementation of Engine).
+func New(eng Engine, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 8 << 20
 	}

@@ -30,6 +30,8 @@ type Batch struct {
 	key []byte // scratch for encoding keys; pebble copies them
 	val []byte // scratch for encoding values
 	err error  // the first encoding error, returned by Commit
+	// stage is the scratch batch of Stage, kept for reuse.
+	stage *Batch
 }
 
 // NewBatch returns an empty batch. Call Close when done with it, committed
@@ -159,6 +161,37 @@ func (b *Batch) DeleteEgress(egress, route string, seq uint64) {
 	b.delete(b.key)
 }
 
+// Stage runs fn, which adds the writes of one request, and keeps them only
+// if every record encodes and fn returns nil: otherwise it returns fn's
+// error or the first encoding error, and b is as it was before fn. So a record that protobuf refuses (a string that
+// is not valid UTF-8) fails only the request it belongs to, not the group
+// commit it would have joined. The writes are copied once into b.
+func (b *Batch) Stage(fn func(*Batch) error) error {
+	pb := b.live()
+	if b.stage == nil {
+		b.stage = b.db.NewBatch()
+	}
+	st := b.stage
+	err := fn(st)
+	if err == nil {
+		err = st.err
+	}
+	if err != nil {
+		st.err = nil
+		st.live().Reset()
+		return err
+	}
+	if st.live().Empty() {
+		return nil
+	}
+	err = pb.Apply(st.pb, nil)
+	st.pb.Reset()
+	if err != nil {
+		return fmt.Errorf("store: stage: %w", err)
+	}
+	return nil
+}
+
 // Len returns the number of writes in the batch.
 func (b *Batch) Len() int { return int(b.live().Count()) }
 
@@ -201,6 +234,10 @@ func (b *Batch) Commit(sync bool) error {
 // Close releases the batch, discarding its writes if it was not committed.
 // Close may be called more than once.
 func (b *Batch) Close() {
+	if b.stage != nil {
+		b.stage.Close()
+		b.stage = nil
+	}
 	if b.pb != nil {
 		_ = b.pb.Close()
 		b.pb = nil

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -17,11 +18,14 @@ import (
 // FormatVersion (ErrFormatTooNew) and leaves it untouched. A store with an
 // older version is upgraded by Open, in one synced batch that also rewrites
 // the "format" record, before anything reads it; every older version must
-// keep its upgrade step here for as long as such stores may exist. Version 1
-// is the first, so there are no upgrade steps yet. A change that only adds a
-// key space, or adds protobuf fields that old readers ignore, needs no new
-// version; a change that older builds would misread does.
-const FormatVersion uint32 = 1
+// keep its upgrade step here for as long as such stores may exist (see
+// upgrade). A change that only adds a key space, or adds protobuf fields that
+// old readers ignore, needs no new version; a change that older builds would
+// misread does.
+//
+// Versions: 1, the first. 2 puts the arrival number first in inbox keys, so
+// that the inbox replays in arrival order rather than grouped by source.
+const FormatVersion uint32 = 2
 
 // DefaultPartitions is the partition count of a store created with
 // Options.Partitions zero.
@@ -151,7 +155,11 @@ func (db *DB) checkMeta(want int) error {
 	case format < 1:
 		return corrupt(metaKey(nil, metaFormat), fmt.Errorf("format %d does not exist", format))
 	}
-	// Formats in [1, FormatVersion) would be upgraded here; none exist yet.
+	if format < FormatVersion {
+		if err := db.upgrade(format); err != nil {
+			return err
+		}
+	}
 
 	p, ok, err := db.metaU32(metaPartitions)
 	if err != nil {
@@ -168,6 +176,54 @@ func (db *DB) checkMeta(want int) error {
 	}
 	db.partitions = int(p)
 	return nil
+}
+
+// upgrade brings a store of an older format to FormatVersion in one synced
+// batch that also rewrites the "format" record.
+func (db *DB) upgrade(from uint32) error {
+	b := db.pdb.NewBatch()
+	defer b.Close()
+	if from < 2 {
+		if err := db.upgradeInboxV2(b); err != nil {
+			return err
+		}
+	}
+	_ = b.Set(metaKey(nil, metaFormat), appendU32(nil, FormatVersion), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("store: upgrade %s from format %d to %d: %w", db.dir, from, FormatVersion, err)
+	}
+	return nil
+}
+
+// upgradeInboxV2 rewrites every format-1 inbox key (partition, source, seq)
+// as a format-2 key with an arrival number: per partition, in the old key
+// order, which is the order a format-1 build would have replayed them.
+func (db *DB) upgradeInboxV2(b *pebble.Batch) error {
+	lower := []byte{spaceInbox}
+	it, err := db.newIter(lower, prefixSuccessor(lower))
+	if err != nil {
+		return err
+	}
+	arrival := map[uint16]uint64{}
+	for valid := it.First(); valid; valid = it.Next() {
+		k := it.Key()
+		if len(k) != inboxKeyV1Len {
+			return finish(it, corrupt(k, errBadKey))
+		}
+		p := binary.BigEndian.Uint16(k[1:])
+		nk := make([]byte, 0, inboxKeyLen)
+		nk = append(nk, k[:3]...)
+		nk = binary.BigEndian.AppendUint64(nk, arrival[p])
+		nk = append(nk, k[3:]...)
+		arrival[p]++
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return finish(it, fmt.Errorf("store: %w", err))
+		}
+		_ = b.Delete(k, nil)
+		_ = b.Set(nk, v, nil)
+	}
+	return finish(it, nil)
 }
 
 // create stamps an empty store with the format version and partition count.

@@ -100,13 +100,13 @@ func TestInboxRoundTrip(t *testing.T) {
 	db, _ := openTest(t, 4)
 	target := addr("example", "greeter", "alice")
 	keys := []InboxKey{
-		{Partition: 2, Source: SourceIngress, Seq: 1},
-		{Partition: 2, Source: 0, Seq: 10},
-		{Partition: 2, Source: 0, Seq: 2},
-		{Partition: 2, Source: 3, Seq: 0},
-		{Partition: 2, Source: 1, Seq: 1 << 40},
-		{Partition: 1, Source: 0, Seq: 1},
-		{Partition: 3, Source: 0, Seq: 1},
+		{Partition: 2, Arrival: 1, Source: SourceIngress, Seq: 1},
+		{Partition: 2, Arrival: 5, Source: 0, Seq: 10},
+		{Partition: 2, Arrival: 4, Source: 0, Seq: 2},
+		{Partition: 2, Arrival: 3, Source: 3, Seq: 0},
+		{Partition: 2, Arrival: 2, Source: 1, Seq: 1 << 40},
+		{Partition: 1, Arrival: 1, Source: 0, Seq: 1},
+		{Partition: 3, Arrival: 1, Source: 0, Seq: 1},
 	}
 	commit(t, db, func(b *Batch) {
 		for _, k := range keys {
@@ -116,7 +116,7 @@ func TestInboxRoundTrip(t *testing.T) {
 			}
 			b.PutInbox(k, env)
 		}
-		b.DeleteInbox(InboxKey{Partition: 2, Source: 3, Seq: 0})
+		b.DeleteInbox(InboxKey{Partition: 2, Arrival: 3, Source: 3, Seq: 0})
 	})
 	var got []InboxKey
 	err := db.ScanInbox(2, func(k InboxKey, env *protocol.Envelope) error {
@@ -129,11 +129,12 @@ func TestInboxRoundTrip(t *testing.T) {
 		}
 		return nil
 	})
+	// Arrival order, whatever the source.
 	want := []InboxKey{
-		{Partition: 2, Source: 0, Seq: 2},
-		{Partition: 2, Source: 0, Seq: 10},
-		{Partition: 2, Source: 1, Seq: 1 << 40},
-		{Partition: 2, Source: SourceIngress, Seq: 1},
+		{Partition: 2, Arrival: 1, Source: SourceIngress, Seq: 1},
+		{Partition: 2, Arrival: 2, Source: 1, Seq: 1 << 40},
+		{Partition: 2, Arrival: 4, Source: 0, Seq: 2},
+		{Partition: 2, Arrival: 5, Source: 0, Seq: 10},
 	}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("ScanInbox(2) = %v, %v; want %v", got, err, want)
@@ -412,7 +413,7 @@ func TestCorruptValues(t *testing.T) {
 	err = db.ScanAddressState(a, func(string, Entry) error { return nil })
 	isCorrupt("ScanAddressState", err, `"short"`)
 	err = db.ScanInbox(1, func(InboxKey, *protocol.Envelope) error { return nil })
-	isCorrupt("ScanInbox", err, "inbox(p=1, source=0, seq=1)")
+	isCorrupt("ScanInbox", err, "inbox(p=1, arrival=0, source=0, seq=1)")
 	_, err = db.Meta(2)
 	isCorrupt("Meta", err, "partition(2)")
 	_, err = db.Specs(address.TypeName{Namespace: "x", Name: "y"})

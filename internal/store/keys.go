@@ -116,29 +116,35 @@ func decodeStateKey(key []byte) (a address.Address, state string, err error) {
 }
 
 // InboxKey names one message in a partition inbox. Within a partition, keys
-// sort by Source, then Seq, so messages from one source are read in the
-// order that source sent them.
+// sort by Arrival, so a scan yields the inbox in the order its messages
+// arrived, whatever their source.
 type InboxKey struct {
 	Partition int
+	// Arrival orders the messages of one partition's inbox: the engine's
+	// committer numbers them in the order it writes and delivers them.
+	Arrival uint64
 	// Source is the partition that produced the message, or SourceIngress.
 	Source uint32
 	// Seq orders the messages of one source; the source assigns it.
+	// (Source, Seq) names the message for the partition core.
 	Seq uint64
 }
 
-const inboxKeyLen = 1 + 2 + 4 + 8
+const inboxKeyLen = 1 + 2 + 8 + 4 + 8
 
 // inboxKey appends the key of an inbox message.
 //
-//	+------+------------------+---------------+------------+
-//	| 0x02 | partition u16 BE | source u32 BE | seq u64 BE |
-//	+------+------------------+---------------+------------+
-//	  1 B         2 B               4 B            8 B       = 15 bytes
+//	+------+------------------+----------------+---------------+------------+
+//	| 0x02 | partition u16 BE | arrival u64 BE | source u32 BE | seq u64 BE |
+//	+------+------------------+----------------+---------------+------------+
+//	  1 B         2 B                8 B              4 B           8 B       = 23 bytes
 //
-// source is the producing partition, or 0xffffffff (SourceIngress) for an
-// ingress. The value is a protocol.Envelope.
+// arrival is the message's place in the partition's arrival order; source
+// is the producing partition, or 0xffffffff (SourceIngress) for an ingress.
+// The value is a protocol.Envelope.
 func inboxKey(dst []byte, k InboxKey) []byte {
 	dst = inboxPrefix(dst, k.Partition)
+	dst = binary.BigEndian.AppendUint64(dst, k.Arrival)
 	dst = binary.BigEndian.AppendUint32(dst, k.Source)
 	return binary.BigEndian.AppendUint64(dst, k.Seq)
 }
@@ -156,10 +162,15 @@ func decodeInboxKey(key []byte) (InboxKey, error) {
 	}
 	return InboxKey{
 		Partition: int(binary.BigEndian.Uint16(key[1:])),
-		Source:    binary.BigEndian.Uint32(key[3:]),
-		Seq:       binary.BigEndian.Uint64(key[7:]),
+		Arrival:   binary.BigEndian.Uint64(key[3:]),
+		Source:    binary.BigEndian.Uint32(key[11:]),
+		Seq:       binary.BigEndian.Uint64(key[15:]),
 	}, nil
 }
+
+// inboxKeyV1Len is the length of an inbox key of format 1, which had no
+// arrival: 0x02 | partition u16 | source u32 | seq u64.
+const inboxKeyV1Len = 1 + 2 + 4 + 8
 
 // TimerKey names one delayed message. Within a partition, keys sort by Due,
 // then ID, so a scan yields timers in the order they fall due.
@@ -357,7 +368,7 @@ func formatKey(key []byte) string {
 				if k.Source == SourceIngress {
 					src = "ingress"
 				}
-				return fmt.Sprintf("inbox(p=%d, source=%s, seq=%d)", k.Partition, src, k.Seq)
+				return fmt.Sprintf("inbox(p=%d, arrival=%d, source=%s, seq=%d)", k.Partition, k.Arrival, src, k.Seq)
 			}
 		case spaceTimer:
 			if k, err := decodeTimerKey(key); err == nil {

@@ -95,7 +95,7 @@ func TestLayoutGolden(t *testing.T) {
 	cases := []golden{
 		{rec("key: global meta, format version").add([]byte{0x00}, "space 0x00: global meta").add([]byte("format"), "name \"format\""),
 			metaKey(nil, metaFormat)},
-		{rec("value: format version").add(u32(1), "u32 BE: format 1"), appendU32(nil, FormatVersion)},
+		{rec("value: format version").add(u32(2), "u32 BE: format 2"), appendU32(nil, FormatVersion)},
 		{rec("key: global meta, partition count").add([]byte{0x00}, "space 0x00: global meta").add([]byte("partitions"), "name \"partitions\""),
 			metaKey(nil, metaPartitions)},
 		{rec("value: partition count").add(u32(16), "u32 BE: 16 partitions"), appendU32(nil, 16)},
@@ -115,14 +115,14 @@ func TestLayoutGolden(t *testing.T) {
 			add(u64(1), "version 1").add(u64(0), "expiresAt 0: never").add([]byte{0}, "uvarint len(typename) = 0"),
 			appendEntry(nil, Entry{Version: 1})},
 
-		{rec("key: inbox of partition 3, from an ingress, seq 7").
-			add([]byte{0x02}, "space 0x02: inbox").add(u16(3), "partition 3").
+		{rec("key: inbox of partition 3, arrival 4, from an ingress, seq 7").
+			add([]byte{0x02}, "space 0x02: inbox").add(u16(3), "partition 3").add(u64(4), "arrival 4").
 			add(u32(0xffffffff), "source: SourceIngress").add(u64(7), "seq 7"),
-			inboxKey(nil, InboxKey{Partition: 3, Source: SourceIngress, Seq: 7})},
-		{rec("key: inbox of partition 3, from partition 2, seq 1").
-			add([]byte{0x02}, "space 0x02: inbox").add(u16(3), "partition 3").
+			inboxKey(nil, InboxKey{Partition: 3, Arrival: 4, Source: SourceIngress, Seq: 7})},
+		{rec("key: inbox of partition 3, arrival 5, from partition 2, seq 1").
+			add([]byte{0x02}, "space 0x02: inbox").add(u16(3), "partition 3").add(u64(5), "arrival 5").
 			add(u32(2), "source: partition 2").add(u64(1), "seq 1"),
-			inboxKey(nil, InboxKey{Partition: 3, Source: 2, Seq: 1})},
+			inboxKey(nil, InboxKey{Partition: 3, Arrival: 5, Source: 2, Seq: 1})},
 		{rec("value: envelope (inbox and timer values)").add(mustMarshal(env), "protocol.Envelope, protobuf"),
 			mustMarshal(env)},
 
@@ -196,7 +196,7 @@ func TestKeyRoundTrip(t *testing.T) {
 		if gt, err := decodeSpecsKey(specsKey(nil, a.Type)); err != nil || gt != a.Type {
 			t.Fatalf("specs key %v: got %v %v", a.Type, gt, err)
 		}
-		ik := InboxKey{Partition: rng.IntN(MaxPartitions), Source: rng.Uint32(), Seq: rng.Uint64()}
+		ik := InboxKey{Partition: rng.IntN(MaxPartitions), Arrival: rng.Uint64(), Source: rng.Uint32(), Seq: rng.Uint64()}
 		if got, err := decodeInboxKey(inboxKey(nil, ik)); err != nil || got != ik {
 			t.Fatalf("inbox key %v: got %v %v", ik, got, err)
 		}

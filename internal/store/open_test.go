@@ -1,12 +1,17 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/statefun-go/statefun/internal/protocol"
 )
 
 func TestOpenPartitionCount(t *testing.T) {
@@ -78,8 +83,8 @@ func TestOpenRefusesNewerFormat(t *testing.T) {
 	rewriteMeta(t, fs, map[string][]byte{string(metaKey(nil, metaFormat)): appendU32(nil, FormatVersion+1)})
 
 	_, err = Open("db", Options{Partitions: 4, FS: fs, Logger: quietLogger{}})
-	if !errors.Is(err, ErrFormatTooNew) || !strings.Contains(err.Error(), "db has format 2, this build reads formats up to 1") {
-		t.Errorf("Open of a format-2 store = %v, want ErrFormatTooNew", err)
+	if !errors.Is(err, ErrFormatTooNew) || !strings.Contains(err.Error(), "db has format 3, this build reads formats up to 2") {
+		t.Errorf("Open of a format-3 store = %v, want ErrFormatTooNew", err)
 	}
 	// The store is left as it was.
 	_, err = Open("db", Options{Partitions: 4, FS: fs, Logger: quietLogger{}})
@@ -161,5 +166,51 @@ func TestOpenOptions(t *testing.T) {
 		t.Error("a store opened twice")
 	} else if !strings.HasPrefix(err.Error(), "store: open ") {
 		t.Errorf("second Open = %v", err)
+	}
+}
+
+// A format-1 store (inbox keys without an arrival number) is upgraded on
+// Open: its inbox keeps every message, numbered in the order a format-1
+// build replayed them (by source, then seq), and the format record says 2.
+func TestUpgradeFromFormat1(t *testing.T) {
+	fs := vfs.NewMem()
+	db, err := Open("db", Options{Partitions: 4, FS: fs, Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	v1 := func(p uint16, source uint32, seq uint64) string {
+		k := []byte{spaceInbox}
+		k = binary.BigEndian.AppendUint16(k, p)
+		k = binary.BigEndian.AppendUint32(k, source)
+		return string(binary.BigEndian.AppendUint64(k, seq))
+	}
+	val := func(s string) []byte { return mustMarshal(envelope(addr("ns", "t", s), s)) }
+	rewriteMeta(t, fs, map[string][]byte{
+		string(metaKey(nil, metaFormat)): appendU32(nil, 1),
+		v1(2, SourceIngress, 9):          val("ingress-9"),
+		v1(2, 0, 3):                      val("p0-3"),
+		v1(2, 1, 1):                      val("p1-1"),
+		v1(3, 0, 1):                      val("p3"),
+	})
+
+	db, err = Open("db", Options{Partitions: 4, FS: fs, Logger: quietLogger{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var got []string
+	if err := db.ScanInbox(2, func(k InboxKey, env *protocol.Envelope) error {
+		got = append(got, fmt.Sprintf("%d %d %d %s", k.Arrival, k.Source, k.Seq, env.GetArgument().GetValue()))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"0 0 3 p0-3", "1 1 1 p1-1", fmt.Sprintf("2 %d 9 ingress-9", SourceIngress)}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("upgraded inbox of partition 2 = %q, want %q", got, want)
+	}
+	if f, _, _ := db.metaU32(metaFormat); f != FormatVersion {
+		t.Fatalf("format after upgrade = %d, want %d", f, FormatVersion)
 	}
 }

@@ -281,7 +281,7 @@ func (db *DB) Meta(p int) (PartitionMeta, error) {
 }
 
 // ScanInbox calls fn with every message in the inbox of partition p, in key
-// order: by source, then sequence number.
+// order: the order the messages arrived (InboxKey.Arrival).
 func (db *DB) ScanInbox(p int, fn func(k InboxKey, env *protocol.Envelope) error) error {
 	if err := db.checkPartition(p); err != nil {
 		return err

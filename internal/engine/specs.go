@@ -9,18 +9,25 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// specRegistry is the states every function type has registered, shared by
-// the partitions: the first partition to learn a type's states publishes
-// them, so the others need no negotiation round trip of their own.
+// specRegistry is the states every function type has registered, for the
+// state API's listings. It is updated only after the commit that learned
+// them is durable; the partition cores never read it (they learn specs from
+// the store at restore, from their own commits and from SpecsKnown events).
 type specRegistry struct {
+	// initial is the durable specs at start, read by the cores' Reader;
+	// never written after loadSpecs.
+	initial map[address.TypeName][]partition.Spec
+
 	mu    sync.RWMutex
 	specs map[address.TypeName][]partition.Spec
 }
 
 func loadSpecs(db *store.DB) (*specRegistry, error) {
-	r := &specRegistry{specs: map[address.TypeName][]partition.Spec{}}
+	r := &specRegistry{initial: map[address.TypeName][]partition.Spec{}, specs: map[address.TypeName][]partition.Spec{}}
 	err := db.AllSpecs(func(t address.TypeName, specs []*protocol.FromFunction_PersistedValueSpec) error {
-		r.specs[t] = specsFromProto(specs)
+		s := specsFromProto(specs)
+		r.initial[t] = s
+		r.specs[t] = s
 		return nil
 	})
 	return r, err
@@ -47,6 +54,20 @@ func (r *specRegistry) types() []address.TypeName {
 		out = append(out, t)
 	}
 	return out
+}
+
+// publishSpecs runs once the commit in which partition from learned specs
+// is durable: the listing shows them, and every other partition gets them
+// as an event, so it needs no negotiation round trip of its own.
+func (e *Engine) publishSpecs(from int, specs map[address.TypeName][]partition.Spec) {
+	for t, s := range specs {
+		e.specs.set(t, s)
+		for _, p := range e.parts {
+			if p.id != from {
+				p.post(partition.SpecsKnown{Type: t, Specs: s})
+			}
+		}
+	}
 }
 
 func specsFromProto(in []*protocol.FromFunction_PersistedValueSpec) []partition.Spec {
@@ -77,11 +98,11 @@ func specsToProto(in []partition.Spec) []*protocol.FromFunction_PersistedValueSp
 	return out
 }
 
-// storeReader is what a partition core reads: the durable store and the
-// shared spec registry.
+// storeReader is what a partition core reads: the durable store, and the
+// specs that were durable when the engine started (immutable).
 type storeReader struct {
-	db  *store.DB
-	reg *specRegistry
+	db    *store.DB
+	specs map[address.TypeName][]partition.Spec
 }
 
 func (r storeReader) State(a address.Address, state string) (partition.Entry, bool, error) {
@@ -89,7 +110,7 @@ func (r storeReader) State(a address.Address, state string) (partition.Entry, bo
 	return partition.Entry{Typename: e.Typename, Value: e.Value, Version: e.Version, ExpiresAt: e.ExpiresAt}, ok, err
 }
 
-func (r storeReader) Specs(t address.TypeName) ([]partition.Spec, error) { return r.reg.get(t), nil }
+func (r storeReader) Specs(t address.TypeName) ([]partition.Spec, error) { return r.specs[t], nil }
 
 func (r storeReader) AddressState(a address.Address) (map[string]partition.Entry, error) {
 	out := map[string]partition.Entry{}

@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// arrivals numbers the messages of each partition's inbox in the order the
+// committer writes them, which is the order it delivers them: the inbox
+// key starts with that number, so a restart replays each inbox in arrival
+// order (a message from another partition does not jump ahead of an
+// accepted mutation that arrived before it). The cores name messages by
+// (partition, source, seq); arrivals remembers the number of each message
+// still in an inbox, to delete its key when a commit consumes it.
+//
+// Owned by the committer's goroutine (requests' Encode and Fail), and by
+// restore before that starts.
+type arrivals struct {
+	next []uint64
+	keys map[partition.InboxKey]uint64
+}
+
+func newArrivals(partitions int) *arrivals {
+	return &arrivals{next: make([]uint64, partitions), keys: map[partition.InboxKey]uint64{}}
+}
+
+// restored records a message found in an inbox at start.
+func (a *arrivals) restored(k store.InboxKey) {
+	a.keys[partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}] = k.Arrival
+	a.next[k.Partition] = max(a.next[k.Partition], k.Arrival+1)
+}
+
+// assign numbers a message that is being written.
+func (a *arrivals) assign(k partition.InboxKey) store.InboxKey {
+	n := a.next[k.Partition]
+	a.next[k.Partition]++
+	a.keys[k] = n
+	return store.InboxKey{Partition: k.Partition, Arrival: n, Source: k.Source, Seq: k.Seq}
+}
+
+// consume returns the store key of a message a commit consumes, and forgets it.
+func (a *arrivals) consume(k partition.InboxKey) (store.InboxKey, error) {
+	n, ok := a.keys[k]
+	if !ok {
+		return store.InboxKey{}, fmt.Errorf("engine: partition %d consumed message %d of source %d, which is not in its inbox", k.Partition, k.Seq, k.Source)
+	}
+	delete(a.keys, k)
+	return store.InboxKey{Partition: k.Partition, Arrival: n, Source: k.Source, Seq: k.Seq}, nil
+}
+
+// forget drops a message that was numbered but will not be written.
+func (a *arrivals) forget(k partition.InboxKey) { delete(a.keys, k) }

@@ -1,0 +1,67 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// The backlog of a partition is bounded in bytes: messages held in memory
+// (in flight, queued in the core) count until a commit consumes them.
+func TestBacklogBoundedInBytes(t *testing.T) {
+	db := openStore(t, vfs.NewMem(), 1)
+	e := newEngine(t, db, &counter{}, func(o *Options) { o.Driven = true; o.MaxBacklogBytes = 1000 })
+	d := e.Driver()
+	big := strings.Repeat("x", 300)
+	taken := 0
+	for range 10 {
+		f, err := d.Ingest(msg("a", big))
+		if errors.Is(err, ErrBusy) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Commit(); err != nil || !f.Done() {
+			t.Fatal(err)
+		}
+		if err := d.Step(0); err != nil { // into the core: no call is run
+			t.Fatal(err)
+		}
+		taken++
+	}
+	if taken != 3 {
+		t.Fatalf("took %d messages of over 300 bytes under a 1000-byte limit, want 3 before ErrBusy", taken)
+	}
+	if _, err := d.Mutate(mutation("m", AckApplied)); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Mutate on a full partition = %v, want ErrBusy", err)
+	}
+	// Once the function runs and the commits consume them, there is room.
+	settle(t, d, 1)
+	if _, err := d.Ingest(msg("a", big)); err != nil {
+		t.Fatalf("Ingest after the backlog drained: %v", err)
+	}
+}
+
+// Reads count against the partition's queue limit: a flood of reads gets
+// ErrBusy instead of growing the mailbox without bound.
+func TestReadsCountAgainstQueueLimit(t *testing.T) {
+	db := openStore(t, vfs.NewMem(), 1)
+	e := newEngine(t, db, &counter{}, func(o *Options) { o.Driven = true; o.MaxBacklog = 2 })
+	d := e.Driver()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 2 {
+		go e.Read(ctx, addr("a"), "")
+	}
+	waitFor(t, "two reads in the mailbox", func() bool { return d.Pending(0) == 2 })
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel3()
+	if _, err := e.Read(ctx3, addr("a"), ""); !errors.Is(err, ErrBusy) {
+		t.Fatalf("a third read = %v, want ErrBusy", err)
+	}
+}

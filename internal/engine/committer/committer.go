@@ -1,0 +1,222 @@
+// Package committer is the group committer of the embedded engine: every
+// request waiting when a sync ends goes into the next Pebble batch, so one
+// synced write is paid per group, not per request.
+//
+// It knows nothing of partitions, mailboxes or goroutines other than its
+// own: a Request encodes itself into the batch and is told when it is
+// durable (or that it never will be). Run is the committer's loop; a driver
+// that steps the engine on one goroutine calls CommitGroup instead.
+package committer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// Request is one unit of durable work.
+type Request interface {
+	// Encode adds the request's writes to b. It runs on the committer's
+	// goroutine, in submission order, so it may own state that only the
+	// committer touches (sequence numbers). A record that cannot be encoded,
+	// or an error returned, fails only this request: its writes are dropped
+	// and Fail is called.
+	Encode(b *store.Batch) error
+	// Durable is called once the batch carrying the request is durable,
+	// on the committer's goroutine, in submission order.
+	Durable()
+	// Fail is called instead of Durable when the request will never be made
+	// durable by this committer; err says why.
+	Fail(err error)
+}
+
+// ErrStopped is wrapped by the error every request gets (from Fail, or from
+// Submit) once a store error stopped the committer, and by Submit's error
+// after Close.
+var ErrStopped = errors.New("committer: stopped")
+
+// DefaultMaxGroupOps bounds one group commit, so one sync never grows
+// without end while requests keep arriving.
+const DefaultMaxGroupOps = 50_000
+
+// Options configure a Committer. The zero value of each field is usable.
+type Options struct {
+	// MaxGroupOps is the number of store writes after which a group is
+	// cut; requests beyond it wait for the next group. Default
+	// DefaultMaxGroupOps.
+	MaxGroupOps int
+	// Sync makes a group durable; default b.Commit(true). Tests inject store
+	// errors through it.
+	Sync func(b *store.Batch) error
+	// Now is the clock for Observe; default time.Now.
+	Now func() time.Time
+	// Observe, when set, is told about every durable group: how long the
+	// sync took, how many requests, store writes and bytes it carried.
+	Observe func(d time.Duration, reqs, ops, bytes int)
+}
+
+// Committer collects requests and writes them in synced groups.
+type Committer struct {
+	db   *store.DB
+	opts Options
+
+	mu   sync.Mutex
+	reqs []Request
+	err  error // set once: the store error that stopped it, or ErrStopped
+	wake chan struct{}
+}
+
+// New returns a committer writing to db. Nothing runs until Run or
+// CommitGroup.
+func New(db *store.DB, opts Options) *Committer {
+	if opts.MaxGroupOps <= 0 {
+		opts.MaxGroupOps = DefaultMaxGroupOps
+	}
+	if opts.Sync == nil {
+		opts.Sync = func(b *store.Batch) error { return b.Commit(true) }
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Committer{db: db, opts: opts, wake: make(chan struct{}, 1)}
+}
+
+// Submit queues r for the next group. It returns an error wrapping
+// ErrStopped (and the store error, if one stopped the committer) when the
+// committer no longer writes; r is then not called back.
+func (c *Committer) Submit(r Request) error {
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return err
+	}
+	c.reqs = append(c.reqs, r)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Pending returns the number of requests waiting for a group.
+func (c *Committer) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.reqs)
+}
+
+// Err returns the error that stopped the committer, or nil while it writes.
+func (c *Committer) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Run commits groups until ctx ends (it then fails the requests still
+// waiting with ErrStopped and returns nil) or a store error stops it (it
+// returns that error, every waiting request having been failed with it).
+func (c *Committer) Run(ctx context.Context) error {
+	for {
+		n, err := c.CommitGroup()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			c.stop(ErrStopped)
+			return nil
+		case <-c.wake:
+		}
+	}
+}
+
+// CommitGroup writes the requests waiting now (up to MaxGroupOps writes) in
+// one synced batch and calls them back. It returns how many requests it
+// handled, and the store error that stopped the committer, if any: then
+// every request it took or that was waiting has been failed with it, and
+// later Submits fail too.
+func (c *Committer) CommitGroup() (int, error) {
+	c.mu.Lock()
+	reqs := c.reqs
+	c.reqs = nil
+	stopped := c.err
+	c.mu.Unlock()
+	if stopped != nil || len(reqs) == 0 {
+		return 0, nil
+	}
+	start := c.opts.Now()
+	b := c.db.NewBatch()
+	defer b.Close()
+	n := 0
+	var bad []int // requests that failed to encode
+	for n < len(reqs) && (n == 0 || b.Len() < c.opts.MaxGroupOps) {
+		if err := b.Stage(reqs[n].Encode); err != nil {
+			bad = append(bad, n)
+			reqs[n].Fail(err)
+		}
+		n++
+	}
+	if n < len(reqs) {
+		c.mu.Lock()
+		c.reqs = append(reqs[n:len(reqs):len(reqs)], c.reqs...)
+		c.mu.Unlock()
+		reqs = reqs[:n]
+	}
+	ops, size := b.Len(), b.Size()
+	if err := c.opts.Sync(b); err != nil {
+		err = fmt.Errorf("%w: %w", ErrStopped, err)
+		for i, r := range reqs {
+			if !contains(bad, i) {
+				r.Fail(err)
+			}
+		}
+		c.stop(err)
+		return len(reqs), err
+	}
+	if c.opts.Observe != nil {
+		c.opts.Observe(c.opts.Now().Sub(start), len(reqs), ops, size)
+	}
+	for i, r := range reqs {
+		if !contains(bad, i) {
+			r.Durable()
+		}
+	}
+	return len(reqs), nil
+}
+
+// stop records err (the first one wins) and fails every waiting request.
+func (c *Committer) stop(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	err = c.err
+	reqs := c.reqs
+	c.reqs = nil
+	c.mu.Unlock()
+	for _, r := range reqs {
+		r.Fail(err)
+	}
+}
+
+// Close stops the committer: requests still waiting are failed with
+// ErrStopped, later Submits fail. Call it when Run is not running.
+func (c *Committer) Close() { c.stop(ErrStopped) }
+
+func contains(s []int, i int) bool {
+	for _, v := range s {
+		if v == i {
+			return true
+		}
+	}
+	return false
+}

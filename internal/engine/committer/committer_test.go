@@ -1,0 +1,197 @@
+package committer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)         {}
+func (quietPebble) Errorf(string, ...any)        {}
+func (quietPebble) Fatalf(f string, args ...any) { panic("pebble fatal: " + f) }
+
+func openStore(t *testing.T) *store.DB {
+	t.Helper()
+	db, err := store.Open("data", store.Options{Partitions: 2, FS: vfs.NewMem(), Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// inboxReq writes one inbox message and records what happened to it.
+type inboxReq struct {
+	key     store.InboxKey
+	env     *protocol.Envelope
+	durable chan struct{}
+	failed  chan error
+}
+
+func newReq(seq uint64, id string) *inboxReq {
+	return &inboxReq{
+		key:     store.InboxKey{Partition: 0, Source: store.SourceIngress, Seq: seq},
+		env:     &protocol.Envelope{Target: &protocol.Address{Namespace: "ns", Type: "t", Id: id}},
+		durable: make(chan struct{}, 1), failed: make(chan error, 1),
+	}
+}
+
+func (r *inboxReq) Encode(b *store.Batch) error { b.PutInbox(r.key, r.env); return nil }
+func (r *inboxReq) Durable()                    { r.durable <- struct{}{} }
+func (r *inboxReq) Fail(err error)              { r.failed <- err }
+
+func inboxLen(t *testing.T, db *store.DB) int {
+	n := 0
+	if err := db.ScanInbox(0, func(store.InboxKey, *protocol.Envelope) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestGroupCommitIsDurableAndInOrder(t *testing.T) {
+	db := openStore(t)
+	var groups []int
+	c := New(db, Options{Observe: func(_ time.Duration, reqs, _, _ int) { groups = append(groups, reqs) }})
+	var reqs []*inboxReq
+	for i := range 3 {
+		r := newReq(uint64(i+1), "a")
+		reqs = append(reqs, r)
+		if err := c.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := c.CommitGroup(); err != nil || n != 3 {
+		t.Fatalf("CommitGroup = %d, %v; want 3 requests in one group", n, err)
+	}
+	for _, r := range reqs {
+		select {
+		case <-r.durable:
+		default:
+			t.Fatalf("request %d was not told it is durable", r.key.Seq)
+		}
+	}
+	if got := inboxLen(t, db); got != 3 {
+		t.Fatalf("inbox holds %d messages, want 3", got)
+	}
+	if len(groups) != 1 || groups[0] != 3 {
+		t.Fatalf("groups observed %v, want [3]", groups)
+	}
+}
+
+func TestMaxGroupOpsCutsTheGroup(t *testing.T) {
+	db := openStore(t)
+	c := New(db, Options{MaxGroupOps: 2})
+	for i := range 5 {
+		if err := c.Submit(newReq(uint64(i+1), "a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, _ := c.CommitGroup(); n != 2 {
+		t.Fatalf("first group took %d requests, want 2", n)
+	}
+	if c.Pending() != 3 {
+		t.Fatalf("%d requests wait, want 3", c.Pending())
+	}
+}
+
+// A record protobuf refuses (a string that is not UTF-8) fails only its own
+// request; the others of its group are written.
+func TestUnencodableRequestFailsAlone(t *testing.T) {
+	db := openStore(t)
+	c := New(db, Options{})
+	good1, bad, good2 := newReq(1, "a"), newReq(2, "\xff\xfe"), newReq(3, "b")
+	for _, r := range []*inboxReq{good1, bad, good2} {
+		if err := c.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CommitGroup(); err != nil {
+		t.Fatalf("the group failed: %v", err)
+	}
+	select {
+	case err := <-bad.failed:
+		if !strings.Contains(err.Error(), "encode") {
+			t.Fatalf("the bad request failed with %v, want an encoding error", err)
+		}
+	default:
+		t.Fatal("the unencodable request was not failed")
+	}
+	for _, r := range []*inboxReq{good1, good2} {
+		select {
+		case <-r.durable:
+		default:
+			t.Fatalf("request %d was not made durable", r.key.Seq)
+		}
+	}
+	if got := inboxLen(t, db); got != 2 {
+		t.Fatalf("inbox holds %d messages, want 2", got)
+	}
+	if c.Err() != nil {
+		t.Fatalf("the committer stopped: %v", c.Err())
+	}
+}
+
+// A store error answers every waiting request — those of the failed group,
+// those queued behind it and those submitted later — and stops the
+// committer with the cause.
+func TestStoreErrorAnswersEveryone(t *testing.T) {
+	db := openStore(t)
+	diskErr := errors.New("disk on fire")
+	c := New(db, Options{Sync: func(*store.Batch) error { return diskErr }, MaxGroupOps: 1})
+	reqs := []*inboxReq{newReq(1, "a"), newReq(2, "b"), newReq(3, "c")}
+	for _, r := range reqs {
+		if err := c.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error)
+	go func() { done <- c.Run(context.Background()) }()
+	if err := <-done; !errors.Is(err, diskErr) || !errors.Is(err, ErrStopped) {
+		t.Fatalf("Run returned %v, want the store error wrapping ErrStopped", err)
+	}
+	for _, r := range reqs {
+		select {
+		case err := <-r.failed:
+			if !errors.Is(err, diskErr) {
+				t.Fatalf("request %d got %v, want the store error", r.key.Seq, err)
+			}
+		default:
+			t.Fatalf("request %d was never answered", r.key.Seq)
+		}
+	}
+	if err := c.Submit(newReq(4, "d")); !errors.Is(err, diskErr) {
+		t.Fatalf("Submit after the failure = %v, want the store error", err)
+	}
+	if !errors.Is(c.Err(), diskErr) {
+		t.Fatalf("Err() = %v", c.Err())
+	}
+}
+
+func TestRunStopsWithContext(t *testing.T) {
+	db := openStore(t)
+	c := New(db, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+	r := newReq(1, "a")
+	if err := c.Submit(r); err != nil {
+		t.Fatal(err)
+	}
+	<-r.durable
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v after cancel, want nil", err)
+	}
+	if err := c.Submit(newReq(2, "b")); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Submit after stop = %v, want ErrStopped", err)
+	}
+}

@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"sync"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/engine/dispatch"
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
+)
+
+// Driver steps an engine built with Options.Driven, on the caller's
+// goroutine and in the caller's order: a partition's events, one group
+// commit, one function call. Nothing runs between two calls, so a seeded
+// simulation chooses every interleaving (and, with Options.Now, every
+// instant) and replays it exactly. See docs/engine.md.
+type Driver struct {
+	e *Engine
+
+	mu    sync.Mutex
+	calls []Call
+}
+
+// Call is an invocation waiting for the driver to run it.
+type Call struct {
+	Partition  int
+	Invocation partition.Invocation
+}
+
+func (d *Driver) invoke(p *part, inv partition.Invocation) {
+	d.mu.Lock()
+	d.calls = append(d.calls, Call{Partition: p.id, Invocation: inv})
+	d.mu.Unlock()
+}
+
+// Driver returns the engine's driver, or nil unless Options.Driven.
+func (e *Engine) Driver() *Driver { return e.drv }
+
+// Pending returns the number of events waiting in partition p's mailbox.
+func (d *Driver) Pending(p int) int { return d.e.parts[p].mb.Len() }
+
+// HasWork reports whether Step(p) has something to do now: events in the
+// mailbox, or effects of the core not handed on yet (after New, the restored
+// inbox's invocations). Due timers need a Step too: see NextDeadline.
+func (d *Driver) HasWork(p int) bool {
+	pt := d.e.parts[p]
+	return pt.mb.Len() > 0 || pt.core.HasReady()
+}
+
+// Step processes partition p once: every event waiting in its mailbox, or a
+// Tick at the current time when there is none (due timers fire, backoffs
+// end). Its invocations join Calls, its commit goes to the committer. A core
+// error stops the engine and is returned.
+func (d *Driver) Step(p int) error {
+	if _, err := d.e.parts[p].process(); err != nil {
+		d.e.fatal(err)
+		return err
+	}
+	return nil
+}
+
+// NextDeadline returns when partition p has timer work to do (a delayed
+// message is due, or a backoff ends), and false when nothing is scheduled.
+func (d *Driver) NextDeadline(p int) (time.Time, bool) {
+	at, ok := d.e.parts[p].core.NextDeadline()
+	return time.UnixMilli(at), ok
+}
+
+// Commits returns the number of requests waiting for a group commit.
+func (d *Driver) Commits() int { return d.e.com.Pending() }
+
+// Commit writes every waiting request in one synced group and releases what
+// waited for it. A store error stops the engine and is returned.
+func (d *Driver) Commit() error {
+	if _, err := d.e.com.CommitGroup(); err != nil {
+		d.e.fatal(err)
+		return err
+	}
+	return nil
+}
+
+// Calls returns the invocations waiting to be run, oldest first.
+func (d *Driver) Calls() []Call {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]Call(nil), d.calls...)
+}
+
+// RunCall removes call i from Calls, calls Options.Functions with it on the
+// caller's goroutine and posts the result to its partition.
+func (d *Driver) RunCall(i int) {
+	d.mu.Lock()
+	c := d.calls[i]
+	d.calls = append(d.calls[:i], d.calls[i+1:]...)
+	d.mu.Unlock()
+	dispatch.Call(d.e.ctx, d.e.opts.Functions, d.e.opts.Now, c.Invocation, d.e.callDone(d.e.parts[c.Partition]))
+}
+
+// Future is the answer of a request started through the driver; it is in
+// once the steps it waits for have run.
+type Future struct {
+	poll func() (partition.Receipt, bool, error)
+
+	done bool
+	rc   partition.Receipt
+	err  error
+}
+
+// Done reports whether the answer is in; it never blocks.
+func (f *Future) Done() bool {
+	if !f.done {
+		f.rc, f.done, f.err = f.poll()
+	}
+	return f.done
+}
+
+// Err returns the request's error once Done.
+func (f *Future) Err() error { return f.err }
+
+// Receipt returns a mutation's receipt once Done.
+func (f *Future) Receipt() partition.Receipt { return f.rc }
+
+// Ingest starts Engine.Ingest: the future is done once the message is
+// durable (after a Commit). Admission errors (ErrBusy) are returned at once.
+func (d *Driver) Ingest(env *protocol.Envelope) (*Future, error) {
+	req, err := d.e.ingest(env)
+	if err != nil {
+		return nil, err
+	}
+	return &Future{poll: func() (partition.Receipt, bool, error) {
+		select {
+		case err := <-req.done:
+			return partition.Receipt{}, true, err
+		default:
+			return partition.Receipt{}, false, nil
+		}
+	}}, nil
+}
+
+// Mutate starts Engine.Mutate: the future is done when the mutation's ack
+// mode says (after the Step or Commit that answers it).
+func (d *Driver) Mutate(m partition.Mutation) (*Future, error) {
+	pm, err := d.e.mutate(m)
+	if err != nil {
+		return nil, err
+	}
+	return &Future{poll: pm.poll}, nil
+}

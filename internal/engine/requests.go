@@ -1,0 +1,141 @@
+package engine
+
+import (
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// This file holds the engine's requests to the group committer: what each
+// writes, and what its durability releases.
+
+// ingressReq is a message from an ingress, or an accepted operator mutation
+// (receipt set): durable in the target's inbox, then delivered.
+type ingressReq struct {
+	e       *Engine
+	key     partition.InboxKey
+	env     *protocol.Envelope
+	receipt *protocol.Receipt
+	done    chan error
+}
+
+func (r *ingressReq) Encode(b *store.Batch) error {
+	b.PutInbox(r.e.arrivals.assign(r.key), r.env)
+	if r.receipt != nil {
+		b.PutReceipt(r.receipt)
+	}
+	return nil
+}
+
+func (r *ingressReq) Durable() {
+	r.e.deliver(r.key, r.env)
+	if r.receipt != nil {
+		r.e.waiters.receiptsChanged()
+	}
+	r.done <- nil
+}
+
+func (r *ingressReq) Fail(err error) {
+	r.e.arrivals.forget(r.key)
+	r.done <- r.e.stopErr(err)
+}
+
+// partCommit is one commit of a partition core.
+type partCommit struct {
+	e *Engine
+	p *part
+	c *partition.Commit
+}
+
+// Encode writes the commit in the order partition.Commit documents: puts
+// first, deletions last.
+func (r *partCommit) Encode(b *store.Batch) error {
+	cm := r.c
+	for _, p := range cm.Produced {
+		b.PutInbox(r.e.arrivals.assign(p.Key), p.Env)
+	}
+	for _, t := range cm.TimersAdded {
+		b.PutTimer(timerKey(t.Key), t.Env)
+	}
+	for _, w := range cm.State {
+		if w.Delete {
+			b.DeleteState(w.Addr, w.State)
+		} else {
+			b.PutState(w.Addr, w.State, store.Entry{Typename: w.Entry.Typename, Value: w.Entry.Value, Version: w.Entry.Version, ExpiresAt: w.Entry.ExpiresAt})
+		}
+	}
+	for t, s := range cm.Specs {
+		b.PutSpecs(t, specsToProto(s))
+	}
+	for _, eg := range cm.Egress {
+		r.e.egressSeq++
+		b.PutEgress(eg.Egress, eg.Route, r.e.egressSeq, eg.Record)
+	}
+	for _, a := range cm.Audit {
+		b.PutAudit(auditToProto(a))
+	}
+	for _, rc := range cm.Receipts {
+		b.PutReceipt(receiptToProto(rc))
+	}
+	b.PutMeta(r.p.id, store.PartitionMeta{CommitID: cm.ID, VersionSeq: cm.VersionSeq})
+	for _, k := range cm.Consumed {
+		sk, err := r.e.arrivals.consume(k)
+		if err != nil {
+			return err
+		}
+		b.DeleteInbox(sk)
+	}
+	for _, k := range cm.TimersRemoved {
+		b.DeleteTimer(timerKey(k))
+	}
+	return nil
+}
+
+// Durable delivers the commit's messages for other partitions, answers the
+// callers of committed-ack mutations, publishes the specs it learned and
+// tells the partition.
+func (r *partCommit) Durable() {
+	e, cm := r.e, r.c
+	for _, p := range cm.Produced {
+		if p.Key.Partition != r.p.id {
+			e.deliver(p.Key, p.Env)
+		}
+	}
+	for _, rc := range cm.Receipts {
+		if rc.Ack == partition.AckCommitted && rc.Request != 0 {
+			rc := rc
+			e.waiters.deliver(partition.Reply{Request: rc.Request, Receipt: &rc})
+		}
+	}
+	if len(cm.Receipts) > 0 {
+		e.waiters.receiptsChanged()
+	}
+	if len(cm.Specs) > 0 {
+		e.publishSpecs(r.p.id, cm.Specs)
+	}
+	r.p.post(partition.CommitDurable{ID: cm.ID})
+}
+
+// Fail stops the engine: the partition's core has moved on past a commit
+// that will never be durable, so it cannot go on; after a restart it
+// re-runs from its last durable commit.
+func (r *partCommit) Fail(err error) { r.e.fatal(err) }
+
+// popReq removes an egress record that is being handed out.
+type popReq struct {
+	e             *Engine
+	egress, route string
+	seq           uint64
+	done          chan error
+}
+
+func (r *popReq) Encode(b *store.Batch) error {
+	b.DeleteEgress(r.egress, r.route, r.seq)
+	return nil
+}
+func (r *popReq) Durable()       { r.done <- nil }
+func (r *popReq) Fail(err error) { r.done <- r.e.stopErr(err) }
+
+func timerKey(k partition.TimerKey) store.TimerKey {
+	return store.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}
+}

@@ -1,0 +1,169 @@
+package engine
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/engine/mailbox"
+	"github.com/statefun-go/statefun/internal/partition"
+	"google.golang.org/protobuf/proto"
+)
+
+// effects is where a partition runner hands the effects of its core: the
+// engine implements it. A runner knows nothing else of the engine.
+type effects interface {
+	// callFailed logs and counts a failed attempt.
+	callFailed(p int, f partition.Failure)
+	// reply answers a waiting reader or mutator.
+	reply(r partition.Reply)
+	// invoke sends an invocation; its result comes back through post.
+	invoke(p *part, inv partition.Invocation)
+	// commit hands a commit to the committer; CommitDurable comes back
+	// through post.
+	commit(p *part, c *partition.Commit)
+	// backlog reports the core's backlog after a step.
+	backlog(p int, n int)
+}
+
+// part runs one partition: the only goroutine (or driver step) that touches
+// its core. Anyone may post events; process steps them in arrival order.
+type part struct {
+	id   int
+	core *partition.Core
+	mb   *mailbox.Mailbox[partition.Event]
+	out  effects
+	now  func() time.Time
+
+	// queued is the core's backlog after the last step: with the events in
+	// the mailbox, the work waiting in this partition, which the ingress
+	// and the state API bound.
+	queued atomic.Int64
+	// held is the size of every inbox message the core holds (queued or in
+	// flight) until a commit consumes it; heldBytes their sum. Only the
+	// runner touches held.
+	held      map[partition.InboxKey]int
+	heldBytes atomic.Int64
+}
+
+func newPart(id int, core *partition.Core, out effects, now func() time.Time) *part {
+	return &part{id: id, core: core, mb: mailbox.New[partition.Event](), out: out, now: now, held: map[partition.InboxKey]int{}}
+}
+
+// full reports whether the partition's queue is at its limit of events or
+// of bytes.
+func (p *part) full(limit int, limitBytes int64) bool {
+	return int64(p.mb.Len())+p.queued.Load() >= int64(limit) || p.mb.Bytes()+p.heldBytes.Load() >= limitBytes
+}
+
+// post queues an event that holds no message; it never blocks.
+func (p *part) post(ev partition.Event) { p.mb.Post(ev, 0) }
+
+// postSized queues an event holding size bytes of message.
+func (p *part) postSized(ev partition.Event, size int) { p.mb.Post(ev, size) }
+
+// hold counts an inbox message the core now holds.
+func (p *part) hold(k partition.InboxKey, size int) {
+	if size > 0 {
+		p.held[k] = size
+		p.heldBytes.Add(int64(size))
+	}
+}
+
+// consumed ends the count of a message a commit consumed.
+func (p *part) consumed(k partition.InboxKey) {
+	if size, ok := p.held[k]; ok {
+		delete(p.held, k)
+		p.heldBytes.Add(-int64(size))
+	}
+}
+
+// run processes events until ctx ends, waking for posts and for the core's
+// next deadline (measured on the injected clock). It returns the core's
+// error, which makes the partition inoperable.
+func (p *part) run(ctx context.Context) error {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		if _, err := p.process(); err != nil {
+			return err
+		}
+		if at, ok := p.core.NextDeadline(); ok {
+			timer.Reset(time.UnixMilli(at).Sub(p.now()))
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.mb.Wake():
+		case <-timer.C:
+		}
+	}
+}
+
+// process steps every queued event (or a Tick when there is none), then
+// acts on the Ready: invocations go out now, the commit goes to the
+// committer. It reports whether there was an event.
+func (p *part) process() (bool, error) {
+	items := p.mb.Take()
+	now := p.now().UnixMilli()
+	for _, it := range items {
+		if err := p.core.Step(now, it.Event); err != nil {
+			return true, err
+		}
+		if ma, ok := it.Event.(partition.MessageArrived); ok {
+			p.hold(ma.Key, it.Size)
+		}
+	}
+	if len(items) == 0 {
+		if err := p.core.Step(now, partition.Tick{}); err != nil {
+			return false, err
+		}
+	}
+	stepped := len(items) > 0
+	p.mb.Release(items)
+
+	rd := p.core.Ready()
+	for _, f := range rd.Failures {
+		p.out.callFailed(p.id, f)
+	}
+	for _, r := range rd.Replies {
+		p.out.reply(r)
+	}
+	for _, inv := range rd.Invocations {
+		p.out.invoke(p, inv)
+	}
+	if c := rd.Commit; c != nil {
+		for _, m := range c.Produced {
+			if m.Key.Partition == p.id {
+				p.hold(m.Key, proto.Size(m.Env))
+			}
+		}
+		for _, k := range c.Consumed {
+			p.consumed(k)
+		}
+		p.out.commit(p, c)
+	}
+	backlog := p.core.Backlog()
+	p.queued.Store(int64(backlog))
+	p.out.backlog(p.id, backlog)
+	return stepped, nil
+}
+
+// The engine's side of effects.
+
+func (e *Engine) callFailed(p int, f partition.Failure) { e.logFailure(p, f) }
+func (e *Engine) reply(r partition.Reply)               { e.waiters.deliver(r) }
+func (e *Engine) invoke(p *part, inv partition.Invocation) {
+	e.calls.invoke(p, inv)
+}
+func (e *Engine) commit(p *part, c *partition.Commit) {
+	// A refused submit means the engine is stopping: the commit re-runs
+	// after a restart.
+	_ = e.com.Submit(&partCommit{e: e, p: p, c: c})
+}
+func (e *Engine) backlog(p int, n int) {
+	e.m.queueDepth.WithLabelValues(partLabel(p)).Set(float64(n))
+}

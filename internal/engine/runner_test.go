@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"context"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/statefun-go/statefun/internal/partition"
+)
+
+// recorder is a runner's effects, recorded.
+type recorder struct {
+	invocations []partition.Invocation
+	commits     []*partition.Commit
+	replies     []partition.Reply
+	queued      int
+}
+
+func (r *recorder) callFailed(int, partition.Failure) {}
+func (r *recorder) reply(rp partition.Reply)          { r.replies = append(r.replies, rp) }
+func (r *recorder) invoke(_ *part, inv partition.Invocation) {
+	r.invocations = append(r.invocations, inv)
+}
+func (r *recorder) commit(_ *part, c *partition.Commit) { r.commits = append(r.commits, c) }
+func (r *recorder) backlog(_ int, n int)                { r.queued = n }
+
+// The runner steps what was posted, in order, and hands the core's effects
+// on: the invocation out, the commit to the committer, replies to waiters.
+func TestRunnerHandsOnEffects(t *testing.T) {
+	db := openStore(t, vfs.NewMem(), 1)
+	core := partition.New(partition.Config{ID: 0, Partitions: 1}, storeReader{db: db}, partition.Restore{})
+	rec := &recorder{}
+	clock := &simClock{}
+	p := newPart(0, core, rec, clock.Now)
+
+	k1 := partition.InboxKey{Source: partition.SourceIngress, Seq: 1}
+	k2 := partition.InboxKey{Source: partition.SourceIngress, Seq: 2}
+	p.post(partition.MessageArrived{Key: k1, Env: msg("a", "one")})
+	p.post(partition.MessageArrived{Key: k2, Env: msg("a", "two")})
+	p.post(partition.ReadState{Request: 7, Addr: addr("a")})
+	if p.mb.Len() != 3 || !p.full(3, 1<<20) || p.full(4, 1<<20) {
+		t.Fatalf("mailbox %d events; full(3) %v, full(4) %v", p.mb.Len(), p.full(3, 1<<20), p.full(4, 1<<20))
+	}
+	if stepped, err := p.process(); err != nil || !stepped {
+		t.Fatalf("process = %v, %v", stepped, err)
+	}
+	if len(rec.invocations) != 1 || len(rec.invocations[0].Body.GetInvocation().GetInvocations()) != 1 {
+		t.Fatalf("invocations %+v: want the first message alone (the type's probe)", rec.invocations)
+	}
+	if rec.queued != 1 || p.mb.Len() != 0 || !p.full(1, 1<<20) || p.full(2, 1<<20) {
+		t.Fatalf("queued %d, mailbox %d: want the second message waiting in the core", rec.queued, p.mb.Len())
+	}
+	if len(rec.replies) != 1 || rec.replies[0].Request != 7 {
+		t.Fatalf("replies %+v: the read is answered at once", rec.replies)
+	}
+
+	// The function answers; the runner hands on the commit that consumes
+	// the first message, and the second goes out.
+	inv := rec.invocations[0]
+	resp, err := (&counter{}).Call(context.Background(), inv.Addr.Type, inv.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.post(partition.ResultArrived{Addr: inv.Addr, Request: inv.Request, Response: resp})
+	if _, err := p.process(); err != nil {
+		t.Fatal(err)
+	}
+	// The probe learned the state "n" and re-sends with it.
+	if len(rec.invocations) != 2 {
+		t.Fatalf("%d invocations, want the re-sent probe", len(rec.invocations))
+	}
+	inv = rec.invocations[1]
+	resp, _ = (&counter{}).Call(context.Background(), inv.Addr.Type, inv.Body)
+	p.post(partition.ResultArrived{Addr: inv.Addr, Request: inv.Request, Response: resp})
+	if _, err := p.process(); err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.commits) != 2 || len(rec.commits[1].Consumed) != 1 || rec.commits[1].Consumed[0] != k1 {
+		t.Fatalf("commits %+v: want the specs, then one consuming the first message", rec.commits)
+	}
+	if len(rec.invocations) != 3 {
+		t.Fatalf("%d invocations, want the second message sent", len(rec.invocations))
+	}
+
+	// With nothing posted, process ticks: nothing to do, nothing stepped.
+	if stepped, err := p.process(); err != nil || stepped {
+		t.Fatalf("idle process = %v, %v", stepped, err)
+	}
+}

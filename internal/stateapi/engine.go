@@ -1,0 +1,41 @@
+package stateapi
+
+import (
+	"context"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
+)
+
+// Engine is what the API needs of the runtime, and all it may use: the
+// embedded engine implements it, and so can a clustered one. Errors that
+// wrap engine.ErrBusy or engine.ErrClosed answer 503.
+type Engine interface {
+	// Read returns the applied entries of an address (one state, or all
+	// when state is empty) and the states its type registered.
+	Read(ctx context.Context, a address.Address, state string) (partition.Reply, error)
+	// Mutate applies an operator mutation in the address's mailbox order
+	// and returns its receipt when m.Ack says.
+	Mutate(ctx context.Context, m partition.Mutation) (partition.Receipt, error)
+	// Receipt returns the durable receipt of a mutation.
+	Receipt(id string) (*protocol.Receipt, bool, error)
+	// WaitReceipt returns a mutation's receipt once it is final, or the
+	// latest one when ctx ends first.
+	WaitReceipt(ctx context.Context, id string) (*protocol.Receipt, bool, error)
+	// AuditOf returns the audit records of one mutation, written at at.
+	AuditOf(id string, at int64) ([]*protocol.AuditRecord, error)
+	// ScanAudit calls fn with the audit records in [from, to) in time
+	// order until fn returns false.
+	ScanAudit(from, to int64, fn func(*protocol.AuditRecord) bool) error
+	// SpecsOf returns the registered states of a function type.
+	SpecsOf(t address.TypeName) []partition.Spec
+	// KnownTypes returns every function type with registered states.
+	KnownTypes() []address.TypeName
+	// ScanIDs calls fn with the ids of type t holding durable state, in
+	// order, starting with prefix and after after, until fn returns false.
+	ScanIDs(t address.TypeName, prefix, after string, fn func(id string) bool) error
+	// ScanTypes calls fn with every function type holding durable state
+	// until fn returns false.
+	ScanTypes(fn func(t address.TypeName) bool) error
+}

@@ -117,6 +117,7 @@ func Start(cfg Config) (*App, error) {
 		Store:     db,
 		Functions: fns,
 		MaxBatch:  fns.maxBatch,
+		Routable:  fns.serves,
 		Egress:    egress.NewRouter(topics).Route,
 		RetryBase: cfg.RetryBase,
 		RetryMax:  cfg.RetryMax,
@@ -146,7 +147,10 @@ func Start(cfg Config) (*App, error) {
 	}
 	for i, in := range mod.Ingresses {
 		h := &ingress.Playground{Sink: eng, Busy: func(err error) bool { return errors.Is(err, engine.ErrBusy) },
-			MaxBody: fns.maxMessage, Logger: cfg.Logger}
+			MaxBody: fns.maxMessage, Logger: cfg.Logger,
+			Served: func(namespace, name string) bool {
+				return fns.serves(address.TypeName{Namespace: namespace, Name: name})
+			}}
 		a.names[fmt.Sprintf("ingress%d", i)] = fmt.Sprintf("playground ingress (%s)", in.Pos)
 		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
 			a.Close()
@@ -276,6 +280,12 @@ func (f *functions) Call(ctx context.Context, t address.TypeName, req *protocol.
 		return nil, fmt.Errorf("no endpoint in module.yaml serves function type %s", t)
 	}
 	return f.clients[ep].Invoke(ctx, ep.URL(t), req)
+}
+
+// serves reports whether an endpoint of the module serves a function type.
+func (f *functions) serves(t address.TypeName) bool {
+	_, ok := f.mod.EndpointFor(t)
+	return ok
 }
 
 func (f *functions) maxBatch(t address.TypeName) int {

@@ -33,6 +33,11 @@ type Options struct {
 	MaxBatch func(t address.TypeName) int
 	// Egress routes and checks egress records (see partition.Config.Egress).
 	Egress func(namespace, typ string, arg *protocol.TypedValue) (string, error)
+	// Routable reports whether some endpoint serves a function type; a
+	// function's response that sends a message to a type it does not serve
+	// is refused as a protocol violation (see partition.Config.Routable).
+	// Nil means every type is served.
+	Routable func(t address.TypeName) bool
 	// MaxBacklog is how many messages may wait in one partition before the
 	// ingress answers busy. Default 100000.
 	MaxBacklog int

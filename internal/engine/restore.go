@@ -62,6 +62,7 @@ func (e *Engine) restore() error {
 			Partitions: n,
 			MaxBatch:   e.opts.MaxBatch,
 			Egress:     e.opts.Egress,
+			Routable:   e.opts.Routable,
 			RetryBase:  durOr(e.opts.RetryBase, 50*time.Millisecond).Milliseconds(),
 			RetryMax:   durOr(e.opts.RetryMax, 10*time.Second).Milliseconds(),
 		}, storeReader{db: e.db, specs: e.specs.initial}, rs)

@@ -18,7 +18,7 @@ func TestDependencyAllowlist(t *testing.T) {
 	const module = "github.com/statefun-go/statefun/"
 	allowedStd := map[string]bool{
 		"container/heap": true, "errors": true, "fmt": true, "sort": true, "strings": true,
-		"strconv": true, "slices": true, "maps": true, "unicode/utf8": true, "hash/fnv": true,
+		"strconv": true, "slices": true, "maps": true, "unicode/utf8": true, "unicode": true, "hash/fnv": true,
 		"math": true, "bytes": true,
 		// the generated protobuf code of internal/protocol
 		"reflect": true, "sync": true, "unsafe": true,

@@ -6,6 +6,7 @@ require (
 	github.com/apache/flink-statefun/statefun-sdk-go/v3 v3.3.0
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/prometheus/client_golang v1.25.0
+	golang.org/x/sys v0.48.0
 	google.golang.org/protobuf v1.36.12
 	gopkg.in/yaml.v3 v3.0.1
 )
@@ -36,6 +37,5 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rogpeppe/go-internal v1.9.0 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )

@@ -58,6 +58,13 @@ type Options struct {
 	// Larger memtables mean fewer, larger flushes.
 	MemTableSize uint64
 
+	// PreallocateWAL makes Pebble reserve 110% of MemTableSize on disk for
+	// each new write-ahead log file at once, as Pebble does by default. Off
+	// (the default here), log files are preallocated 1 MiB at a time as
+	// they grow, so a small store stays small (docs/storage.md, "Disk
+	// footprint").
+	PreallocateWAL bool
+
 	// DiskSlowThreshold is how long one disk write may take before Pebble
 	// reports the disk slow; Health then reports ErrStalled for this long
 	// after the last report. Zero means DefaultDiskSlowThreshold.
@@ -194,7 +201,11 @@ func Open(dir string, opts Options) (*DB, error) {
 	h := newHealth(opts.DiskSlowThreshold)
 	logger := fatalLogger{Logger: opts.Logger, h: h}
 	listener := h.listener(logger)
-	fs, fsCloser := vfs.WithDiskHealthChecks(opts.FS, opts.DiskSlowThreshold, nil, listener.DiskSlow)
+	fs := opts.FS
+	if !opts.PreallocateWAL {
+		fs = smallWALPrealloc{fs}
+	}
+	fs, fsCloser := vfs.WithDiskHealthChecks(fs, opts.DiskSlowThreshold, nil, listener.DiskSlow)
 	popts := &pebble.Options{
 		FS:                 fs,
 		CacheSize:          opts.CacheSize,

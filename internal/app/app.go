@@ -158,10 +158,7 @@ func Start(cfg Config) (*App, error) {
 		if err := db.Health(); err != nil {
 			return err
 		}
-		if guard != nil {
-			return guard.Ready()
-		}
-		return nil
+		return guard.Ready()
 	}
 	// The API serves its routes on the path exactly as sent (no redirects
 	// to a cleaned path: a 307 would re-send a write to another entry);
@@ -282,9 +279,7 @@ func (a *App) Close() error {
 		}
 		wg.Wait()
 		a.wg.Wait()
-		if a.guard != nil {
-			a.guard.Stop()
-		}
+		a.guard.Stop()
 		if dead != nil {
 			a.fns.close()
 			err = dead

@@ -44,5 +44,7 @@ func openStore(cfg Config, reg prometheus.Registerer) (*diskguard.Guard, *store.
 	if guard != nil {
 		guard.Start()
 	}
+	// The engine refuses new work while guard.Admit says so; a nil guard
+	// admits everything.
 	return guard, db, nil
 }

@@ -332,7 +332,7 @@ func TestBadCommandLine(t *testing.T) {
 				return []string{"run", "--module", "module.yaml", "--data-dir", "afile", "--admin-addr", "127.0.0.1:0"}
 			},
 			code: 1,
-			want: []string{`statefun: store: open afile: `, "afile: not a directory"},
+			want: []string{`statefun: store: data directory afile: `, "afile: not a directory"},
 		},
 		{
 			name: "no module flag and no module.yaml in the working directory",

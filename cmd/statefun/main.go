@@ -15,9 +15,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/statefun-go/statefun/internal/app"
 	"github.com/statefun-go/statefun/internal/stateapi"
+	"github.com/statefun-go/statefun/internal/store"
 )
 
 const usage = `statefun runs Apache Flink StateFun 3.x applications (module.yaml plus
@@ -84,6 +86,60 @@ func splitList(v string) []string {
 	return out
 }
 
+// badEnv holds the first environment variable that did not parse, reported
+// after the flags are parsed.
+var badEnv string
+
+// envDuration returns the duration in the environment variable, or def.
+func envDuration(name string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil && badEnv == "" {
+		badEnv = fmt.Sprintf("%s=%q is not a duration like 24h", name, v)
+	}
+	return d
+}
+
+// envInt returns the integer in the environment variable, or def.
+func envInt(name string, def int) int {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil && badEnv == "" {
+		badEnv = fmt.Sprintf("%s=%q is not a number", name, v)
+	}
+	return n
+}
+
+// parseBytes reads a size: a number of bytes, optionally with a KiB, MiB or
+// GiB suffix (KB, MB, GB and K, M, G are read as the same powers of two).
+func parseBytes(s string) (uint64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := uint64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   uint64
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseUint(t, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: want a number of bytes, optionally with KiB, MiB or GiB", s)
+	}
+	if n > (1<<63)/mult {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return n * mult, nil
+}
+
 func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("statefun run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -99,8 +155,51 @@ func run(args []string, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", env("STATEFUN_TLS_CERT", ""), "certificate file: serve the admin listener over https (env STATEFUN_TLS_CERT)")
 	tlsKey := fs.String("tls-key", env("STATEFUN_TLS_KEY", ""), "key file for --tls-cert (env STATEFUN_TLS_KEY)")
 	logLevel := fs.String("log-level", env("STATEFUN_LOG_LEVEL", "info"), "debug, info, warn or error (env STATEFUN_LOG_LEVEL)")
+	memTable := fs.String("store-memtable-size", env("STATEFUN_STORE_MEMTABLE_SIZE", "8MiB"), "size of one memtable of the store; each write-ahead log file is preallocated to 1.1 times it and up to four exist (env STATEFUN_STORE_MEMTABLE_SIZE)")
+	diskReserve := fs.String("disk-reserve", env("STATEFUN_DISK_RESERVE", "auto"), "free disk space below which new work is refused with 503; the runtime does not start below half of it; auto is 4 x memtable + 16MiB, off disables (env STATEFUN_DISK_RESERVE)")
+	var ret store.Retention
+	fs.DurationVar(&ret.ReceiptAge, "receipt-retention", envDuration("STATEFUN_RECEIPT_RETENTION", store.DefaultReceiptAge), "how long mutation receipts are kept; -1s keeps them (env STATEFUN_RECEIPT_RETENTION)")
+	fs.IntVar(&ret.ReceiptCount, "receipt-max", envInt("STATEFUN_RECEIPT_MAX", store.DefaultReceiptCount), "most mutation receipts kept; -1 for no limit (env STATEFUN_RECEIPT_MAX)")
+	fs.DurationVar(&ret.AuditAge, "audit-retention", envDuration("STATEFUN_AUDIT_RETENTION", store.DefaultAuditAge), "how long audit records are kept; -1s keeps them (env STATEFUN_AUDIT_RETENTION)")
+	fs.IntVar(&ret.AuditCount, "audit-max", envInt("STATEFUN_AUDIT_MAX", store.DefaultAuditCount), "most audit records kept; -1 for no limit (env STATEFUN_AUDIT_MAX)")
+	fs.DurationVar(&ret.EgressAge, "egress-retention", envDuration("STATEFUN_EGRESS_RETENTION", store.DefaultEgressAge), "how long an egress record waits for a consumer before it is deleted; -1s keeps them (env STATEFUN_EGRESS_RETENTION)")
+	fs.IntVar(&ret.EgressCount, "egress-max", envInt("STATEFUN_EGRESS_MAX", store.DefaultEgressCount), "most records waiting in one egress topic; older ones are deleted; -1 for no limit (env STATEFUN_EGRESS_MAX)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if badEnv != "" {
+		fmt.Fprintf(stderr, "statefun run: %s\n", badEnv)
+		return 2
+	}
+	memBytes, err := parseBytes(*memTable)
+	if err != nil || memBytes < 1<<20 || memBytes >= 4<<30 {
+		fmt.Fprintf(stderr, "statefun run: --store-memtable-size %q: want a size from 1MiB to 4GiB, like 8MiB\n", *memTable)
+		return 2
+	}
+	var reserve int64 // auto
+	switch *diskReserve {
+	case "auto":
+	case "off":
+		reserve = -1
+	default:
+		n, err := parseBytes(*diskReserve)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(stderr, "statefun run: --disk-reserve %q: want auto, off or a size like 256MiB\n", *diskReserve)
+			return 2
+		}
+		reserve = int64(n)
+	}
+	for name, v := range map[string]int{"receipt-max": ret.ReceiptCount, "audit-max": ret.AuditCount, "egress-max": ret.EgressCount} {
+		if v == 0 || v < -1 {
+			fmt.Fprintf(stderr, "statefun run: --%s %d: want a positive count, or -1 for no limit\n", name, v)
+			return 2
+		}
+	}
+	for name, v := range map[string]time.Duration{"receipt-retention": ret.ReceiptAge, "audit-retention": ret.AuditAge, "egress-retention": ret.EgressAge} {
+		if v == 0 {
+			fmt.Fprintf(stderr, "statefun run: --%s 0: want a duration like 24h, or -1s to keep records\n", name)
+			return 2
+		}
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "statefun run: unexpected argument %q\n", fs.Arg(0))
@@ -146,15 +245,17 @@ func run(args []string, stderr io.Writer) int {
 		api.Tokens = tokens
 	}
 	a, err := app.Start(app.Config{
-		API:        api,
-		TLSCert:    *tlsCert,
-		TLSKey:     *tlsKey,
-		ModulePath: *modulePath,
-		DataDir:    *dataDir,
-		AdminAddr:  *adminAddr,
-		Partitions: *partitions,
-		ListenHost: *listenHost,
-		Logger:     logger,
+		API:         api,
+		TLSCert:     *tlsCert,
+		TLSKey:      *tlsKey,
+		ModulePath:  *modulePath,
+		DataDir:     *dataDir,
+		AdminAddr:   *adminAddr,
+		Partitions:  *partitions,
+		ListenHost:  *listenHost,
+		Logger:      logger,
+		Store:       store.Options{MemTableSize: memBytes, Retention: ret},
+		DiskReserve: reserve,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "statefun: %v\n", err)

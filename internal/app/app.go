@@ -20,6 +20,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/admin"
+	"github.com/statefun-go/statefun/internal/diskguard"
 	"github.com/statefun-go/statefun/internal/egress"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/ingress"
@@ -54,6 +55,14 @@ type Config struct {
 	// https.
 	TLSCert, TLSKey string
 	Logger          *slog.Logger
+	// Store tunes the embedded store: MemTableSize, DiskSlowThreshold,
+	// Retention, SweepInterval. Start sets Partitions, Logger and Metrics.
+	Store store.Options
+	// DiskReserve is the free space, in bytes, of the data directory's
+	// filesystem below which new work is refused (and below half of which
+	// the runtime does not start). Zero means
+	// diskguard.DefaultReserve(memtable size); negative turns the guard off.
+	DiskReserve int64
 }
 
 // App is a running runtime.
@@ -61,6 +70,9 @@ type App struct {
 	cfg     Config
 	log     *slog.Logger
 	db      *store.DB
+	guard   *diskguard.Guard // nil when turned off
+	failed  chan struct{}    // closed when the engine or the store failed
+	closing chan struct{}    // closed by Close
 	eng     *engine.Engine
 	fns     *functions
 	servers []*http.Server
@@ -103,11 +115,11 @@ func Start(cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := store.Open(cfg.DataDir, store.Options{Partitions: cfg.Partitions, Logger: pebbleLogger{cfg.Logger}})
+	reg := prometheus.NewRegistry()
+	guard, db, err := openStore(cfg, reg)
 	if err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var topics []string
 	for _, eg := range mod.Egresses {
@@ -125,17 +137,32 @@ func Start(cfg Config) (*App, error) {
 		Metrics:   engine.NewMetrics(reg),
 	})
 	if err != nil {
+		guard.Stop()
 		db.Close()
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, db: db, eng: eng, fns: fns, addrs: map[string]string{}, names: map[string]string{}}
+	a := &App{cfg: cfg, log: cfg.Logger, db: db, guard: guard, eng: eng, fns: fns, addrs: map[string]string{}, names: map[string]string{}}
+	a.failed, a.closing = make(chan struct{}), make(chan struct{})
+	go func() {
+		select {
+		case <-eng.Failed():
+		case <-db.Failed():
+			a.log.Error("the store failed; stopping (everything acknowledged is durable)", "error", db.Health())
+		case <-a.closing:
+			return
+		}
+		close(a.failed)
+	}()
 	eng.Start()
 
 	ready := func() error {
 		if err := eng.Err(); err != nil {
 			return err
 		}
-		return nil
+		if err := db.Health(); err != nil {
+			return err
+		}
+		return guard.Ready()
 	}
 	// The API serves its routes on the path exactly as sent (no redirects
 	// to a cleaned path: a 307 would re-send a write to another entry);
@@ -197,6 +224,7 @@ func (a *App) listenTLS(name, addr string, h http.Handler, cert, key string) err
 		return fmt.Errorf("app: %s listener: %w", name, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	closeNewOnShutdown(srv)
 	a.servers = append(a.servers, srv)
 	a.addrs[name] = ln.Addr().String()
 	a.wg.Add(1)
@@ -222,21 +250,48 @@ func (a *App) Addr(name string) string { return a.addrs[name] }
 // Engine returns the running engine.
 func (a *App) Engine() *engine.Engine { return a.eng }
 
-// Failed is closed when the engine stopped on an error.
-func (a *App) Failed() <-chan struct{} { return a.eng.Failed() }
+// Failed is closed when the engine stopped on an error or the store met a
+// fatal one.
+func (a *App) Failed() <-chan struct{} { return a.failed }
 
 // Close shuts down cleanly: listeners stop taking requests (those in
-// progress finish, up to a few seconds), the engine stops, the store closes.
-// Every message that was acknowledged is durable.
+// progress finish, up to a few seconds; connections that have not sent a
+// request are closed at once), the engine stops, the store flushes and
+// closes. Every message that was acknowledged is durable.
+//
+// After the store failed (Pebble met a fatal disk error) Close stops the
+// listeners and returns the store's error without waiting for the engine or
+// the store, which cannot finish: the process is to exit non-zero.
 func (a *App) Close() error {
 	var err error
 	a.once.Do(func() {
+		close(a.closing)
+		dead := a.db.Health()
+		if !errors.Is(dead, store.ErrFailed) {
+			dead = nil
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		var wg sync.WaitGroup
 		for _, s := range a.servers {
-			s.Shutdown(ctx)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if dead != nil {
+					s.Close()
+					return
+				}
+				s.Shutdown(ctx)
+			}()
 		}
+		wg.Wait()
 		a.wg.Wait()
+		a.guard.Stop()
+		if dead != nil {
+			a.fns.close()
+			err = dead
+			return
+		}
 		a.eng.Close()
 		a.fns.close()
 		err = a.db.Close()
@@ -314,18 +369,4 @@ func (f *functions) close() {
 	for _, c := range f.clients {
 		c.Close()
 	}
-}
-
-// pebbleLogger sends Pebble's log lines to slog.
-type pebbleLogger struct{ l *slog.Logger }
-
-func (p pebbleLogger) Infof(format string, args ...any) {
-	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
-}
-func (p pebbleLogger) Errorf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
-}
-func (p pebbleLogger) Fatalf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
-	panic(fmt.Sprintf(format, args...))
 }

@@ -249,7 +249,36 @@ func (b *Batch) PutReceipt(r *protocol.Receipt) {
 	b.setProto(receiptKey(b.key[:0], r.GetMutation()), r)
 }
 
-// PutAudit appends one record to the audit log.
+// PutAudit appends one record to the audit log, with its entries in the
+// indexes by target address and by principal.
 func (b *Batch) PutAudit(r *protocol.AuditRecord) {
-	b.setProto(auditKey(b.key[:0], r.GetAt(), r.GetMutation(), r.GetState()), r)
+	b.key = auditKey(b.key[:0], r.GetAt(), r.GetMutation(), r.GetState())
+	b.setProto(b.key, r)
+	b.putAuditIndex(r)
+}
+
+// putAuditIndex writes the index entries of audit record r.
+func (b *Batch) putAuditIndex(r *protocol.AuditRecord) {
+	at, id, state := r.GetAt(), r.GetMutation(), r.GetState()
+	b.key = auditAddrKey(b.key[:0], auditTarget(r), at, id, state)
+	b.set(b.key, nil)
+	b.key = auditWhoKey(b.key[:0], r.GetPrincipal(), at, id, state)
+	b.set(b.key, nil)
+}
+
+// deleteAudit removes audit record r and its index entries.
+func (b *Batch) deleteAudit(r *protocol.AuditRecord) {
+	at, id, state := r.GetAt(), r.GetMutation(), r.GetState()
+	b.key = auditKey(b.key[:0], at, id, state)
+	b.delete(b.key)
+	b.key = auditAddrKey(b.key[:0], auditTarget(r), at, id, state)
+	b.delete(b.key)
+	b.key = auditWhoKey(b.key[:0], r.GetPrincipal(), at, id, state)
+	b.delete(b.key)
+}
+
+// auditTarget is the address an audit record is about.
+func auditTarget(r *protocol.AuditRecord) address.Address {
+	t := r.GetTarget()
+	return address.Address{Type: address.TypeName{Namespace: t.GetNamespace(), Name: t.GetType()}, ID: t.GetId()}
 }

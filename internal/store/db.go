@@ -4,7 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -51,10 +54,41 @@ type Options struct {
 	// default 64 MiB. Zero means the default; negative is an error.
 	CacheSize int64
 
-	// MemTableSize is the size of one Pebble memtable in bytes, overriding
-	// the default 32 MiB. Larger memtables absorb bigger group commits
-	// before a flush. Zero means the default.
+	// MemTableSize is the size of one Pebble memtable in bytes; zero means
+	// DefaultMemTableSize. It sets most of the store's fixed disk footprint:
+	// Pebble preallocates each write-ahead log file to 110% of it, and keeps
+	// up to one live and three recycled log files, so the logs alone may
+	// take 4.4 × MemTableSize on disk (docs/storage.md, "Disk footprint").
+	// Larger memtables mean fewer, larger flushes.
 	MemTableSize uint64
+
+	// PreallocateWAL makes Pebble reserve 110% of MemTableSize on disk for
+	// each new write-ahead log file at once, as Pebble does by default. Off
+	// (the default here), log files are preallocated 1 MiB at a time as
+	// they grow, so a small store stays small (docs/storage.md, "Disk
+	// footprint").
+	PreallocateWAL bool
+
+	// DiskSlowThreshold is how long one disk write may take before Pebble
+	// reports the disk slow; Health then reports ErrStalled for this long
+	// after the last report. Zero means DefaultDiskSlowThreshold.
+	DiskSlowThreshold time.Duration
+
+	// Retention bounds receipts, audit records and unread egress records;
+	// see Retention. The zero value gives the documented defaults.
+	Retention Retention
+
+	// SweepInterval is how often the retention sweeper runs. Zero means
+	// DefaultSweepInterval; negative means no background sweeper (Sweep may
+	// still be called).
+	SweepInterval time.Duration
+
+	// Now is the clock retention measures ages with; nil means time.Now.
+	Now func() time.Time
+
+	// Metrics, if not nil, receive the sizes of the retained key spaces
+	// after each sweep.
+	Metrics *Metrics
 
 	// FS is the filesystem the store lives on. Nil means the operating
 	// system's (vfs.Default); tests use vfs.NewMem or vfs.NewCrashableMem.
@@ -66,8 +100,20 @@ type Options struct {
 }
 
 const (
-	defaultCacheSize    = 64 << 20
-	defaultMemTableSize = 32 << 20
+	defaultCacheSize = 64 << 20
+
+	// DefaultMemTableSize is Options.MemTableSize's default, 8 MiB: a store
+	// that holds little takes about 40 MiB of disk, and the group commits of
+	// a busy runtime (tens of KiB each) still fill a memtable only every few
+	// thousand commits. Pebble's own default, 32 MiB, made each log file
+	// 36 MB.
+	DefaultMemTableSize = 8 << 20
+
+	// DefaultDiskSlowThreshold is Options.DiskSlowThreshold's default.
+	DefaultDiskSlowThreshold = 5 * time.Second
+
+	// DefaultSweepInterval is Options.SweepInterval's default.
+	DefaultSweepInterval = time.Minute
 )
 
 // withDefaults returns o with every zero field that has a default filled in,
@@ -83,8 +129,28 @@ func (o Options) withDefaults() (Options, error) {
 		o.CacheSize = defaultCacheSize
 	}
 	if o.MemTableSize == 0 {
-		o.MemTableSize = defaultMemTableSize
+		o.MemTableSize = DefaultMemTableSize
 	}
+	if o.MemTableSize < 1<<20 || o.MemTableSize >= 4<<30 {
+		return o, fmt.Errorf("store: Options.MemTableSize is %d, want 1 MiB to 4 GiB", o.MemTableSize)
+	}
+	if o.DiskSlowThreshold < 0 {
+		return o, fmt.Errorf("store: Options.DiskSlowThreshold is %v, want >= 0", o.DiskSlowThreshold)
+	}
+	if o.DiskSlowThreshold == 0 {
+		o.DiskSlowThreshold = DefaultDiskSlowThreshold
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = DefaultSweepInterval
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	r, err := o.Retention.withDefaults()
+	if err != nil {
+		return o, err
+	}
+	o.Retention = r
 	if o.FS == nil {
 		o.FS = vfs.Default
 	}
@@ -104,6 +170,14 @@ type DB struct {
 	pdb        *pebble.DB
 	dir        string
 	partitions int
+	health     *health
+	fsCloser   io.Closer // stops Pebble's disk-health checker
+	opts       Options
+
+	sweepMu   sync.Mutex // one sweep at a time
+	egressAge egressAges
+	stop      chan struct{}
+	sweeper   sync.WaitGroup
 }
 
 // Open opens the store in dir, creating it if it does not exist.
@@ -114,28 +188,106 @@ type DB struct {
 // ErrPartitionCount if Options.Partitions is set and differs, and ErrCorrupt
 // if its meta records are missing or malformed. Pebble's own errors (a store
 // locked by another process, say) are returned wrapped.
+//
+// Open fails fast, naming the cause, when the directory cannot be written
+// (it writes, syncs and removes a probe file first) and when Pebble's
+// recovery meets a disk error (a full disk, say) — rather than hanging in
+// Pebble's retries. After a fatal disk error during Open it returns an error
+// wrapping ErrFailed; the process should then exit.
 func Open(dir string, opts Options) (*DB, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	popts := &pebble.Options{
-		FS:                 opts.FS,
-		CacheSize:          opts.CacheSize,
-		MemTableSize:       opts.MemTableSize,
-		Logger:             opts.Logger,
-		FormatMajorVersion: pebbleFormat,
-	}
-	pdb, err := pebble.Open(dir, popts)
-	if err != nil {
-		return nil, fmt.Errorf("store: open %s: %w", dir, err)
-	}
-	db := &DB{pdb: pdb, dir: dir}
-	if err := db.checkMeta(opts.Partitions); err != nil {
-		_ = pdb.Close()
+	if err := probeWritable(opts.FS, dir); err != nil {
 		return nil, err
 	}
+	h := newHealth(opts.DiskSlowThreshold)
+	logger := fatalLogger{Logger: opts.Logger, h: h}
+	listener := h.listener(logger)
+	fs := opts.FS
+	if !opts.PreallocateWAL {
+		fs = smallWALPrealloc{fs}
+	}
+	fs, fsCloser := vfs.WithDiskHealthChecks(fs, opts.DiskSlowThreshold, nil, listener.DiskSlow)
+	popts := &pebble.Options{
+		FS:                 fs,
+		CacheSize:          opts.CacheSize,
+		MemTableSize:       opts.MemTableSize,
+		Logger:             logger,
+		EventListener:      &listener,
+		FormatMajorVersion: pebbleFormat,
+	}
+	type result struct {
+		pdb *pebble.DB
+		err error
+	}
+	h.opening.Store(true)
+	done := make(chan result, 1)
+	go func() {
+		pdb, err := pebble.Open(dir, popts)
+		done <- result{pdb, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case err := <-h.openErr:
+		// Pebble's recovery is stuck retrying; its goroutines stay parked
+		// (see health.go) and the caller is expected to exit.
+		return nil, fmt.Errorf("store: open %s: %w", dir, err)
+	case <-h.failed:
+		return nil, fmt.Errorf("store: open %s: %w", dir, h.fatalErr())
+	}
+	h.opening.Store(false)
+	if r.err != nil {
+		_ = fsCloser.Close()
+		return nil, fmt.Errorf("store: open %s: %w", dir, r.err)
+	}
+	db := &DB{pdb: r.pdb, dir: dir, health: h, fsCloser: fsCloser, opts: opts, stop: make(chan struct{})}
+	if err := db.checkMeta(opts.Partitions); err != nil {
+		_ = db.pdb.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	if err := db.indexAudit(); err != nil {
+		_ = db.pdb.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	if opts.SweepInterval > 0 {
+		db.sweeper.Add(1)
+		go db.sweepLoop(opts.SweepInterval)
+	}
 	return db, nil
+}
+
+// probeWritable creates dir if needed and writes, syncs and removes a small
+// file in it, so that a directory that cannot be written is reported as
+// such ("permission denied", "read-only file system", "no space left on
+// device") before Pebble starts.
+func probeWritable(fs vfs.FS, dir string) error {
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("store: data directory %s: %w", dir, err)
+	}
+	name := fs.PathJoin(dir, "statefun-write-probe")
+	f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("store: data directory %s is not writable: %w", dir, err)
+	}
+	_, err = f.Write([]byte("probe"))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if rerr := fs.Remove(name); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("store: data directory %s is not writable: %w", dir, err)
+	}
+	return nil
 }
 
 // checkMeta stamps a new store or checks an existing one against this build
@@ -276,16 +428,59 @@ func (db *DB) metaU32(name string) (v uint32, ok bool, err error) {
 // Partitions returns the store's partition count P.
 func (db *DB) Partitions() int { return db.partitions }
 
-// Close closes the store, syncing the write-ahead log, so writes committed
-// without sync are durable once Close returns nil. Every iteration must have
-// ended; no other method may be called after Close. Closing a closed DB
-// does nothing and returns nil.
+// Close closes the store: it stops the retention sweeper, flushes the
+// memtables (so that the next Open has no write-ahead log to replay) and
+// closes Pebble, syncing the write-ahead log, so writes committed without
+// sync are durable once Close returns nil. Every iteration must have ended;
+// no other method may be called after Close. Closing a closed DB does
+// nothing and returns nil.
+//
+// After a fatal error (Health wraps ErrFailed) Close touches nothing and
+// returns that error: Pebble cannot be closed then, and what was
+// acknowledged is already durable. While background work fails (a full
+// disk) Close skips the flush, which could not finish.
 func (db *DB) Close() error {
 	if db.closed.Swap(true) {
 		return nil
 	}
+	close(db.stop)
+	db.sweeper.Wait()
+	if err := db.health.fatalErr(); err != nil {
+		return err
+	}
+	if db.health.background() == nil {
+		if err := db.flush(); err != nil {
+			return err
+		}
+	}
 	if err := db.pdb.Close(); err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
+	_ = db.fsCloser.Close()
 	return nil
+}
+
+// flush flushes the memtables, giving up (and leaving Pebble open) if the
+// flush meets a fatal error or keeps failing, which Pebble would retry
+// forever.
+func (db *DB) flush() error {
+	done := make(chan error, 1)
+	go func() { done <- db.pdb.Flush() }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("store: flush on close: %w", err)
+			}
+			return nil
+		case <-db.health.failed:
+			return db.health.fatalErr()
+		case <-tick.C:
+			if err := db.health.background(); err != nil {
+				return fmt.Errorf("store: flush on close: %w; the store was not closed", err)
+			}
+		}
+	}
 }

@@ -22,4 +22,8 @@
 //	read.go     point reads and scans
 //	batch.go    Batch: the writes of one atomic commit
 //	errors.go   ErrCorrupt, CorruptionError and the Open errors
+//	health.go   disk faults: Health, Failed, the Fatalf interception
+//	prealloc.go write-ahead log files preallocated 1 MiB at a time
+//	retention.go Retention, Sweep, the audit index backfill
+//	metrics.go  the sizes of the retained key spaces as Prometheus metrics
 package store

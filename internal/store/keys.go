@@ -27,12 +27,17 @@ const (
 	spaceEgress    byte = 0x07 // egress outboxes
 	spaceReceipt   byte = 0x08 // operator mutation receipts, by mutation id
 	spaceAudit     byte = 0x09 // the audit log of operator mutations, by time
+	spaceAuditAddr byte = 0x0A // audit index: by target address, then time
+	spaceAuditWho  byte = 0x0B // audit index: by principal, then time
 )
 
 // Names of the global meta keys (space 0x00). Part of the file format.
 const (
 	metaFormat     = "format"     // value: FormatVersion, u32 BE
 	metaPartitions = "partitions" // value: the partition count P, u32 BE
+	// metaAuditIndexed marks a store whose audit records all have their
+	// index entries (0x0A, 0x0B); Open builds them for older stores.
+	metaAuditIndexed = "audit-indexed" // value: 1, u32 BE
 )
 
 // MaxPartitions is the largest partition count a store can hold: partition
@@ -343,6 +348,56 @@ func auditKey(dst []byte, at int64, id, state string) []byte {
 
 func auditTimeKey(at int64) []byte {
 	return binary.BigEndian.AppendUint64([]byte{spaceAudit}, flipSign(at))
+}
+
+// auditSuffix appends what follows the space byte in an audit key: the time,
+// mutation id and state name. The index keys end with it too.
+func auditSuffix(dst []byte, at int64, id, state string) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, flipSign(at))
+	dst = appendString(dst, id)
+	return appendString(dst, state)
+}
+
+// auditAddrKey appends the key of an audit record's entry in the index by
+// target address.
+//
+//	+------+----------------+-----------+---------+--------------------------------+------------------+----------------+
+//	| 0x0A | str(namespace) | str(type) | str(id) | at i64 (unix ms, sign flipped) | str(mutation id) | str(statename) |
+//	+------+----------------+-----------+---------+--------------------------------+------------------+----------------+
+//
+// The value is empty: the key after the address is the audit key after its
+// space byte, so the record is one point read away. The records of one
+// address are one range scan, in time order.
+func auditAddrKey(dst []byte, a address.Address, at int64, id, state string) []byte {
+	dst = auditAddrPrefix(dst, a)
+	return auditSuffix(dst, at, id, state)
+}
+
+// auditAddrPrefix appends 0x0A | str(namespace) | str(type) | str(id).
+func auditAddrPrefix(dst []byte, a address.Address) []byte {
+	dst = append(dst, spaceAuditAddr)
+	dst = appendString(dst, a.Type.Namespace)
+	dst = appendString(dst, a.Type.Name)
+	return appendString(dst, a.ID)
+}
+
+// auditWhoKey appends the key of an audit record's entry in the index by
+// principal (the token name that made the mutation).
+//
+//	+------+----------------+--------------------------------+------------------+----------------+
+//	| 0x0B | str(principal) | at i64 (unix ms, sign flipped) | str(mutation id) | str(statename) |
+//	+------+----------------+--------------------------------+------------------+----------------+
+//
+// The value is empty, as in auditAddrKey.
+func auditWhoKey(dst []byte, principal string, at int64, id, state string) []byte {
+	dst = auditWhoPrefix(dst, principal)
+	return auditSuffix(dst, at, id, state)
+}
+
+// auditWhoPrefix appends 0x0B | str(principal).
+func auditWhoPrefix(dst []byte, principal string) []byte {
+	dst = append(dst, spaceAuditWho)
+	return appendString(dst, principal)
 }
 
 // formatKey renders a key for error messages and test output, decoding the

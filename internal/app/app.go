@@ -135,6 +135,7 @@ func Start(cfg Config) (*App, error) {
 		RetryMax:  cfg.RetryMax,
 		Logger:    cfg.Logger,
 		Metrics:   engine.NewMetrics(reg),
+		Admit:     guard.Admit,
 	})
 	if err != nil {
 		guard.Stop()

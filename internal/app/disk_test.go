@@ -184,3 +184,67 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestLowDiskRefusesNewWorkWith503: on a data directory whose filesystem
+// has less free space than the reserve (but enough to start), the runtime
+// runs, answers the ingress and state-API writes with 503 + Retry-After
+// naming the cause, keeps reads working, and says why on /readyz. The
+// reserve is set just above the real free space of the test's filesystem.
+func TestLowDiskRefusesNewWorkWith503(t *testing.T) {
+	dir := t.TempDir()
+	modPath, in, _ := writeModule(t, dir, counterFunctions(t))
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(st.Bavail) * int64(st.Bsize)
+	a, err := Start(Config{ModulePath: modPath, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
+		ListenHost: "127.0.0.1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), DiskReserve: free + free/2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+
+	req, _ := http.NewRequest(http.MethodPut, in+"/test/counter/alice", strings.NewReader("x"))
+	req.Header.Set("Content-Type", "application/vnd.test/ping")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "free") {
+		t.Fatalf("ingress: %s Retry-After=%q %q, want 503 with Retry-After naming the free space", resp.Status, resp.Header.Get("Retry-After"), body)
+	}
+
+	admin := "http://" + a.Addr("admin")
+	req, _ = http.NewRequest(http.MethodPut, admin+"/state/test/counter/alice/count", strings.NewReader("1"))
+	req.Header.Set("Content-Type", "text/plain")
+	req.Header.Set("Statefun-Type", "io.statefun.types/int")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("state API PUT: %s, want 503 with Retry-After", resp.Status)
+	}
+
+	resp, err = http.Get(admin + "/state/test/counter/alice/count")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("state API GET: %s, want reads to keep working (404: nothing stored)", resp.Status)
+	}
+	resp, err = http.Get(admin + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "free") {
+		t.Fatalf("/readyz: %s %q, want 503 naming the low disk", resp.Status, body)
+	}
+}

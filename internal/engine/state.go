@@ -8,6 +8,7 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
 )
 
 // This file is the engine's side of the state access API: reads and
@@ -316,9 +317,11 @@ func (e *Engine) AuditOf(id string, at int64) ([]*protocol.AuditRecord, error) {
 	return e.db.AuditOf(id, at)
 }
 
-// ScanAudit reads the audit log (see store.DB.ScanAudit).
-func (e *Engine) ScanAudit(from, to int64, fn func(*protocol.AuditRecord) bool) error {
-	return e.db.ScanAudit(from, to, fn)
+// ScanAudit reads the audit records that pass f in time order, through
+// the store's indexes when f names an address or a principal (see
+// store.DB.ScanAuditFiltered).
+func (e *Engine) ScanAudit(f store.AuditFilter, fn func(*protocol.AuditRecord) bool) error {
+	return e.db.ScanAuditFiltered(f, fn)
 }
 
 // ScanIDs lists the ids of function type t that hold durable state (see

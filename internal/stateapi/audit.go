@@ -13,6 +13,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
 )
 
 type auditJSON struct {
@@ -142,25 +143,12 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 		cursor = &c
 		from = max(from, c.At)
 	}
-	filters := map[string]string{}
-	for _, k := range []string{"namespace", "type", "id", "state", "principal", "mutation"} {
-		if v := q.Get(k); v != "" {
-			filters[k] = v
-		}
-	}
-	match := func(a *protocol.AuditRecord) bool {
-		if cursor != nil && !cursor.after(a) {
-			return false
-		}
-		t := a.GetTarget()
-		for k, v := range map[string]string{"namespace": t.GetNamespace(), "type": t.GetType(), "id": t.GetId(),
-			"state": a.GetState(), "principal": a.GetPrincipal(), "mutation": a.GetMutation()} {
-			if want, ok := filters[k]; ok && want != v {
-				return false
-			}
-		}
-		return true
-	}
+	// The store applies the filters (through its indexes when an address
+	// or a principal is named); the cursor skips what the previous page
+	// already returned at the same millisecond.
+	filter := store.AuditFilter{From: from, To: to, Namespace: q.Get("namespace"), Type: q.Get("type"), ID: q.Get("id"),
+		State: q.Get("state"), Principal: q.Get("principal"), Mutation: q.Get("mutation")}
+	match := func(a *protocol.AuditRecord) bool { return cursor == nil || cursor.after(a) }
 	if r.Method == http.MethodHead {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
@@ -169,7 +157,7 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 	page := auditWriter{w: w}
 	var last *protocol.AuditRecord
 	more := false
-	err := s.eng.ScanAudit(from, to, func(a *protocol.AuditRecord) bool {
+	err := s.eng.ScanAudit(filter, func(a *protocol.AuditRecord) bool {
 		if r.Context().Err() != nil || !match(a) {
 			return r.Context().Err() == nil
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
 )
 
 // Engine is what the API needs of the runtime, and all it may use: the
@@ -25,9 +26,10 @@ type Engine interface {
 	WaitReceipt(ctx context.Context, id string) (*protocol.Receipt, bool, error)
 	// AuditOf returns the audit records of one mutation, written at at.
 	AuditOf(id string, at int64) ([]*protocol.AuditRecord, error)
-	// ScanAudit calls fn with the audit records in [from, to) in time
-	// order until fn returns false.
-	ScanAudit(from, to int64, fn func(*protocol.AuditRecord) bool) error
+	// ScanAudit calls fn with the audit records that pass the filter, in
+	// time order, until fn returns false. A filter naming an address or a
+	// principal is served from an index, not by scanning the whole log.
+	ScanAudit(f store.AuditFilter, fn func(*protocol.AuditRecord) bool) error
 	// SpecsOf returns the registered states of a function type.
 	SpecsOf(t address.TypeName) []partition.Spec
 	// KnownTypes returns every function type with registered states.

@@ -18,14 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/admin"
 	"github.com/statefun-go/statefun/internal/egress"
 	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/ingress"
-	"github.com/statefun-go/statefun/internal/invoker"
 	"github.com/statefun-go/statefun/internal/module"
-	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -53,6 +51,11 @@ type Config struct {
 	// TLSCert and TLSKey, when both set, make the admin listener serve
 	// https.
 	TLSCert, TLSKey string
+	// MaxCallsPerType caps the calls in flight per function type on each
+	// endpoint; 0 means half the endpoint's pool for an endpoint that
+	// serves a namespace, the whole pool for one that serves one type
+	// (functions.Options.MaxCallsPerType, docs/limits.md).
+	MaxCallsPerType int
 	Logger          *slog.Logger
 }
 
@@ -62,7 +65,7 @@ type App struct {
 	log     *slog.Logger
 	db      *store.DB
 	eng     *engine.Engine
-	fns     *functions
+	fns     *functions.Router
 	servers []*http.Server
 	addrs   map[string]string
 	names   map[string]string // listener name → what to call it in errors
@@ -96,16 +99,17 @@ func Start(cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	fns, err := newFunctions(mod)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	fns, err := functions.New(mod, functions.Options{MaxCallsPerType: cfg.MaxCallsPerType, Metrics: functions.NewMetrics(reg)})
 	if err != nil {
 		return nil, err
 	}
 	db, err := store.Open(cfg.DataDir, store.Options{Partitions: cfg.Partitions, Logger: pebbleLogger{cfg.Logger}})
 	if err != nil {
+		fns.Close()
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var topics []string
 	for _, eg := range mod.Egresses {
 		topics = append(topics, eg.Topics...)
@@ -113,7 +117,7 @@ func Start(cfg Config) (*App, error) {
 	eng, err := engine.New(engine.Options{
 		Store:     db,
 		Functions: fns,
-		MaxBatch:  fns.maxBatch,
+		MaxBatch:  fns.MaxBatch,
 		Egress:    egress.NewRouter(topics).Route,
 		RetryBase: cfg.RetryBase,
 		RetryMax:  cfg.RetryMax,
@@ -143,7 +147,7 @@ func Start(cfg Config) (*App, error) {
 	}
 	for i, in := range mod.Ingresses {
 		h := &ingress.Playground{Sink: eng, Busy: func(err error) bool { return errors.Is(err, engine.ErrBusy) },
-			MaxBody: fns.maxMessage, Logger: cfg.Logger}
+			MaxBody: fns.MaxMessage, Logger: cfg.Logger}
 		a.names[fmt.Sprintf("ingress%d", i)] = fmt.Sprintf("playground ingress (%s)", in.Pos)
 		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
 			a.Close()
@@ -231,76 +235,10 @@ func (a *App) Close() error {
 		}
 		a.wg.Wait()
 		a.eng.Close()
-		a.fns.close()
+		a.fns.Close()
 		err = a.db.Close()
 	})
 	return err
-}
-
-// functions calls remote functions through the endpoint module.yaml binds
-// to each function type, one client (connection pool) per endpoint.
-type functions struct {
-	mod     *module.Module
-	clients map[*module.Endpoint]*invoker.Client
-}
-
-func newFunctions(mod *module.Module) (*functions, error) {
-	f := &functions{mod: mod, clients: map[*module.Endpoint]*invoker.Client{}}
-	for _, ep := range mod.Endpoints {
-		c, err := invoker.New(invoker.Options{
-			CallTimeout:     ep.Transport.Call,
-			ConnectTimeout:  ep.Transport.Connect,
-			PoolTTL:         ep.Transport.PoolTTL,
-			PoolSize:        ep.Transport.PoolSize,
-			PayloadMaxBytes: ep.Transport.PayloadMaxBytes,
-			TrustCACerts:    ep.Transport.TrustCACerts,
-			ClientCert:      ep.Transport.ClientCert,
-			ClientKey:       ep.Transport.ClientKey,
-		})
-		if err != nil {
-			f.close()
-			return nil, fmt.Errorf("app: endpoint for %s: %w", ep.Functions, err)
-		}
-		f.clients[ep] = c
-	}
-	return f, nil
-}
-
-// Call implements engine.Functions.
-func (f *functions) Call(ctx context.Context, t address.TypeName, req *protocol.ToFunction) (*protocol.FromFunction, error) {
-	ep, ok := f.mod.EndpointFor(t)
-	if !ok {
-		return nil, fmt.Errorf("no endpoint in module.yaml serves function type %s", t)
-	}
-	return f.clients[ep].Invoke(ctx, ep.URL(t), req)
-}
-
-func (f *functions) maxBatch(t address.TypeName) int {
-	if ep, ok := f.mod.EndpointFor(t); ok {
-		return ep.MaxNumBatchRequests
-	}
-	return 0
-}
-
-// maxMessage is the largest message body the endpoint of a function type
-// can carry in a request (its payload_max_bytes less room for the envelope
-// and state around it).
-func (f *functions) maxMessage(namespace, name string) int64 {
-	ep, ok := f.mod.EndpointFor(address.TypeName{Namespace: namespace, Name: name})
-	if !ok || ep.Transport.PayloadMaxBytes <= 0 {
-		return ingress.MaxBodyBytes
-	}
-	return max(ep.Transport.PayloadMaxBytes-requestOverhead, 0)
-}
-
-// requestOverhead is the room kept in a request for the parts around one
-// message: target, caller, typename, framing (state can still exceed it).
-const requestOverhead = 4 << 10
-
-func (f *functions) close() {
-	for _, c := range f.clients {
-		c.Close()
-	}
 }
 
 // pebbleLogger sends Pebble's log lines to slog.

@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/statefun-go/statefun/internal/app"
 	"github.com/statefun-go/statefun/internal/stateapi"
@@ -72,6 +73,37 @@ func env(name, def string) string {
 	return def
 }
 
+// envInt returns the environment variable's value as a number, or def; a
+// value that is not a number is added to errs, naming the variable.
+func envInt(name string, def int, errs *[]error) int {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s=%q is not a number", name, v))
+		return def
+	}
+	return n
+}
+
+// envDuration returns the environment variable's value as a duration, or
+// def; a value that is not a duration is added to errs, naming the
+// variable.
+func envDuration(name string, def time.Duration, errs *[]error) time.Duration {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s=%q: want a duration like 30s", name, v))
+		return def
+	}
+	return d
+}
+
 func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("statefun run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -85,7 +117,19 @@ func run(args []string, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", env("STATEFUN_TLS_CERT", ""), "certificate file: serve the admin listener over https (env STATEFUN_TLS_CERT)")
 	tlsKey := fs.String("tls-key", env("STATEFUN_TLS_KEY", ""), "key file for --tls-cert (env STATEFUN_TLS_KEY)")
 	logLevel := fs.String("log-level", env("STATEFUN_LOG_LEVEL", "info"), "debug, info, warn or error (env STATEFUN_LOG_LEVEL)")
+	var envErrs []error
+	maxConns := fs.Int("max-conns", envInt("STATEFUN_MAX_CONNS", 0, &envErrs), "connections each listener serves at once; over it the longest-idle one is closed or the new one answered 503; 0 derives it from the file-descriptor limit, at most 4096 (env STATEFUN_MAX_CONNS; docs/limits.md)")
+	readHeaderTimeout := fs.Duration("read-header-timeout", envDuration("STATEFUN_READ_HEADER_TIMEOUT", app.DefaultReadHeaderTimeout, &envErrs), "time a client has to send a request's head, on every listener (env STATEFUN_READ_HEADER_TIMEOUT)")
+	readTimeout := fs.Duration("read-timeout", envDuration("STATEFUN_READ_TIMEOUT", app.DefaultReadTimeout, &envErrs), "time a client has to send a whole request, on every listener (env STATEFUN_READ_TIMEOUT)")
+	writeTimeout := fs.Duration("write-timeout", envDuration("STATEFUN_WRITE_TIMEOUT", app.DefaultWriteTimeout, &envErrs), "time from a request's head to the end of its answer; the admin listener keeps at least the longest ?wait= plus 30s (env STATEFUN_WRITE_TIMEOUT)")
+	idleTimeout := fs.Duration("idle-timeout", envDuration("STATEFUN_IDLE_TIMEOUT", app.DefaultIdleTimeout, &envErrs), "keep-alive connections idle this long are closed, on every listener (env STATEFUN_IDLE_TIMEOUT)")
+	maxHeaderBytes := fs.Int("max-header-bytes", envInt("STATEFUN_MAX_HEADER_BYTES", app.DefaultMaxHeaderBytes, &envErrs), "largest request head, on every listener (env STATEFUN_MAX_HEADER_BYTES)")
+	maxCallsPerType := fs.Int("max-calls-per-type", envInt("STATEFUN_MAX_CALLS_PER_TYPE", 0, &envErrs), "calls in flight per function type on an endpoint; 0 means half the endpoint's pool_size for a namespace endpoint, all of it for a one-type endpoint (env STATEFUN_MAX_CALLS_PER_TYPE)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := errors.Join(envErrs...); err != nil {
+		fmt.Fprintf(stderr, "statefun run: %v\n", err)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -137,6 +181,15 @@ func run(args []string, stderr io.Writer) int {
 		Partitions: *partitions,
 		ListenHost: *listenHost,
 		Logger:     logger,
+		Listeners: app.ListenerLimits{
+			MaxConns:          *maxConns,
+			ReadHeaderTimeout: *readHeaderTimeout,
+			ReadTimeout:       *readTimeout,
+			WriteTimeout:      *writeTimeout,
+			IdleTimeout:       *idleTimeout,
+			MaxHeaderBytes:    *maxHeaderBytes,
+		},
+		MaxCallsPerType: *maxCallsPerType,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "statefun: %v\n", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/statefun-go/statefun/internal/admin"
+	"github.com/statefun-go/statefun/internal/connlimit"
 	"github.com/statefun-go/statefun/internal/egress"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
@@ -56,7 +57,10 @@ type Config struct {
 	// serves a namespace, the whole pool for one that serves one type
 	// (functions.Options.MaxCallsPerType, docs/limits.md).
 	MaxCallsPerType int
-	Logger          *slog.Logger
+	// Listeners bounds the connections and timeouts of every listener
+	// (docs/limits.md).
+	Listeners ListenerLimits
+	Logger    *slog.Logger
 }
 
 // App is a running runtime.
@@ -71,6 +75,8 @@ type App struct {
 	names   map[string]string // listener name → what to call it in errors
 	wg      sync.WaitGroup
 	once    sync.Once
+	lim     ListenerLimits // resolved: no zero field
+	connM   *connlimit.Metrics
 }
 
 // Start loads the module, opens the store, restores the partitions and
@@ -95,7 +101,14 @@ func Start(cfg Config) (*App, error) {
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return nil, errors.New("app: https needs both a certificate and a key")
 	}
+	if cfg.API.MaxWait <= 0 {
+		cfg.API.MaxWait = time.Minute
+	}
 	mod, err := module.Load(cfg.ModulePath)
+	if err != nil {
+		return nil, err
+	}
+	lim, err := resolveLimits(cfg, mod)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +141,8 @@ func Start(cfg Config) (*App, error) {
 		db.Close()
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, db: db, eng: eng, fns: fns, addrs: map[string]string{}, names: map[string]string{}}
+	a := &App{cfg: cfg, log: cfg.Logger, db: db, eng: eng, fns: fns, addrs: map[string]string{}, names: map[string]string{},
+		lim: lim, connM: connlimit.NewMetrics(reg)}
 	eng.Start()
 
 	ready := func() error {
@@ -167,10 +181,6 @@ func Start(cfg Config) (*App, error) {
 	return a, nil
 }
 
-func (a *App) listen(name, addr string, h http.Handler) error {
-	return a.listenTLS(name, addr, h, "", "")
-}
-
 // isLoopback reports whether a listen address can only be reached from
 // this machine.
 func isLoopback(hostport string) bool {
@@ -183,33 +193,6 @@ func isLoopback(hostport string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-func (a *App) listenTLS(name, addr string, h http.Handler, cert, key string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		if desc, ok := a.names[name]; ok {
-			name = desc
-		}
-		return fmt.Errorf("app: %s listener: %w", name, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	a.servers = append(a.servers, srv)
-	a.addrs[name] = ln.Addr().String()
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		var err error
-		if cert != "" {
-			err = srv.ServeTLS(ln, cert, key)
-		} else {
-			err = srv.Serve(ln)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("listener stopped", "listener", name, "error", err)
-		}
-	}()
-	return nil
 }
 
 // Addr returns the bound address of a listener: "admin", "ingress0",

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,7 +89,11 @@ type App struct {
 	wg      sync.WaitGroup
 	once    sync.Once
 	lim     ListenerLimits // resolved: no zero field
-	connM   *connlimit.Metrics
+	// up is set once every listener is bound: /readyz answers 503 before,
+	// because the admin listener is bound first and a client that waits
+	// for readiness must then find the ingress and egress listening.
+	up    atomic.Bool
+	connM *connlimit.Metrics
 }
 
 // Start loads the module, opens the store, restores the partitions and
@@ -176,6 +181,9 @@ func Start(cfg Config) (*App, error) {
 	eng.Start()
 
 	ready := func() error {
+		if !a.up.Load() {
+			return errors.New("app: starting: not every listener is bound yet")
+		}
 		if err := eng.Err(); err != nil {
 			return err
 		}
@@ -209,6 +217,7 @@ func Start(cfg Config) (*App, error) {
 			return nil, err
 		}
 	}
+	a.up.Store(true)
 	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir,
 		"partitions", eng.Partitions(), "admin", a.addrs["admin"])
 	return a, nil

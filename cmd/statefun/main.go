@@ -155,7 +155,7 @@ func run(args []string, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", env("STATEFUN_TLS_CERT", ""), "certificate file: serve the admin listener over https (env STATEFUN_TLS_CERT)")
 	tlsKey := fs.String("tls-key", env("STATEFUN_TLS_KEY", ""), "key file for --tls-cert (env STATEFUN_TLS_KEY)")
 	logLevel := fs.String("log-level", env("STATEFUN_LOG_LEVEL", "info"), "debug, info, warn or error (env STATEFUN_LOG_LEVEL)")
-	memTable := fs.String("store-memtable-size", env("STATEFUN_STORE_MEMTABLE_SIZE", "8MiB"), "size of one memtable of the store; each write-ahead log file is preallocated to 1.1 times it and up to four exist (env STATEFUN_STORE_MEMTABLE_SIZE)")
+	memTable := fs.String("store-memtable-size", env("STATEFUN_STORE_MEMTABLE_SIZE", "8MiB"), "size of one memtable of the store: larger absorbs bigger bursts, smaller keeps a small store small (env STATEFUN_STORE_MEMTABLE_SIZE; docs/storage.md)")
 	diskReserve := fs.String("disk-reserve", env("STATEFUN_DISK_RESERVE", "auto"), "free disk space below which new work is refused with 503; the runtime does not start below half of it; auto is 4 x memtable + 16MiB, off disables (env STATEFUN_DISK_RESERVE)")
 	var ret store.Retention
 	fs.DurationVar(&ret.ReceiptAge, "receipt-retention", envDuration("STATEFUN_RECEIPT_RETENTION", store.DefaultReceiptAge), "how long mutation receipts are kept; -1s keeps them (env STATEFUN_RECEIPT_RETENTION)")

@@ -61,3 +61,29 @@ func TestFingerprintTellsRequestsApart(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParse: any header value is either refused with an error naming the
+// header, or gives a key of 1 to MaxKeyBytes printable ASCII bytes — one
+// the store can hold and an error message can quote.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, "abc", `"a\"b"`, `"a\\`, "\"\x00\"", "é", "", `"`, ` "x" `} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		key, ok, err := Parse([]string{v})
+		if err != nil {
+			if ok || key != "" || !strings.Contains(err.Error(), Header) {
+				t.Fatalf("Parse(%q) = %q %v %v", v, key, ok, err)
+			}
+			return
+		}
+		if !ok || key == "" || len(key) > MaxKeyBytes {
+			t.Fatalf("Parse(%q) = %q %v", v, key, ok)
+		}
+		for i := 0; i < len(key); i++ {
+			if key[i] < 0x20 || key[i] > 0x7e {
+				t.Fatalf("Parse(%q) = %q: byte 0x%02x", v, key, key[i])
+			}
+		}
+	})
+}

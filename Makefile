@@ -37,6 +37,7 @@ bench-restate:
 FUZZTIME ?= 10s
 FUZZ_TARGETS = \
 	./internal/ingress:FuzzParse \
+	./internal/idempotency:FuzzParse \
 	./internal/partition:FuzzFromFunction \
 	./internal/module:FuzzParse \
 	./internal/endpointurl:FuzzParse \

@@ -27,6 +27,8 @@ func TestRunRefusesBadStoreFlags(t *testing.T) {
 		{"--disk-reserve lots", "--disk-reserve"},
 		{"--egress-max 0", "--egress-max"},
 		{"--audit-retention 0s", "--audit-retention"},
+		{"--idempotency-max -2", "--idempotency-max"},
+		{"--idempotency-retention 0s", "--idempotency-retention"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(strings.Fields(c.args), &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {

@@ -164,6 +164,8 @@ func run(args []string, stderr io.Writer) int {
 	fs.IntVar(&ret.AuditCount, "audit-max", envInt("STATEFUN_AUDIT_MAX", store.DefaultAuditCount), "most audit records kept; -1 for no limit (env STATEFUN_AUDIT_MAX)")
 	fs.DurationVar(&ret.EgressAge, "egress-retention", envDuration("STATEFUN_EGRESS_RETENTION", store.DefaultEgressAge), "how long an egress record waits for a consumer before it is deleted; -1s keeps them (env STATEFUN_EGRESS_RETENTION)")
 	fs.IntVar(&ret.EgressCount, "egress-max", envInt("STATEFUN_EGRESS_MAX", store.DefaultEgressCount), "most records waiting in one egress topic; older ones are deleted; -1 for no limit (env STATEFUN_EGRESS_MAX)")
+	fs.DurationVar(&ret.IdempotencyAge, "idempotency-retention", envDuration("STATEFUN_IDEMPOTENCY_RETENTION", store.DefaultIdempotencyAge), "how long an ingress Idempotency-Key is remembered; a retry after that makes a new message; -1s keeps them (env STATEFUN_IDEMPOTENCY_RETENTION)")
+	fs.IntVar(&ret.IdempotencyCount, "idempotency-max", envInt("STATEFUN_IDEMPOTENCY_MAX", store.DefaultIdempotencyCount), "most ingress Idempotency-Keys remembered; the oldest are forgotten; -1 for no limit (env STATEFUN_IDEMPOTENCY_MAX)")
 	maxConns := fs.Int("max-conns", envInt("STATEFUN_MAX_CONNS", 0), "connections each listener serves at once; over it the longest-idle one is closed or the new one answered 503; 0 derives it from the file-descriptor limit, at most 4096 (env STATEFUN_MAX_CONNS; docs/limits.md)")
 	readHeaderTimeout := fs.Duration("read-header-timeout", envDuration("STATEFUN_READ_HEADER_TIMEOUT", app.DefaultReadHeaderTimeout), "time a client has to send a request's head, on every listener (env STATEFUN_READ_HEADER_TIMEOUT)")
 	readTimeout := fs.Duration("read-timeout", envDuration("STATEFUN_READ_TIMEOUT", app.DefaultReadTimeout), "time a client has to send a whole request, on every listener (env STATEFUN_READ_TIMEOUT)")
@@ -196,13 +198,13 @@ func run(args []string, stderr io.Writer) int {
 		}
 		reserve = int64(n)
 	}
-	for name, v := range map[string]int{"receipt-max": ret.ReceiptCount, "audit-max": ret.AuditCount, "egress-max": ret.EgressCount} {
+	for name, v := range map[string]int{"receipt-max": ret.ReceiptCount, "audit-max": ret.AuditCount, "egress-max": ret.EgressCount, "idempotency-max": ret.IdempotencyCount} {
 		if v == 0 || v < -1 {
 			fmt.Fprintf(stderr, "statefun run: --%s %d: want a positive count, or -1 for no limit\n", name, v)
 			return 2
 		}
 	}
-	for name, v := range map[string]time.Duration{"receipt-retention": ret.ReceiptAge, "audit-retention": ret.AuditAge, "egress-retention": ret.EgressAge} {
+	for name, v := range map[string]time.Duration{"receipt-retention": ret.ReceiptAge, "audit-retention": ret.AuditAge, "egress-retention": ret.EgressAge, "idempotency-retention": ret.IdempotencyAge} {
 		if v == 0 {
 			fmt.Fprintf(stderr, "statefun run: --%s 0: want a duration like 24h, or -1s to keep records\n", name)
 			return 2

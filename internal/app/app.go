@@ -210,7 +210,8 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	for i, eg := range mod.Egresses {
-		h := &egress.Playground{Source: eng, Topics: eg.Topics, Logger: cfg.Logger}
+		h := &egress.Playground{Source: eng, Topics: eg.Topics, Logger: cfg.Logger,
+			NotRead: func(err error) bool { return errors.Is(err, engine.ErrNotRead) }}
 		a.names[fmt.Sprintf("egress%d", i)] = fmt.Sprintf("playground egress (%s)", eg.Pos)
 		if err := a.listen(fmt.Sprintf("egress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(eg.Port)), h); err != nil {
 			a.Close()

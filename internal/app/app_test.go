@@ -64,6 +64,11 @@ func freePort(t *testing.T) int {
 }
 
 func startApp(t *testing.T, dir, fnURL string) (*App, string, string) {
+	return startAppWith(t, dir, fnURL, nil)
+}
+
+// startAppWith is startApp with the Config changed by change (when not nil).
+func startAppWith(t *testing.T, dir, fnURL string, change func(*Config)) (*App, string, string) {
 	in, out := freePort(t), freePort(t)
 	mod := fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
 spec:
@@ -83,8 +88,12 @@ spec:
 	if err := os.WriteFile(path, []byte(mod), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a, err := Start(Config{ModulePath: path, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
-		ListenHost: "127.0.0.1", Partitions: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := Config{ModulePath: path, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
+		ListenHost: "127.0.0.1", Partitions: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if change != nil {
+		change(&cfg)
+	}
+	a, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

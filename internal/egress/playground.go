@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -89,23 +91,51 @@ func DecodeRecord(arg *protocol.TypedValue) (Record, error) {
 	return rec, nil
 }
 
-// Source pops durable records (engine.Engine.PopEgress).
+// Source hands out durable records (engine.Engine).
 type Source interface {
+	// PopEgress removes and returns the oldest record: at most once.
 	PopEgress(ctx context.Context, egress, route string) (*protocol.EgressRecord, bool, error)
+	// ReadEgress returns the first record after a position without
+	// removing it, with its position.
+	ReadEgress(ctx context.Context, egress, route string, after uint64) (uint64, *protocol.EgressRecord, bool, error)
+	// AckEgress removes the records up to a position, durably.
+	AckEgress(ctx context.Context, egress, route string, pos uint64) error
 }
 
-// Playground serves GET /<topic>: it pops one record and answers its payload
-// as UTF-8 text; 404 when the topic is empty, 405 for an unknown topic.
+// PositionHeader carries a record's position in the answer to a cursor
+// read; the consumer acknowledges it with POST /<topic>?ack=<position>.
+const PositionHeader = "Statefun-Egress-Position"
+
+// Playground serves the playground egress: one queue per topic.
+//
+//   - GET /<topic> pops the oldest record and answers its payload as UTF-8
+//     text (StateFun's playground; at most once: a record whose answer is
+//     lost is lost); 404 when the topic is empty.
+//   - GET /<topic>?after=<position> reads the first record after a position
+//     (0: the oldest) without removing it, its position in the
+//     Statefun-Egress-Position header; 404 when there is none.
+//   - POST /<topic>?ack=<position> removes the records up to a position
+//     once durable (204); 409 when a record at or below it was never read.
+//
+// An unknown topic is answered 405, as by StateFun's playground. See
+// docs/egress.md.
 type Playground struct {
 	Source Source
 	Topics []string
-	Logger *slog.Logger
+	// NotRead tells whether an AckEgress error means the position was not
+	// read yet (409).
+	NotRead func(error) bool
+	Logger  *slog.Logger
 }
 
+// allowed is the Allow header of a 405.
+const allowed = "GET, POST"
+
+// ServeHTTP pops, reads or acknowledges.
 func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		w.Header().Set("Allow", "GET")
-		http.Error(w, "egress: GET /<topic> pops one record", http.StatusMethodNotAllowed)
+	if r.Method != http.MethodGet && r.Method != http.MethodPost {
+		w.Header().Set("Allow", allowed)
+		http.Error(w, "egress: GET /<topic> pops one record, GET /<topic>?after=<position> reads one, POST /<topic>?ack=<position> acknowledges", http.StatusMethodNotAllowed)
 		return
 	}
 	topic := strings.TrimPrefix(r.URL.Path, "/")
@@ -117,18 +147,89 @@ func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("egress: unknown topic %q", topic), http.StatusMethodNotAllowed)
 		return
 	}
+	q := r.URL.Query()
+	switch {
+	case r.Method == http.MethodPost:
+		p.ack(w, r, topic, q)
+	case q.Has("after"):
+		p.read(w, r, topic, q.Get("after"))
+	default:
+		p.pop(w, r, topic)
+	}
+}
+
+// position parses a position parameter, naming it in the error.
+func position(name, v string) (uint64, error) {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("egress: %s must be a position (a decimal number from a %s header, or 0), got %q", name, PositionHeader, v)
+	}
+	return n, nil
+}
+
+func (p *Playground) pop(w http.ResponseWriter, r *http.Request, topic string) {
 	rec, ok, err := p.Source.PopEgress(r.Context(), PlaygroundID, topic)
 	if err != nil {
-		if p.Logger != nil {
-			p.Logger.Error("egress: pop failed", "topic", topic, "error", err)
-		}
-		http.Error(w, "egress: "+err.Error(), http.StatusInternalServerError)
+		p.fail(w, "pop", topic, err)
 		return
 	}
 	if !ok {
 		http.Error(w, "egress: no message in topic "+topic, http.StatusNotFound)
 		return
 	}
+	p.answer(w, rec)
+}
+
+func (p *Playground) read(w http.ResponseWriter, r *http.Request, topic, after string) {
+	from, err := position("after", after)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	pos, rec, ok, err := p.Source.ReadEgress(r.Context(), PlaygroundID, topic, from)
+	if err != nil {
+		p.fail(w, "read", topic, err)
+		return
+	}
+	if !ok {
+		http.Error(w, fmt.Sprintf("egress: no message in topic %s after position %d", topic, from), http.StatusNotFound)
+		return
+	}
+	w.Header().Set(PositionHeader, strconv.FormatUint(pos, 10))
+	w.Header().Set("Cache-Control", "no-store")
+	p.answer(w, rec)
+}
+
+func (p *Playground) ack(w http.ResponseWriter, r *http.Request, topic string, q url.Values) {
+	if !q.Has("ack") {
+		http.Error(w, "egress: POST /<topic>?ack=<position> acknowledges; the ack parameter is missing", http.StatusBadRequest)
+		return
+	}
+	pos, err := position("ack", q.Get("ack"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := p.Source.AckEgress(r.Context(), PlaygroundID, topic, pos); err != nil {
+		if p.NotRead != nil && p.NotRead(err) {
+			http.Error(w, "egress: ack: "+err.Error(), http.StatusConflict)
+			return
+		}
+		p.fail(w, "ack", topic, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (p *Playground) fail(w http.ResponseWriter, what, topic string, err error) {
+	if p.Logger != nil {
+		p.Logger.Error("egress: "+what+" failed", "topic", topic, "error", err)
+	}
+	http.Error(w, "egress: "+err.Error(), http.StatusInternalServerError)
+}
+
+// answer writes a record's payload.
+func (p *Playground) answer(w http.ResponseWriter, rec *protocol.EgressRecord) {
 	out, err := DecodeRecord(rec.GetArgument())
 	if err != nil { // checked when it was produced; only corruption gets here
 		http.Error(w, "egress: "+err.Error(), http.StatusInternalServerError)

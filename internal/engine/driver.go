@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/engine/dispatch"
+	"github.com/statefun-go/statefun/internal/idempotency"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
@@ -135,6 +136,24 @@ func (d *Driver) Ingest(env *protocol.Envelope) (*Future, error) {
 			return partition.Receipt{}, false, nil
 		}
 	}}, nil
+}
+
+// IngestOnce starts Engine.IngestOnce: a replay (replayed true, no future)
+// and refusals (ErrBusy, the idempotency errors) are answered at once;
+// otherwise the future is done once the message and its key are durable.
+func (d *Driver) IngestOnce(env *protocol.Envelope, r idempotency.Request) (f *Future, replayed bool, err error) {
+	req, replayed, err := d.e.ingestOnce(env, r)
+	if err != nil || replayed {
+		return nil, replayed, err
+	}
+	return &Future{poll: func() (partition.Receipt, bool, error) {
+		select {
+		case err := <-req.done:
+			return partition.Receipt{}, true, err
+		default:
+			return partition.Receipt{}, false, nil
+		}
+	}}, false, nil
 }
 
 // Mutate starts Engine.Mutate: the future is done when the mutation's ack

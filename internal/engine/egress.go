@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/statefun-go/statefun/internal/engine/committer"
@@ -20,10 +22,19 @@ type egressPopper struct {
 
 // egressQueue remembers where the last pop of one route ended, so a pop
 // does not wade through deleted records; records up to cursor are claimed.
+// read is the highest position a cursor read handed out since the start:
+// an acknowledgement beyond it would remove records nobody read.
 type egressQueue struct {
 	mu     sync.Mutex
 	cursor uint64
+	read   uint64
 }
+
+// ErrNotRead is returned by AckEgress for a position beyond what reads have
+// handed out (since the runtime started) while unread records lie at or
+// below it: acknowledging it would remove records no consumer has seen.
+// The consumer reads again and acknowledges what it got.
+var ErrNotRead = errors.New("engine: the position was not read yet")
 
 func newEgressPopper(db *store.DB, submit func(committer.Request) error) *egressPopper {
 	return &egressPopper{db: db, submit: submit, queues: map[string]*egressQueue{}}
@@ -86,4 +97,68 @@ func (q *egressQueue) unclaim(seq uint64) {
 		q.cursor = seq - 1
 	}
 	q.mu.Unlock()
+}
+
+// ReadEgress returns the first durable record of one egress route whose
+// position is greater than after (0: the oldest), without removing it, and
+// ok=false when there is none. Records a pop is removing are skipped. The
+// position is the record's sequence number: it grows with every record
+// written and is never given twice. Reading is free of side effects but
+// one: AckEgress accepts positions up to the highest one read.
+func (e *Engine) ReadEgress(ctx context.Context, egress, route string, after uint64) (pos uint64, rec *protocol.EgressRecord, ok bool, err error) {
+	if e.closed.Load() {
+		return 0, nil, false, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, nil, false, err
+	}
+	q := e.egress.queue(egress, route)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	pos, rec, ok, err = e.db.NextEgress(egress, route, max(after, q.cursor))
+	if err != nil || !ok {
+		return 0, nil, false, err
+	}
+	q.read = max(q.read, pos)
+	return pos, rec, true, nil
+}
+
+// AckEgress removes every record of one egress route at or below pos, and
+// returns once the removal is durable: the consumer has them. Acknowledging
+// again is harmless. A position beyond the highest read since the start is
+// refused with ErrNotRead when records the reads have not handed out lie at
+// or below it (after a restart: read again, then acknowledge); with no such
+// record (a repeated acknowledgement) it succeeds and removes nothing new.
+// No lock is held while the removal is synced.
+func (e *Engine) AckEgress(ctx context.Context, egress, route string, pos uint64) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	q := e.egress.queue(egress, route)
+	q.mu.Lock()
+	if pos > q.read {
+		seq, _, unread, err := e.db.NextEgress(egress, route, max(q.read, q.cursor))
+		if err != nil {
+			q.mu.Unlock()
+			return err
+		}
+		if unread && seq <= pos {
+			read := q.read
+			q.mu.Unlock()
+			return fmt.Errorf("%w: position %d of %s is not read yet (the highest read since the start is %d)", ErrNotRead, seq, route, read)
+		}
+	}
+	q.mu.Unlock()
+	req := &ackReq{e: e, egress: egress, route: route, pos: pos, done: make(chan error, 1)}
+	if err := e.egress.submit(req); err != nil {
+		return err
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		// The removal goes ahead or fails on its own; acknowledging again
+		// tells which is harmless.
+		return ctx.Err()
+	}
 }

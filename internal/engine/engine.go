@@ -120,6 +120,7 @@ type Engine struct {
 	egressSeq  uint64 // owned by the committer's goroutine (Encode)
 	arrivals   *arrivals
 	egress     *egressPopper
+	once       inflight // idempotency keys being made durable
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -256,6 +257,11 @@ func (e *Engine) Ingest(ctx context.Context, env *protocol.Envelope) error {
 	if err != nil {
 		return err
 	}
+	return e.awaitIngress(ctx, req)
+}
+
+// awaitIngress waits until an ingress request is durable (or failed), or ctx ends.
+func (e *Engine) awaitIngress(ctx context.Context, req *ingressReq) error {
 	select {
 	case err := <-req.done:
 		if err != nil {
@@ -272,6 +278,12 @@ func (e *Engine) Ingest(ctx context.Context, env *protocol.Envelope) error {
 
 // ingest admits a message and hands it to the committer.
 func (e *Engine) ingest(env *protocol.Envelope) (*ingressReq, error) {
+	return e.ingestReq(env, nil)
+}
+
+// ingestReq admits a message and hands it to the committer, with the
+// idempotency record to write with it, if any.
+func (e *Engine) ingestReq(env *protocol.Envelope, once *onceWrite) (*ingressReq, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -285,7 +297,7 @@ func (e *Engine) ingest(env *protocol.Envelope) (*ingressReq, error) {
 		return nil, ErrBusy
 	}
 	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
-	req := &ingressReq{e: e, key: key, env: env, done: make(chan error, 1)}
+	req := &ingressReq{e: e, key: key, env: env, once: once, done: make(chan error, 1)}
 	if err := e.submit(req); err != nil {
 		return nil, err
 	}

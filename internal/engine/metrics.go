@@ -21,6 +21,7 @@ type Metrics struct {
 	queueDepth      *prometheus.GaugeVec
 	ingressed       prometheus.Counter
 	ingressRejected prometheus.Counter
+	ingressReplayed prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not
@@ -62,10 +63,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ingressRejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "statefun_ingress_rejected_total", Help: "Ingress messages refused because the partition queue was full or Admit refused new work.",
 		}),
+		ingressReplayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "statefun_ingress_replayed_total", Help: "Ingress requests answered from an earlier request with the same Idempotency-Key, without a new message.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.invocations, m.batchSize, m.callSeconds, m.retries, m.commitSeconds,
-			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected)
+			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed)
 	}
 	return m
 }

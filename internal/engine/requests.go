@@ -10,12 +10,14 @@ import (
 // writes, and what its durability releases.
 
 // ingressReq is a message from an ingress, or an accepted operator mutation
-// (receipt set): durable in the target's inbox, then delivered.
+// (receipt set): durable in the target's inbox, then delivered. A message
+// sent with an idempotency key writes the key's record in the same batch.
 type ingressReq struct {
 	e       *Engine
 	key     partition.InboxKey
 	env     *protocol.Envelope
 	receipt *protocol.Receipt
+	once    *onceWrite
 	done    chan error
 }
 
@@ -23,6 +25,9 @@ func (r *ingressReq) Encode(b *store.Batch) error {
 	b.PutInbox(r.e.arrivals.assign(r.key), r.env)
 	if r.receipt != nil {
 		b.PutReceipt(r.receipt)
+	}
+	if r.once != nil {
+		b.PutIdempotency(r.once.k.scope, r.once.k.key, r.once.rec)
 	}
 	return nil
 }
@@ -32,11 +37,17 @@ func (r *ingressReq) Durable() {
 	if r.receipt != nil {
 		r.e.waiters.receiptsChanged()
 	}
+	if r.once != nil {
+		r.e.once.release(r.once.k) // after the record is in the store
+	}
 	r.done <- nil
 }
 
 func (r *ingressReq) Fail(err error) {
 	r.e.arrivals.forget(r.key)
+	if r.once != nil {
+		r.e.once.release(r.once.k)
+	}
 	r.done <- r.e.stopErr(err)
 }
 
@@ -70,6 +81,11 @@ func (r *partCommit) Encode(b *store.Batch) error {
 	for _, eg := range cm.Egress {
 		r.e.egressSeq++
 		b.PutEgress(eg.Egress, eg.Route, r.e.egressSeq, eg.Record)
+	}
+	if len(cm.Egress) > 0 {
+		// Numbers are never given twice, even after every outbox emptied
+		// and a restart: a consumer's position stays meaningful.
+		b.PutEgressSeq(r.e.egressSeq)
 	}
 	for _, a := range cm.Audit {
 		b.PutAudit(auditToProto(a))
@@ -135,6 +151,21 @@ func (r *popReq) Encode(b *store.Batch) error {
 }
 func (r *popReq) Durable()       { r.done <- nil }
 func (r *popReq) Fail(err error) { r.done <- r.e.stopErr(err) }
+
+// ackReq removes the egress records a consumer acknowledged.
+type ackReq struct {
+	e             *Engine
+	egress, route string
+	pos           uint64
+	done          chan error
+}
+
+func (r *ackReq) Encode(b *store.Batch) error {
+	b.DeleteEgressThrough(r.egress, r.route, r.pos)
+	return nil
+}
+func (r *ackReq) Durable()       { r.done <- nil }
+func (r *ackReq) Fail(err error) { r.done <- r.e.stopErr(err) }
 
 func timerKey(k partition.TimerKey) store.TimerKey {
 	return store.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}

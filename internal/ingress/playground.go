@@ -15,12 +15,20 @@ import (
 	"strings"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/idempotency"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
-// Sink makes a message durable and delivers it (engine.Engine.Ingest).
+// Sink makes a message durable and delivers it (engine.Engine).
 type Sink interface {
+	// Ingest makes one message durable.
 	Ingest(ctx context.Context, env *protocol.Envelope) error
+	// IngestOnce makes one message durable unless a request with the same
+	// idempotency key (in its scope) was accepted before: then it returns
+	// replayed true and makes none. It returns idempotency.ErrMismatch for
+	// a key used by a different request and idempotency.ErrInProgress
+	// while the first request with the key is still being made durable.
+	IngestOnce(ctx context.Context, env *protocol.Envelope, r idempotency.Request) (replayed bool, err error)
 }
 
 // DefaultTypename is the typename of a playground message whose
@@ -41,6 +49,12 @@ const MaxBodyBytes = 32 << 20
 // shares), a function type no endpoint serves (404), the typename (400)
 // and the body's size (413). A message that passes can be encoded, stored,
 // delivered and reached through the state API.
+//
+// A request with an Idempotency-Key header is made durable at most once
+// per key and function type: a repeat is answered 200 with
+// Idempotent-Replayed: true and makes no message, a different request with
+// the key 422, a repeat while the first is in progress 409 (see
+// docs/ingress.md).
 type Playground struct {
 	Sink Sink
 	// Busy tells whether an error means "full, retry later" (503).
@@ -70,7 +84,35 @@ func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), status)
 		return
 	}
-	if err := p.Sink.Ingest(r.Context(), env); err != nil {
+	key, once, err := idempotency.Parse(r.Header.Values(idempotency.Header))
+	if err != nil {
+		http.Error(w, "ingress: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if !once {
+		err = p.Sink.Ingest(r.Context(), env)
+	} else {
+		var replayed bool
+		replayed, err = p.Sink.IngestOnce(r.Context(), env, idempotency.Request{
+			// Keys are unique per function type: the ingress target.
+			Scope:       env.GetTarget().GetNamespace() + "/" + env.GetTarget().GetType(),
+			Key:         key,
+			Fingerprint: idempotency.Fingerprint(r.Method, r.URL.EscapedPath(), r.Header.Get("Content-Type"), env.GetArgument().GetValue()),
+		})
+		switch {
+		case errors.Is(err, idempotency.ErrMismatch):
+			http.Error(w, fmt.Sprintf("ingress: %s %s was already used for a different request to %s/%s (another method, path, Content-Type or body); use a new key",
+				idempotency.Header, quote(key), env.GetTarget().GetNamespace(), env.GetTarget().GetType()), http.StatusUnprocessableEntity)
+			return
+		case errors.Is(err, idempotency.ErrInProgress):
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, fmt.Sprintf("ingress: a request with %s %s is still in progress; retry later", idempotency.Header, quote(key)), http.StatusConflict)
+			return
+		case err == nil && replayed:
+			w.Header().Set(idempotency.ReplayedHeader, "true")
+		}
+	}
+	if err != nil {
 		if p.Busy != nil && p.Busy(err) {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

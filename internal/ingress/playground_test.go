@@ -9,10 +9,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/idempotency"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -28,11 +30,35 @@ type storeSink struct {
 func (s *storeSink) Ingest(_ context.Context, env *protocol.Envelope) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.put(env, nil)
+}
+
+func (s *storeSink) put(env *protocol.Envelope, once *idempotency.Request) error {
 	s.seq++
 	p := address.Partition(env.GetTarget().GetId(), s.db.Partitions())
 	b := s.db.NewBatch()
 	b.PutInbox(store.InboxKey{Partition: p, Source: ^uint32(0), Seq: s.seq}, env)
+	if once != nil {
+		b.PutIdempotency(once.Scope, once.Key, store.IdempotencyRecord{At: time.Now().UnixMilli(), Fingerprint: once.Fingerprint})
+	}
 	return b.Commit(true)
+}
+
+// IngestOnce stores the key with the message, as the engine does (one
+// request at a time, so never in progress).
+func (s *storeSink) IngestOnce(_ context.Context, env *protocol.Envelope, r idempotency.Request) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, found, err := s.db.Idempotency(r.Scope, r.Key)
+	switch {
+	case err != nil:
+		return false, err
+	case found && !bytes.Equal(rec.Fingerprint, r.Fingerprint):
+		return false, idempotency.ErrMismatch
+	case found:
+		return true, nil
+	}
+	return false, s.put(env, &r)
 }
 
 // stored returns every message in the store's inboxes.
@@ -175,5 +201,66 @@ func TestPlaygroundIDLimitIsTheSharedOne(t *testing.T) {
 	}
 	if got := sink.stored(t); len(got) != 1 || got[0].GetTarget().GetId() != id {
 		t.Fatalf("stored %v", got)
+	}
+}
+
+// sendKeyed sends a PUT with an Idempotency-Key header line per key.
+func sendKeyed(t *testing.T, srv *httptest.Server, path, body string, keys ...string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPut, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/vnd.example/Greet")
+	req.Header["Idempotency-Key"] = keys
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// A key is stored with its message: a repeat is answered like the first and
+// stores nothing; the key used for another request is refused with 422; a
+// key that is not one is refused with 400 naming the header, before
+// anything is written.
+func TestPlaygroundIdempotencyKey(t *testing.T) {
+	srv, sink := newServer(t, &Playground{})
+	for i := range 2 {
+		status, h, body := sendKeyed(t, srv, "/example/greeter/ada", "hi", `"k-1"`)
+		if status != 200 || (h.Get("Idempotent-Replayed") == "true") != (i == 1) {
+			t.Fatalf("send %d: %d %q replayed=%q", i, status, body, h.Get("Idempotent-Replayed"))
+		}
+	}
+	// The bare form of the same key is the same key.
+	if status, h, _ := sendKeyed(t, srv, "/example/greeter/ada", "hi", `k-1`); status != 200 || h.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("bare key: %d replayed=%q", status, h.Get("Idempotent-Replayed"))
+	}
+	if n := len(sink.stored(t)); n != 1 {
+		t.Fatalf("stored %d messages, want 1", n)
+	}
+	for _, tc := range []struct{ path, body string }{
+		{"/example/greeter/ada", "other body"},
+		{"/example/greeter/bob", "hi"},
+	} {
+		status, _, body := sendKeyed(t, srv, tc.path, tc.body, "k-1")
+		if status != http.StatusUnprocessableEntity || !strings.Contains(body, "Idempotency-Key") {
+			t.Fatalf("%s %q with a used key: %d %q, want 422 naming Idempotency-Key", tc.path, tc.body, status, body)
+		}
+	}
+	// Another function type is another scope: the key is new there.
+	if status, h, _ := sendKeyed(t, srv, "/example/other/ada", "hi", "k-1"); status != 200 || h.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("same key, other function type: %d replayed=%q", status, h.Get("Idempotent-Replayed"))
+	}
+	for _, keys := range [][]string{{`"unterminated`}, {""}, {strings.Repeat("k", 256)}, {"a", "b"}, {"a b"}, {"\"a\tb\""}} {
+		status, _, body := sendKeyed(t, srv, "/example/greeter/ada", "hi", keys...)
+		if status != http.StatusBadRequest || !strings.Contains(body, "Idempotency-Key") {
+			t.Fatalf("key %q: %d %q, want 400 naming Idempotency-Key", keys, status, body)
+		}
+	}
+	if n := len(sink.stored(t)); n != 2 {
+		t.Fatalf("stored %d messages, want 2", n)
 	}
 }

@@ -1,7 +1,9 @@
 package store
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/statefun-go/statefun/internal/address"
@@ -159,6 +161,29 @@ func (b *Batch) PutEgress(egress, route string, seq uint64, rec *protocol.Egress
 func (b *Batch) DeleteEgress(egress, route string, seq uint64) {
 	b.key = egressKey(b.key[:0], egress, route, seq)
 	b.delete(b.key)
+}
+
+// DeleteEgressThrough removes every record of the outbox (egress, route)
+// whose sequence number is at most seq (a consumer acknowledged them), with
+// one range deletion.
+func (b *Batch) DeleteEgressThrough(egress, route string, seq uint64) {
+	lower := egressKey(nil, egress, route, 0)
+	upper := prefixSuccessor(egressPrefix(nil, egress, route))
+	if seq < math.MaxUint64 {
+		upper = egressKey(nil, egress, route, seq+1)
+	}
+	if err := b.live().DeleteRange(lower, upper, nil); err != nil {
+		panic(fmt.Sprintf("store: batch delete range %s: %v", formatKey(lower), err))
+	}
+}
+
+// PutEgressSeq records seq as the highest egress sequence number written so
+// far: MaxEgressSeq never returns less, even after every outbox emptied.
+// The engine writes it with the records it numbers.
+func (b *Batch) PutEgressSeq(seq uint64) {
+	b.key = metaKey(b.key[:0], metaEgressSeq)
+	b.val = binary.BigEndian.AppendUint64(b.val[:0], seq)
+	b.set(b.key, b.val)
 }
 
 // Stage runs fn, which adds the writes of one request, and keeps them only

@@ -74,7 +74,8 @@ type Options struct {
 	// after the last report. Zero means DefaultDiskSlowThreshold.
 	DiskSlowThreshold time.Duration
 
-	// Retention bounds receipts, audit records and unread egress records;
+	// Retention bounds receipts, audit records, unread egress records and
+	// idempotency keys;
 	// see Retention. The zero value gives the documented defaults.
 	Retention Retention
 

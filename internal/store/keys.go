@@ -29,6 +29,10 @@ const (
 	spaceAudit     byte = 0x09 // the audit log of operator mutations, by time
 	spaceAuditAddr byte = 0x0A // audit index: by target address, then time
 	spaceAuditWho  byte = 0x0B // audit index: by principal, then time
+	// spaceIdempotency holds the idempotency keys of ingress requests.
+	spaceIdempotency byte = 0x0C
+	// spaceIdempotencyAge indexes them by age, for retention.
+	spaceIdempotencyAge byte = 0x0D
 )
 
 // Names of the global meta keys (space 0x00). Part of the file format.
@@ -38,6 +42,10 @@ const (
 	// metaAuditIndexed marks a store whose audit records all have their
 	// index entries (0x0A, 0x0B); Open builds them for older stores.
 	metaAuditIndexed = "audit-indexed" // value: 1, u32 BE
+	// metaEgressSeq is the highest egress sequence number ever written, so
+	// that numbers are never given twice, even once every outbox is empty
+	// (a consumer's position must never point at a later record).
+	metaEgressSeq = "egress-seq" // value: u64 BE
 )
 
 // MaxPartitions is the largest partition count a store can hold: partition
@@ -440,6 +448,12 @@ func formatKey(key []byte) string {
 		case spaceEgress:
 			if e, r, seq, err := decodeEgressKey(key); err == nil {
 				return fmt.Sprintf("egress(%s, %s, seq=%d)", q(e), q(r), seq)
+			}
+		case spaceIdempotency:
+			if scope, rest, err := decodeString(key[1:]); err == nil {
+				if k, rest, err := decodeString(rest); err == nil && len(rest) == 0 {
+					return fmt.Sprintf("idempotency(%s, %s)", q(scope), q(k))
+				}
 			}
 		}
 	}

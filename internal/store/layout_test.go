@@ -156,6 +156,20 @@ func TestLayoutGolden(t *testing.T) {
 			egressKey(nil, "example/out", "greetings", 12)},
 		{rec("value: egress record").add(mustMarshal(egressRec), "protocol.EgressRecord, protobuf"),
 			mustMarshal(egressRec)},
+		{rec("key: global meta, highest egress sequence number").add([]byte{0x00}, "space 0x00: global meta").add([]byte("egress-seq"), "name \"egress-seq\""),
+			metaKey(nil, metaEgressSeq)},
+		{rec("value: highest egress sequence number").add(u64(12), "u64 BE: 12"), binary.BigEndian.AppendUint64(nil, 12)},
+
+		{rec("key: idempotency key \"k-1\" of example/greeter").
+			add([]byte{0x0C}, "space 0x0C: idempotency").str("example/greeter", "scope").str("k-1", "key"),
+			idempotencyKey(nil, "example/greeter", "k-1")},
+		{rec("value: idempotency record").
+			add(u64(1_700_000_000_000), "at 1700000000000 (unix ms)").add([]byte{0xab, 0xcd}, "fingerprint (to the end)"),
+			appendIdempotency(nil, IdempotencyRecord{At: 1_700_000_000_000, Fingerprint: []byte{0xab, 0xcd}})},
+		{rec("key: idempotency index by age").
+			add([]byte{0x0D}, "space 0x0D: idempotency by age").add(u64(1_700_000_000_000|1<<63), "at 1700000000000, sign bit flipped").
+			str("example/greeter", "scope").str("k-1", "key"),
+			idempotencyAgeKey(nil, 1_700_000_000_000, "example/greeter", "k-1")},
 	}
 
 	var sb strings.Builder

@@ -18,10 +18,10 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		records: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "statefun_store_records", Help: "Records kept in a retained key space (receipts, audit, egress), counted at the last retention sweep.",
+			Name: "statefun_store_records", Help: "Records kept in a retained key space (receipts, audit, egress, idempotency), counted at the last retention sweep.",
 		}, []string{"space"}),
 		bytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "statefun_store_bytes", Help: "Approximate disk bytes of a retained key space (audit includes its indexes), estimated at the last retention sweep.",
+			Name: "statefun_store_bytes", Help: "Approximate disk bytes of a retained key space (audit and idempotency include their indexes), estimated at the last retention sweep.",
 		}, []string{"space"}),
 		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "statefun_store_retention_deleted_total", Help: "Records deleted by retention, per key space (an egress record deleted here was never taken by a consumer).",
@@ -46,6 +46,7 @@ func (m *Metrics) observe(db *DB, st SweepStats) {
 		{"receipts", st.Receipts, st.DeletedReceipts, spaceReceipt, spaceReceipt + 1},
 		{"audit", st.Audit, st.DeletedAudit, spaceAudit, spaceAuditWho + 1},
 		{"egress", st.Egress, st.DeletedEgress, spaceEgress, spaceEgress + 1},
+		{"idempotency", st.Idempotency, st.DeletedIdempotency, spaceIdempotency, spaceIdempotencyAge + 1},
 	} {
 		m.records.WithLabelValues(s.name).Set(float64(s.left))
 		m.bytes.WithLabelValues(s.name).Set(float64(db.spaceBytes(s.lower, s.upper)))

@@ -360,15 +360,27 @@ func (db *DB) NextEgress(egress, route string, afterSeq uint64) (seq uint64, rec
 	return seq, rec, true, finish(it, nil)
 }
 
-// MaxEgressSeq returns the highest sequence number in any egress outbox, or
-// 0 if every outbox is empty. It visits the last key of each outbox only,
-// walking backwards.
+// MaxEgressSeq returns the highest egress sequence number written: the
+// greater of the highest in any outbox and the one PutEgressSeq recorded
+// (0 for a store that never had a record). It visits the last key of each
+// outbox only, walking backwards.
 func (db *DB) MaxEgressSeq() (uint64, error) {
+	var maxSeq uint64
+	mk := metaKey(nil, metaEgressSeq)
+	val, ok, err := db.get(mk)
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		if len(val) != 8 {
+			return 0, corrupt(mk, errors.New("egress sequence is not a u64"))
+		}
+		maxSeq = binary.BigEndian.Uint64(val)
+	}
 	it, err := db.newIter([]byte{spaceEgress}, []byte{spaceEgress + 1})
 	if err != nil {
 		return 0, err
 	}
-	var maxSeq uint64
 	var outbox []byte
 	for valid := it.Last(); valid; valid = it.SeekLT(outbox) {
 		key := it.Key()

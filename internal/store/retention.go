@@ -30,6 +30,11 @@ type Retention struct {
 	// consumer that never comes.
 	EgressAge   time.Duration
 	EgressCount int
+	// IdempotencyAge and IdempotencyCount bound the idempotency keys of
+	// ingress requests (defaults 24 h and 1,000,000). A request retried
+	// with its key after its record is gone makes a new message.
+	IdempotencyAge   time.Duration
+	IdempotencyCount int
 }
 
 // Retention defaults; docs/storage.md explains them.
@@ -40,6 +45,11 @@ const (
 	DefaultAuditCount   = 1_000_000
 	DefaultEgressAge    = 7 * 24 * time.Hour
 	DefaultEgressCount  = 1_000_000
+	// DefaultIdempotencyAge and DefaultIdempotencyCount bound idempotency
+	// keys: clients retry within minutes; a day covers a retry after an
+	// outage, and a million keys (about 150 MB) the keys of a busy day.
+	DefaultIdempotencyAge   = 24 * time.Hour
+	DefaultIdempotencyCount = 1_000_000
 )
 
 // sweepBatch is the most deletions one sweep commits at once, so that a
@@ -51,7 +61,7 @@ func (r Retention) withDefaults() (Retention, error) {
 	for _, d := range []struct {
 		p   *time.Duration
 		def time.Duration
-	}{{&r.ReceiptAge, DefaultReceiptAge}, {&r.AuditAge, DefaultAuditAge}, {&r.EgressAge, DefaultEgressAge}} {
+	}{{&r.ReceiptAge, DefaultReceiptAge}, {&r.AuditAge, DefaultAuditAge}, {&r.EgressAge, DefaultEgressAge}, {&r.IdempotencyAge, DefaultIdempotencyAge}} {
 		if *d.p == 0 {
 			*d.p = d.def
 		}
@@ -59,7 +69,7 @@ func (r Retention) withDefaults() (Retention, error) {
 	for _, c := range []struct {
 		p   *int
 		def int
-	}{{&r.ReceiptCount, DefaultReceiptCount}, {&r.AuditCount, DefaultAuditCount}, {&r.EgressCount, DefaultEgressCount}} {
+	}{{&r.ReceiptCount, DefaultReceiptCount}, {&r.AuditCount, DefaultAuditCount}, {&r.EgressCount, DefaultEgressCount}, {&r.IdempotencyCount, DefaultIdempotencyCount}} {
 		if *c.p == 0 {
 			*c.p = c.def
 		}
@@ -86,10 +96,11 @@ func excess(n, limit int) int {
 
 // SweepStats is what one Sweep found and removed.
 type SweepStats struct {
-	// Receipts, Audit and Egress count the records left in each space.
-	Receipts, Audit, Egress int
+	// Receipts, Audit, Egress and Idempotency count the records left in
+	// each space.
+	Receipts, Audit, Egress, Idempotency int
 	// Deleted counts the records removed, per space.
-	DeletedReceipts, DeletedAudit, DeletedEgress int
+	DeletedReceipts, DeletedAudit, DeletedEgress, DeletedIdempotency int
 }
 
 // sweepLoop runs Sweep every interval until Close.
@@ -110,7 +121,8 @@ func (db *DB) sweepLoop(interval time.Duration) {
 }
 
 // Sweep applies the retention once: it deletes, oldest first, the receipts,
-// audit records (with their index entries) and egress records beyond
+// audit records (with their index entries), egress records and idempotency
+// keys (with their index entries) beyond
 // Options.Retention, in batches of at most 1,000 deletions, and updates the
 // size metrics. The background sweeper calls it every
 // Options.SweepInterval; tests call it directly.
@@ -131,6 +143,9 @@ func (db *DB) Sweep() (SweepStats, error) {
 		return st, err
 	}
 	if st.Egress, st.DeletedEgress, err = db.sweepEgress(now, r.EgressAge, r.EgressCount); err != nil {
+		return st, err
+	}
+	if st.Idempotency, st.DeletedIdempotency, err = db.sweepIdempotency(ageCutoff(now, r.IdempotencyAge), r.IdempotencyCount); err != nil {
 		return st, err
 	}
 	db.opts.Metrics.observe(db, st)

@@ -201,7 +201,7 @@ func Start(cfg Config) (*App, error) {
 		return nil, err
 	}
 	for i, in := range mod.Ingresses {
-		h := &ingress.Playground{Sink: eng, Busy: func(err error) bool { return errors.Is(err, engine.ErrBusy) },
+		h := &ingress.Playground{Sink: eng, Busy: unavailable,
 			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Served: fns.ServesName}
 		a.names[fmt.Sprintf("ingress%d", i)] = fmt.Sprintf("playground ingress (%s)", in.Pos)
 		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
@@ -210,7 +210,7 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	for i, eg := range mod.Egresses {
-		h := &egress.Playground{Source: eng, Topics: eg.Topics, Logger: cfg.Logger,
+		h := &egress.Playground{Source: eng, Topics: eg.Topics, Logger: cfg.Logger, Unavailable: unavailable,
 			NotRead: func(err error) bool { return errors.Is(err, engine.ErrNotRead) }}
 		a.names[fmt.Sprintf("egress%d", i)] = fmt.Sprintf("playground egress (%s)", eg.Pos)
 		if err := a.listen(fmt.Sprintf("egress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(eg.Port)), h); err != nil {
@@ -222,6 +222,15 @@ func Start(cfg Config) (*App, error) {
 	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir,
 		"partitions", eng.Partitions(), "admin", a.addrs["admin"])
 	return a, nil
+}
+
+// unavailable reports whether an engine error means "not now": a full
+// partition, work refused for lack of disk, or an engine that is stopping
+// or stopped on a store error. The edges answer it with 503 and
+// Retry-After, so clients retry (against the restarted runtime at the
+// latest) instead of taking a 500 for a final answer.
+func unavailable(err error) bool {
+	return errors.Is(err, engine.ErrBusy) || errors.Is(err, engine.ErrClosed)
 }
 
 // isLoopback reports whether a listen address can only be reached from

@@ -125,7 +125,11 @@ type Playground struct {
 	// NotRead tells whether an AckEgress error means the position was not
 	// read yet (409).
 	NotRead func(error) bool
-	Logger  *slog.Logger
+	// Unavailable tells whether an error means the runtime cannot serve
+	// now (stopping, or stopped on a store error): 503 with Retry-After
+	// rather than 500. Nil means never.
+	Unavailable func(error) bool
+	Logger      *slog.Logger
 }
 
 // allowed is the Allow header of a 405.
@@ -224,6 +228,11 @@ func (p *Playground) ack(w http.ResponseWriter, r *http.Request, topic string, q
 func (p *Playground) fail(w http.ResponseWriter, what, topic string, err error) {
 	if p.Logger != nil {
 		p.Logger.Error("egress: "+what+" failed", "topic", topic, "error", err)
+	}
+	if p.Unavailable != nil && p.Unavailable(err) {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "egress: "+err.Error(), http.StatusServiceUnavailable)
+		return
 	}
 	http.Error(w, "egress: "+err.Error(), http.StatusInternalServerError)
 }

@@ -126,16 +126,17 @@ func Start(cfg Config) (*App, error) {
 		topics = append(topics, eg.Topics...)
 	}
 	eng, err := engine.New(engine.Options{
-		Store:     db,
-		Functions: fns,
-		MaxBatch:  fns.maxBatch,
-		Routable:  fns.serves,
-		Egress:    egress.NewRouter(topics).Route,
-		RetryBase: cfg.RetryBase,
-		RetryMax:  cfg.RetryMax,
-		Logger:    cfg.Logger,
-		Metrics:   engine.NewMetrics(reg),
-		Admit:     guard.Admit,
+		Store:         db,
+		Functions:     fns,
+		MaxBatch:      fns.maxBatch,
+		MaxBatchBytes: fns.maxBatchBytes,
+		Routable:      fns.serves,
+		Egress:        egress.NewRouter(topics).Route,
+		RetryBase:     cfg.RetryBase,
+		RetryMax:      cfg.RetryMax,
+		Logger:        cfg.Logger,
+		Metrics:       engine.NewMetrics(reg),
+		Admit:         guard.Admit,
 	})
 	if err != nil {
 		guard.Stop()
@@ -349,6 +350,13 @@ func (f *functions) maxBatch(t address.TypeName) int {
 		return ep.MaxNumBatchRequests
 	}
 	return 0
+}
+
+// maxBatchBytes is how many bytes of invocations one request to the
+// endpoint of a function type may carry: what its payload_max_bytes leaves
+// after the envelope (attached state can still exceed it).
+func (f *functions) maxBatchBytes(t address.TypeName) int {
+	return int(f.maxMessage(t.Namespace, t.Name))
 }
 
 // maxMessage is the largest message body the endpoint of a function type

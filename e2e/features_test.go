@@ -922,7 +922,7 @@ func TestFeatureRetry(t *testing.T) {
 // while an AFTER_INVOKE value is alive restarts its clock even when it
 // completes after the old expiry. StateFun attaches state by reading it when
 // it builds the request, and a Flink OnReadAndWrite TTL restarts on that
-// read (STATEFUN-FACTS 1.4), so the value lives on for TTLCall after the
+// read, so the value lives on for TTLCall after the
 // request was sent; the function has just been handed the value, so
 // deleting it when the response comes back would be wrong.
 func TestFeatureTTLCallLongInvocation(t *testing.T) {
@@ -1066,7 +1066,7 @@ func TestFeatureIDs(t *testing.T) {
 // IncompleteInvocationContext. The second answer names states that were
 // registered, by the first one, while it was in flight: that is the normal
 // course of things and not a protocol violation; StateFun registers what is
-// new and re-sends (STATEFUN-FACTS 1.4).
+// new and re-sends (as StateFun's runtime does).
 func TestFeatureConcurrentFirstContact(t *testing.T) {
 	t.Parallel()
 	fs, rt, rr := startFeatures(t)

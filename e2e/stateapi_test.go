@@ -317,7 +317,7 @@ func (a *saAPI) getBytes(path string) []byte {
 	return a.expect(http.StatusOK, http.MethodGet, path, "", "Accept", "application/octet-stream").body
 }
 
-// saReceipt is the receipt of STATE-API.md §3.2.
+// saReceipt is the receipt of docs/state-api.md ("Failure guarantees").
 type saReceipt struct {
 	Mutation        string  `json:"mutation"`
 	Status          string  `json:"status"`
@@ -364,7 +364,7 @@ func saReceiptOf(t testing.TB, r saResp, want string) saReceipt {
 	return rc
 }
 
-// TestStateAPIOrdering checks the central promise (STATE-API.md §3.1) with
+// TestStateAPIOrdering checks the central promise (docs/state-api.md, "Ordering") with
 // ack=applied and ack=committed: while an invocation of an address is held
 // in flight, a read answers at once with the last applied value (not the
 // flight's half), a PUT waits until the flight's result is applied, and a

@@ -155,7 +155,7 @@ func run(args []string, stderr io.Writer) int {
 	tlsCert := fs.String("tls-cert", env("STATEFUN_TLS_CERT", ""), "certificate file: serve the admin listener over https (env STATEFUN_TLS_CERT)")
 	tlsKey := fs.String("tls-key", env("STATEFUN_TLS_KEY", ""), "key file for --tls-cert (env STATEFUN_TLS_KEY)")
 	logLevel := fs.String("log-level", env("STATEFUN_LOG_LEVEL", "info"), "debug, info, warn or error (env STATEFUN_LOG_LEVEL)")
-	memTable := fs.String("store-memtable-size", env("STATEFUN_STORE_MEMTABLE_SIZE", "8MiB"), "size of one memtable of the store; each write-ahead log file is preallocated to 1.1 times it and up to four exist (env STATEFUN_STORE_MEMTABLE_SIZE)")
+	memTable := fs.String("store-memtable-size", env("STATEFUN_STORE_MEMTABLE_SIZE", "8MiB"), "size of one memtable of the store: larger absorbs bigger bursts, smaller keeps a small store small (env STATEFUN_STORE_MEMTABLE_SIZE; docs/storage.md)")
 	diskReserve := fs.String("disk-reserve", env("STATEFUN_DISK_RESERVE", "auto"), "free disk space below which new work is refused with 503; the runtime does not start below half of it; auto is 4 x memtable + 16MiB, off disables (env STATEFUN_DISK_RESERVE)")
 	var ret store.Retention
 	fs.DurationVar(&ret.ReceiptAge, "receipt-retention", envDuration("STATEFUN_RECEIPT_RETENTION", store.DefaultReceiptAge), "how long mutation receipts are kept; -1s keeps them (env STATEFUN_RECEIPT_RETENTION)")
@@ -164,6 +164,13 @@ func run(args []string, stderr io.Writer) int {
 	fs.IntVar(&ret.AuditCount, "audit-max", envInt("STATEFUN_AUDIT_MAX", store.DefaultAuditCount), "most audit records kept; -1 for no limit (env STATEFUN_AUDIT_MAX)")
 	fs.DurationVar(&ret.EgressAge, "egress-retention", envDuration("STATEFUN_EGRESS_RETENTION", store.DefaultEgressAge), "how long an egress record waits for a consumer before it is deleted; -1s keeps them (env STATEFUN_EGRESS_RETENTION)")
 	fs.IntVar(&ret.EgressCount, "egress-max", envInt("STATEFUN_EGRESS_MAX", store.DefaultEgressCount), "most records waiting in one egress topic; older ones are deleted; -1 for no limit (env STATEFUN_EGRESS_MAX)")
+	maxConns := fs.Int("max-conns", envInt("STATEFUN_MAX_CONNS", 0), "connections each listener serves at once; over it the longest-idle one is closed or the new one answered 503; 0 derives it from the file-descriptor limit, at most 4096 (env STATEFUN_MAX_CONNS; docs/limits.md)")
+	readHeaderTimeout := fs.Duration("read-header-timeout", envDuration("STATEFUN_READ_HEADER_TIMEOUT", app.DefaultReadHeaderTimeout), "time a client has to send a request's head, on every listener (env STATEFUN_READ_HEADER_TIMEOUT)")
+	readTimeout := fs.Duration("read-timeout", envDuration("STATEFUN_READ_TIMEOUT", app.DefaultReadTimeout), "time a client has to send a whole request, on every listener (env STATEFUN_READ_TIMEOUT)")
+	writeTimeout := fs.Duration("write-timeout", envDuration("STATEFUN_WRITE_TIMEOUT", app.DefaultWriteTimeout), "time from a request's head to the end of its answer; the admin listener keeps at least the longest ?wait= plus 30s (env STATEFUN_WRITE_TIMEOUT)")
+	idleTimeout := fs.Duration("idle-timeout", envDuration("STATEFUN_IDLE_TIMEOUT", app.DefaultIdleTimeout), "keep-alive connections idle this long are closed, on every listener (env STATEFUN_IDLE_TIMEOUT)")
+	maxHeaderBytes := fs.Int("max-header-bytes", envInt("STATEFUN_MAX_HEADER_BYTES", app.DefaultMaxHeaderBytes), "largest request head, on every listener (env STATEFUN_MAX_HEADER_BYTES)")
+	maxCallsPerType := fs.Int("max-calls-per-type", envInt("STATEFUN_MAX_CALLS_PER_TYPE", 0), "calls in flight per function type on an endpoint; 0 means half the endpoint's pool_size for a namespace endpoint, all of it for a one-type endpoint (env STATEFUN_MAX_CALLS_PER_TYPE)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -256,6 +263,15 @@ func run(args []string, stderr io.Writer) int {
 		Logger:      logger,
 		Store:       store.Options{MemTableSize: memBytes, Retention: ret},
 		DiskReserve: reserve,
+		Listeners: app.ListenerLimits{
+			MaxConns:          *maxConns,
+			ReadHeaderTimeout: *readHeaderTimeout,
+			ReadTimeout:       *readTimeout,
+			WriteTimeout:      *writeTimeout,
+			IdleTimeout:       *idleTimeout,
+			MaxHeaderBytes:    *maxHeaderBytes,
+		},
+		MaxCallsPerType: *maxCallsPerType,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "statefun: %v\n", err)

@@ -1,7 +1,7 @@
 package main
 
 // `statefun state`: the command line of the state access API
-// (STATE-API.md section 7). This file holds the dispatch, the flags every
+// (docs/state-api.md). This file holds the dispatch, the flags every
 // command shares, argument parsing and the mapping of errors to exit codes;
 // state_cmds.go the commands, state_edit.go `edit` and its diff.
 

@@ -13,20 +13,20 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/admin"
+	"github.com/statefun-go/statefun/internal/connlimit"
 	"github.com/statefun-go/statefun/internal/diskguard"
 	"github.com/statefun-go/statefun/internal/egress"
 	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/ingress"
-	"github.com/statefun-go/statefun/internal/invoker"
 	"github.com/statefun-go/statefun/internal/module"
-	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -63,6 +63,14 @@ type Config struct {
 	// the runtime does not start). Zero means
 	// diskguard.DefaultReserve(memtable size); negative turns the guard off.
 	DiskReserve int64
+	// MaxCallsPerType caps the calls in flight per function type on each
+	// endpoint; 0 means half the endpoint's pool for an endpoint that
+	// serves a namespace, the whole pool for one that serves one type
+	// (functions.Options.MaxCallsPerType, docs/limits.md).
+	MaxCallsPerType int
+	// Listeners bounds the connections and timeouts of every listener
+	// (docs/limits.md).
+	Listeners ListenerLimits
 }
 
 // App is a running runtime.
@@ -74,12 +82,18 @@ type App struct {
 	failed  chan struct{}    // closed when the engine or the store failed
 	closing chan struct{}    // closed by Close
 	eng     *engine.Engine
-	fns     *functions
+	fns     *functions.Router
 	servers []*http.Server
 	addrs   map[string]string
 	names   map[string]string // listener name → what to call it in errors
 	wg      sync.WaitGroup
 	once    sync.Once
+	lim     ListenerLimits // resolved: no zero field
+	// up is set once every listener is bound: /readyz answers 503 before,
+	// because the admin listener is bound first and a client that waits
+	// for readiness must then find the ingress and egress listening.
+	up    atomic.Bool
+	connM *connlimit.Metrics
 }
 
 // Start loads the module, opens the store, restores the partitions and
@@ -104,6 +118,9 @@ func Start(cfg Config) (*App, error) {
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
 		return nil, errors.New("app: https needs both a certificate and a key")
 	}
+	if cfg.API.MaxWait <= 0 {
+		cfg.API.MaxWait = time.Minute
+	}
 	mod, err := module.Load(cfg.ModulePath)
 	if err != nil {
 		return nil, err
@@ -111,16 +128,21 @@ func Start(cfg Config) (*App, error) {
 	for _, w := range mod.Warnings {
 		cfg.Logger.Warn("module: " + w.Error())
 	}
-	fns, err := newFunctions(mod)
+	lim, err := resolveLimits(cfg, mod)
 	if err != nil {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	guard, db, err := openStore(cfg, reg)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	fns, err := functions.New(mod, functions.Options{MaxCallsPerType: cfg.MaxCallsPerType, Metrics: functions.NewMetrics(reg)})
 	if err != nil {
 		return nil, err
 	}
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	guard, db, err := openStore(cfg, reg)
+	if err != nil {
+		fns.Close()
+		return nil, err
+	}
 	var topics []string
 	for _, eg := range mod.Egresses {
 		topics = append(topics, eg.Topics...)
@@ -128,9 +150,9 @@ func Start(cfg Config) (*App, error) {
 	eng, err := engine.New(engine.Options{
 		Store:         db,
 		Functions:     fns,
-		MaxBatch:      fns.maxBatch,
-		MaxBatchBytes: fns.maxBatchBytes,
-		Routable:      fns.serves,
+		MaxBatch:      fns.MaxBatch,
+		MaxBatchBytes: fns.MaxBatchBytes,
+		Routable:      fns.Serves,
 		Egress:        egress.NewRouter(topics).Route,
 		RetryBase:     cfg.RetryBase,
 		RetryMax:      cfg.RetryMax,
@@ -141,9 +163,11 @@ func Start(cfg Config) (*App, error) {
 	if err != nil {
 		guard.Stop()
 		db.Close()
+		fns.Close()
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, db: db, guard: guard, eng: eng, fns: fns, addrs: map[string]string{}, names: map[string]string{}}
+	a := &App{cfg: cfg, log: cfg.Logger, db: db, guard: guard, eng: eng, fns: fns, addrs: map[string]string{}, names: map[string]string{},
+		lim: lim, connM: connlimit.NewMetrics(reg)}
 	a.failed, a.closing = make(chan struct{}), make(chan struct{})
 	go func() {
 		select {
@@ -158,6 +182,9 @@ func Start(cfg Config) (*App, error) {
 	eng.Start()
 
 	ready := func() error {
+		if !a.up.Load() {
+			return errors.New("app: starting: not every listener is bound yet")
+		}
 		if err := eng.Err(); err != nil {
 			return err
 		}
@@ -176,10 +203,7 @@ func Start(cfg Config) (*App, error) {
 	}
 	for i, in := range mod.Ingresses {
 		h := &ingress.Playground{Sink: eng, Busy: func(err error) bool { return errors.Is(err, engine.ErrBusy) },
-			MaxBody: fns.maxMessage, Logger: cfg.Logger,
-			Served: func(namespace, name string) bool {
-				return fns.serves(address.TypeName{Namespace: namespace, Name: name})
-			}}
+			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Served: fns.ServesName}
 		a.names[fmt.Sprintf("ingress%d", i)] = fmt.Sprintf("playground ingress (%s)", in.Pos)
 		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
 			a.Close()
@@ -194,13 +218,10 @@ func Start(cfg Config) (*App, error) {
 			return nil, err
 		}
 	}
+	a.up.Store(true)
 	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir,
 		"partitions", eng.Partitions(), "admin", a.addrs["admin"])
 	return a, nil
-}
-
-func (a *App) listen(name, addr string, h http.Handler) error {
-	return a.listenTLS(name, addr, h, "", "")
 }
 
 // isLoopback reports whether a listen address can only be reached from
@@ -215,34 +236,6 @@ func isLoopback(hostport string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-func (a *App) listenTLS(name, addr string, h http.Handler, cert, key string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		if desc, ok := a.names[name]; ok {
-			name = desc
-		}
-		return fmt.Errorf("app: %s listener: %w", name, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	closeNewOnShutdown(srv)
-	a.servers = append(a.servers, srv)
-	a.addrs[name] = ln.Addr().String()
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		var err error
-		if cert != "" {
-			err = srv.ServeTLS(ln, cert, key)
-		} else {
-			err = srv.Serve(ln)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("listener stopped", "listener", name, "error", err)
-		}
-	}()
-	return nil
 }
 
 // Addr returns the bound address of a listener: "admin", "ingress0",
@@ -290,92 +283,13 @@ func (a *App) Close() error {
 		a.wg.Wait()
 		a.guard.Stop()
 		if dead != nil {
-			a.fns.close()
+			a.fns.Close()
 			err = dead
 			return
 		}
 		a.eng.Close()
-		a.fns.close()
+		a.fns.Close()
 		err = a.db.Close()
 	})
 	return err
-}
-
-// functions calls remote functions through the endpoint module.yaml binds
-// to each function type, one client (connection pool) per endpoint.
-type functions struct {
-	mod     *module.Module
-	clients map[*module.Endpoint]*invoker.Client
-}
-
-func newFunctions(mod *module.Module) (*functions, error) {
-	f := &functions{mod: mod, clients: map[*module.Endpoint]*invoker.Client{}}
-	for _, ep := range mod.Endpoints {
-		c, err := invoker.New(invoker.Options{
-			CallTimeout:     ep.Transport.Call,
-			ConnectTimeout:  ep.Transport.Connect,
-			PoolTTL:         ep.Transport.PoolTTL,
-			PoolSize:        ep.Transport.PoolSize,
-			PayloadMaxBytes: ep.Transport.PayloadMaxBytes,
-			TrustCACerts:    ep.Transport.TrustCACerts,
-			ClientCert:      ep.Transport.ClientCert,
-			ClientKey:       ep.Transport.ClientKey,
-		})
-		if err != nil {
-			f.close()
-			return nil, fmt.Errorf("app: endpoint for %s: %w", ep.Functions, err)
-		}
-		f.clients[ep] = c
-	}
-	return f, nil
-}
-
-// Call implements engine.Functions.
-func (f *functions) Call(ctx context.Context, t address.TypeName, req *protocol.ToFunction) (*protocol.FromFunction, error) {
-	ep, ok := f.mod.EndpointFor(t)
-	if !ok {
-		return nil, fmt.Errorf("no endpoint in module.yaml serves function type %s", t)
-	}
-	return f.clients[ep].Invoke(ctx, ep.URL(t), req)
-}
-
-// serves reports whether an endpoint of the module serves a function type.
-func (f *functions) serves(t address.TypeName) bool {
-	_, ok := f.mod.EndpointFor(t)
-	return ok
-}
-
-func (f *functions) maxBatch(t address.TypeName) int {
-	if ep, ok := f.mod.EndpointFor(t); ok {
-		return ep.MaxNumBatchRequests
-	}
-	return 0
-}
-
-// maxBatchBytes is how many bytes of invocations one request to the
-// endpoint of a function type may carry: what its payload_max_bytes leaves
-// after the envelope (attached state can still exceed it).
-func (f *functions) maxBatchBytes(t address.TypeName) int {
-	return int(f.maxMessage(t.Namespace, t.Name))
-}
-
-// maxMessage is the largest message body the endpoint of a function type
-// can carry in a request (its payload_max_bytes less room for the envelope
-// and state around it).
-func (f *functions) maxMessage(namespace, name string) int64 {
-	ep, ok := f.mod.EndpointFor(address.TypeName{Namespace: namespace, Name: name})
-	if !ok || ep.Transport.PayloadMaxBytes <= 0 {
-		return ingress.MaxBodyBytes
-	}
-	return max(ep.Transport.PayloadMaxBytes-requestOverhead, 0)
-}
-
-// requestOverhead is the room kept in a request for the parts around one
-// message: target, caller, typename, framing (state can still exceed it).
-const requestOverhead = 4 << 10
-
-func (f *functions) close() {
-	for _, c := range f.clients {
-		c.Close()
-	}
 }

@@ -365,7 +365,7 @@ func (s *Server) deleteAddress(w http.ResponseWriter, r *http.Request, principal
 	s.submit(w, r, m)
 }
 
-// receiptJSON is the receipt of STATE-API.md §3.2.
+// receiptJSON is the receipt of docs/state-api.md ("Failure guarantees").
 type receiptJSON struct {
 	Mutation        string  `json:"mutation"`
 	Status          string  `json:"status"`

@@ -21,7 +21,7 @@ const (
 	spaceState byte = 0x01 // state entries
 	spaceInbox byte = 0x02 // partition inboxes
 	spaceTimer byte = 0x03 // delayed-message timers
-	// spaceCancel byte = 0x04 // reserved: the cancellation-token index (DESIGN.md §4), not yet written
+	// spaceCancel byte = 0x04 // reserved: the cancellation-token index, not yet written
 	spaceSpecs     byte = 0x05 // registered specs per function type
 	spacePartition byte = 0x06 // partition meta
 	spaceEgress    byte = 0x07 // egress outboxes

@@ -8,7 +8,7 @@ import (
 )
 
 // Envelope is the application/json representation of a state entry
-// (STATE-API.md section 2): what a GET returns and what a PUT may send back.
+// (docs/state-api.md, "Reads"): what a GET returns and what a PUT may send back.
 type Envelope struct {
 	Address  EnvelopeAddress `json:"address"`
 	State    string          `json:"state"`

@@ -1,0 +1,256 @@
+// Package functions routes calls to remote functions: module.yaml binds each
+// function type to an endpoint, and each endpoint gets one invoker.Client
+// (one connection pool). It also answers the per-type questions the engine
+// and the ingress ask of module.yaml (the batch cap, the largest message an
+// endpoint can carry).
+//
+// # Bulkheads
+//
+// Function types that share an endpoint share its pool of PoolSize
+// connections, and each call holds one connection for its whole duration.
+// Without a bound per type, one type whose function hangs fills the pool
+// with hung calls, and every other type of the endpoint waits for a
+// connection until those calls time out. So each type may have at most a
+// limited number of calls in flight (Options.MaxCallsPerType; by default
+// half the pool for an endpoint that serves a namespace, the whole pool for
+// an endpoint that serves one type). A call over its type's limit waits,
+// in arrival order, for one of that type's calls to end; it holds no
+// connection while it waits, and it stops waiting when its context ends.
+// With k types hung at the limit L, the other types of the endpoint still
+// have PoolSize − k·L connections.
+package functions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/ingress"
+	"github.com/statefun-go/statefun/internal/invoker"
+	"github.com/statefun-go/statefun/internal/module"
+	"github.com/statefun-go/statefun/internal/protocol"
+)
+
+// ErrNoEndpoint is returned (wrapped, naming the type) by Call for a
+// function type that no endpoint of the module serves.
+var ErrNoEndpoint = errors.New("functions: no endpoint in module.yaml serves the function type")
+
+// noEndpointError names the function type that has no endpoint.
+type noEndpointError struct{ t address.TypeName }
+
+func (e noEndpointError) Error() string {
+	return "functions: no endpoint in module.yaml serves function type " + e.t.String()
+}
+
+func (e noEndpointError) Is(target error) bool { return target == ErrNoEndpoint }
+
+// Options configure a Router.
+type Options struct {
+	// MaxCallsPerType caps the calls in flight per function type on each
+	// endpoint (the bulkhead). Zero means the default: half the endpoint's
+	// pool size (at least 1) for an endpoint that serves a namespace
+	// ("ns/*"), the pool size for an endpoint that serves one type. A value
+	// above an endpoint's pool size is lowered to it. Negative is refused.
+	MaxCallsPerType int
+	// Metrics receives the bulkhead gauges; nil records nothing.
+	Metrics *Metrics
+}
+
+// Router calls remote functions through the endpoint module.yaml binds to
+// each function type. It implements the engine's Functions interface and is
+// safe for concurrent use.
+type Router struct {
+	mod       *module.Module
+	endpoints map[*module.Endpoint]*endpoint
+	metrics   *Metrics
+}
+
+// endpoint is one module.yaml endpoint: its client and its bulkhead.
+type endpoint struct {
+	client *invoker.Client
+	limit  int // calls in flight per function type
+
+	mu    sync.Mutex
+	types map[address.TypeName]*bulkhead
+}
+
+// bulkhead bounds the calls in flight of one function type. slots holds a
+// token per call in flight; a goroutine blocked sending on a channel is
+// woken in arrival order, so waiters are served first come, first served.
+type bulkhead struct {
+	slots chan struct{}
+	refs  int // calls in flight or waiting; the entry goes at zero
+}
+
+// New returns a Router with one client per endpoint of mod. It fails,
+// naming the endpoint, when a client cannot be built (a TLS file that
+// cannot be read, a bad option) or when opts is invalid.
+func New(mod *module.Module, opts Options) (*Router, error) {
+	if opts.MaxCallsPerType < 0 {
+		return nil, fmt.Errorf("functions: MaxCallsPerType %d is negative", opts.MaxCallsPerType)
+	}
+	r := &Router{mod: mod, endpoints: map[*module.Endpoint]*endpoint{}, metrics: opts.Metrics}
+	for _, ep := range mod.Endpoints {
+		c, err := invoker.New(invoker.Options{
+			CallTimeout:     ep.Transport.Call,
+			ConnectTimeout:  ep.Transport.Connect,
+			PoolTTL:         ep.Transport.PoolTTL,
+			PoolSize:        ep.Transport.PoolSize,
+			PayloadMaxBytes: ep.Transport.PayloadMaxBytes,
+			TrustCACerts:    ep.Transport.TrustCACerts,
+			ClientCert:      ep.Transport.ClientCert,
+			ClientKey:       ep.Transport.ClientKey,
+		})
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("functions: endpoint for %s (%s): %w", ep.Functions, ep.Pos, err)
+		}
+		r.endpoints[ep] = &endpoint{client: c, limit: LimitPerType(ep, opts.MaxCallsPerType),
+			types: map[address.TypeName]*bulkhead{}}
+	}
+	return r, nil
+}
+
+// PoolSize is the number of connections the endpoint's client pools: its
+// transport's pool_size, or the invoker's default.
+func PoolSize(ep *module.Endpoint) int {
+	if ep.Transport.PoolSize > 0 {
+		return ep.Transport.PoolSize
+	}
+	return invoker.DefaultPoolSize
+}
+
+// LimitPerType is the bulkhead of ep: the calls in flight one function type
+// may have, for a configured maximum (0 for the default, see
+// Options.MaxCallsPerType).
+func LimitPerType(ep *module.Endpoint, configured int) int {
+	pool := PoolSize(ep)
+	switch {
+	case configured > 0:
+		return min(configured, pool)
+	case ep.Functions.Wildcard:
+		return max(pool/2, 1)
+	default:
+		return pool
+	}
+}
+
+// Call sends req to the endpoint that serves t and returns its answer. It
+// waits first, without holding a connection, while t has as many calls in
+// flight as its bulkhead allows, and returns ctx's error if ctx ends while
+// it waits. A t that no endpoint serves gets ErrNoEndpoint; a failed call
+// gets the invoker's *invoker.Error.
+func (r *Router) Call(ctx context.Context, t address.TypeName, req *protocol.ToFunction) (*protocol.FromFunction, error) {
+	mep, ok := r.mod.EndpointFor(t)
+	if !ok {
+		return nil, noEndpointError{t}
+	}
+	ep := r.endpoints[mep]
+	release, err := ep.acquire(ctx, t, r.metrics)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return ep.client.Invoke(ctx, mep.URL(t), req)
+}
+
+// acquire takes one of t's slots, waiting for one while all are taken, and
+// returns the function that gives it back.
+func (e *endpoint) acquire(ctx context.Context, t address.TypeName, m *Metrics) (release func(), err error) {
+	e.mu.Lock()
+	b, ok := e.types[t]
+	if !ok {
+		b = &bulkhead{slots: make(chan struct{}, e.limit)}
+		e.types[t] = b
+	}
+	b.refs++
+	e.mu.Unlock()
+
+	select {
+	case b.slots <- struct{}{}:
+	default:
+		m.waiting(t, 1)
+		select {
+		case b.slots <- struct{}{}:
+			m.waiting(t, -1)
+		case <-ctx.Done():
+			m.waiting(t, -1)
+			e.unref(t, b)
+			return nil, fmt.Errorf("functions: waiting for one of the %d calls in flight of %s to end: %w", e.limit, t, context.Cause(ctx))
+		}
+	}
+	m.inFlight(t, 1)
+	return func() {
+		m.inFlight(t, -1)
+		<-b.slots
+		e.unref(t, b)
+	}, nil
+}
+
+// unref drops one reference to t's bulkhead and forgets the bulkhead when
+// nothing uses it, so that types seen once (a wildcard endpoint serves any
+// name) do not accumulate.
+func (e *endpoint) unref(t address.TypeName, b *bulkhead) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b.refs--
+	if b.refs == 0 {
+		delete(e.types, t)
+	}
+}
+
+// Serves reports whether an endpoint of the module serves function type t.
+// The ingress refuses messages to a type it does not serve, and the
+// partition cores refuse function responses that send to one.
+func (r *Router) Serves(t address.TypeName) bool {
+	_, ok := r.mod.EndpointFor(t)
+	return ok
+}
+
+// ServesName is Serves for a type given as namespace and name.
+func (r *Router) ServesName(namespace, name string) bool {
+	return r.Serves(address.TypeName{Namespace: namespace, Name: name})
+}
+
+// MaxBatch is the batch cap module.yaml sets for t's endpoint
+// (maxNumBatchRequests), 0 when no endpoint serves t.
+func (r *Router) MaxBatch(t address.TypeName) int {
+	if ep, ok := r.mod.EndpointFor(t); ok {
+		return ep.MaxNumBatchRequests
+	}
+	return 0
+}
+
+// MaxBatchBytes is how many bytes of invocations one request to the
+// endpoint of t may carry (see partition.Config.MaxBatchBytes): what
+// MaxMessage leaves for one message, so that a batch of messages that each
+// fit is not one request over the endpoint's payload cap.
+func (r *Router) MaxBatchBytes(t address.TypeName) int {
+	return int(r.MaxMessage(t.Namespace, t.Name))
+}
+
+// MaxMessage is the largest message body the endpoint of a function type
+// can carry in a request: its payload_max_bytes less room for the envelope
+// and state around it. Without an endpoint, or with no payload cap, it is
+// the ingress's own cap.
+func (r *Router) MaxMessage(namespace, name string) int64 {
+	ep, ok := r.mod.EndpointFor(address.TypeName{Namespace: namespace, Name: name})
+	if !ok || ep.Transport.PayloadMaxBytes <= 0 {
+		return ingress.MaxBodyBytes
+	}
+	return max(ep.Transport.PayloadMaxBytes-RequestOverhead, 0)
+}
+
+// RequestOverhead is the room kept in a request for the parts around one
+// message: target, caller, typename, framing (state can still exceed it).
+const RequestOverhead = 4 << 10
+
+// Close closes the idle pooled connections of every endpoint. Calls in
+// flight are not interrupted.
+func (r *Router) Close() {
+	for _, e := range r.endpoints {
+		e.client.Close()
+	}
+}

@@ -168,20 +168,24 @@ type hostileEnv struct {
 	probe int
 }
 
-// hostileModule binds sdktest/features and sdktest/stateless to two
-// endpoints (the same function server), with the playground ingress and
-// an egress with the report topic and the leak topic.
+// hostileModule binds sdktest/* (sdktest/features and sdktest/stateless)
+// to one endpoint, so that the two types share its connection pool, with
+// the playground ingress and an egress with the report topic and the leak
+// topic. The call timeout is long, so that a hung call stays hung for a
+// row's length.
 func hostileModule(fnURL string) func(in, out int) string {
 	return func(in, out int) string {
 		var b strings.Builder
-		for _, fn := range []string{sdktest.FeaturesFn, sdktest.StatelessFn} {
-			fmt.Fprintf(&b, "kind: io.statefun.endpoints.v2/http\nspec:\n  functions: %s\n  urlPathTemplate: %s\n  transport:\n    type: io.statefun.transports.v1/async\n    call: 10s\n---\n", fn, fnURL)
-		}
+		fmt.Fprintf(&b, "kind: io.statefun.endpoints.v2/http\nspec:\n  functions: sdktest/*\n  urlPathTemplate: %s\n  transport:\n    type: io.statefun.transports.v1/async\n    call: 2min\n---\n", fnURL)
 		fmt.Fprintf(&b, "kind: io.statefun.playground.v1/ingress\nspec:\n  port: %d\n---\n", in)
 		fmt.Fprintf(&b, "kind: io.statefun.playground.v1/egress\nspec:\n  port: %d\n  topics: [%s, %s]\n", out, sdktest.DefaultTopic, hostileLeakTopic)
 		return b.String()
 	}
 }
+
+// hostileMaxConns is the connection cap of every listener of the shared
+// runtime: low, so that a row can fill a listener with few connections.
+const hostileMaxConns = 64
 
 // hostileSnapshot is what promise (b) compares.
 type hostileSnapshot struct {
@@ -479,7 +483,7 @@ func hostileIDOn(prefix string, p int, avoid ...string) string {
 func TestHostile(t *testing.T) {
 	fn := startHostileFn(t)
 	rt := newRuntimeWith(t, hostileModule(fn.url))
-	rt.start()
+	saStart(rt, "http", http.DefaultClient, "--max-conns", strconv.Itoa(hostileMaxConns))
 	e := &hostileEnv{t: t, fn: fn, rt: rt, api: saAPIOf(t, "http://"+rt.admin, saClient), seen: map[string][]string{}}
 
 	// The sentinel: an entry whose version must not move, and the first
@@ -687,6 +691,9 @@ func TestHostile(t *testing.T) {
 			return hostileAllowed{}
 		}},
 		{name: "flood beyond a partition's queue limit", run: hostileFlood},
+		{name: "1,100 hung calls of one type", run: hostileHung},
+		{name: "idle keep-alive connections over the cap", run: hostileIdleKeepAlive},
+		{name: "connections that send nothing fill the ingress", run: hostileSilentConns},
 	}
 	for _, row := range rows {
 		if !t.Run(row.name, func(t *testing.T) {
@@ -704,13 +711,11 @@ func TestHostile(t *testing.T) {
 
 	t.Run("idle SIGTERM, then a start without replay", func(t *testing.T) {
 		before := e.snapshot(t)
-		start := time.Now()
 		if err := rt.stop(); err != nil {
 			t.Fatalf("idle SIGTERM: %v\n%s", err, rt.logs())
 		}
-		t.Logf("idle SIGTERM → exit 0 in %v", time.Since(start).Round(time.Millisecond))
 		mark := len(badFullLog(rt))
-		rt.start()
+		saStart(rt, "http", http.DefaultClient, "--max-conns", strconv.Itoa(hostileMaxConns))
 		if log := badFullLog(rt)[mark:]; strings.Contains(log, "replayed its write-ahead log") {
 			t.Errorf("the start after a clean stop replayed the write-ahead log:\n%s", log)
 		}
@@ -719,7 +724,7 @@ func TestHostile(t *testing.T) {
 		// The check can fail: after SIGKILL the next start replays.
 		rt.kill()
 		mark = len(badFullLog(rt))
-		rt.start()
+		saStart(rt, "http", http.DefaultClient, "--max-conns", strconv.Itoa(hostileMaxConns))
 		if log := badFullLog(rt)[mark:]; !strings.Contains(log, "replayed its write-ahead log") {
 			t.Errorf("the start after SIGKILL did not log its replay; the check above proves nothing:\n%s", log)
 		}
@@ -810,10 +815,12 @@ func hostileFlood(t *testing.T, e *hostileEnv) hostileAllowed {
 	var wg sync.WaitGroup
 	var bad atomic.Int64
 	var sample atomic.Value
+	sem := make(chan struct{}, hostileMaxConns/4) // within the admin listener's cap
 	for i := range 200 {
 		wg.Add(1)
+		sem <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-sem; wg.Done() }()
 			method, path, body := http.MethodGet, saEntry(id, sdktest.StateInt64), ""
 			switch i % 4 {
 			case 1:
@@ -860,6 +867,157 @@ func hostileFlood(t *testing.T, e *hostileEnv) hostileAllowed {
 		t.Errorf("delivered %q; want %q", rogue.args, want)
 	}
 	return hostileAllowed{addrs: []string{hostileStateful + "/" + id}}
+}
+
+// hostileHung holds 1,100 calls of sdktest/features in flight (1,100
+// addresses, each answered only at the end of the row) on the endpoint
+// that also serves sdktest/stateless: more than its pool of 1,024
+// connections. The per-type bulkhead keeps part of the pool for the other
+// type, which must still be invoked while they hang.
+func hostileHung(t *testing.T, e *hostileEnv) hostileAllowed {
+	const n = 1100
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	defer release()
+	var rogues []*hostileRogue
+	var addrs []string
+	ids := make(chan string, n)
+	for i := range n {
+		id := fmt.Sprintf("hung-%04d", i)
+		r := e.fn.rogue(t, id, &protocol.FromFunction_InvocationResponse{}, false)
+		r.gate, r.arrived = gate, make(chan struct{})
+		rogues = append(rogues, r)
+		addrs = append(addrs, hostileStateful+"/"+id)
+		ids <- id
+	}
+	close(ids)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range ids {
+				e.command(t, hostileStateful, id, sdktest.Command{Op: sdktest.OpIncr})
+			}
+		}()
+	}
+	wg.Wait()
+	arrived := func() int {
+		k := 0
+		for _, r := range rogues {
+			select {
+			case <-r.arrived:
+				k++
+			default:
+			}
+		}
+		return k
+	}
+	// Every call is either hanging at the function or waiting for its
+	// type's share of the pool (or, were there no bulkhead, the calls
+	// hold the whole pool of 1,024 connections).
+	eventually(t, 60*time.Second, "1,100 calls hanging or waiting", func() bool {
+		k := arrived()
+		return k >= 1024 || k >= 512 && float64(k)+metric(t, e.rt, `statefun_function_calls_waiting{function="sdktest/features"}`) >= n
+	})
+	t.Logf("%d calls hang at the function, %v wait for the bulkhead", arrived(), metric(t, e.rt, `statefun_function_calls_waiting{function="sdktest/features"}`))
+	// (c) while they hang: the other type is invoked, and the probe of
+	// promises (c) runs while they still hang too.
+	e.command(t, hostileOther, "while-hung", report("while-hung"))
+	e.awaitReport(t, "while-hung", 20*time.Second)
+	e.alive(t, 200)
+	release()
+	eventually(t, 60*time.Second, "every hung call answered", func() bool {
+		return metric(t, e.rt, `statefun_function_calls_in_flight{function="sdktest/features"}`) == 0 && metric(t, e.rt, "statefun_queue_depth") == 0
+	})
+	return hostileAllowed{addrs: append(addrs, hostileOther+"/while-hung"), reports: []string{"while-hung"}}
+}
+
+// hostileConn opens a TCP connection to base's host that the test closes.
+func hostileConn(t *testing.T, base string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// hostileIdleKeepAlive leaves more keep-alive connections idle on the
+// ingress than its cap: a new client is still served (the longest-idle
+// connection is closed to make room).
+func hostileIdleKeepAlive(t *testing.T, e *hostileEnv) hostileAllowed {
+	before := metric(t, e.rt, `statefun_listener_connections_total{outcome="served_after_closing_idle"}`)
+	for i := range hostileMaxConns + 16 {
+		c := hostileConn(t, e.rt.ingress)
+		fmt.Fprintf(c, "GET /sdktest/features/idle-%d HTTP/1.1\r\nHost: x\r\n\r\n", i)
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("idle connection %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Fatalf("idle connection %d: %s; want 405", i, resp.Status)
+		}
+	}
+	// (c) below sends through the ingress on new connections.
+	e.served(t)
+	if after := metric(t, e.rt, `statefun_listener_connections_total{outcome="served_after_closing_idle"}`); after <= before {
+		t.Errorf("no connection was served by closing an idle one (%v before, %v after)", before, after)
+	}
+	return hostileAllowed{}
+}
+
+// hostileSilentConns fills the ingress with connections that never send a
+// request: beyond its cap (and the overflow room) new connections are
+// refused, but the admin listener, the egress and the calls to functions
+// (other connections, other file descriptors) keep working; once the
+// connections go, the ingress serves again.
+func hostileSilentConns(t *testing.T, e *hostileEnv) hostileAllowed {
+	// A call held at the function: released while the ingress is full, its
+	// answer sends a message to the other type, which reports.
+	hold := e.fn.fs.Hold(hostileStateful, "silent")
+	defer hold.Release()
+	e.command(t, hostileStateful, "silent", sdktest.Command{Op: sdktest.OpSend, To: &sdktest.Target{Fn: hostileOther, ID: "silent"}, Command: &sdktest.Command{Op: sdktest.OpReport, Tag: "silent"}})
+	<-hold.Arrived()
+
+	var conns []net.Conn
+	for range hostileMaxConns + hostileMaxConns/16 + 8 {
+		conns = append(conns, hostileConn(t, e.rt.ingress))
+	}
+	// The ingress takes no new request: 503 from its overflow room, or
+	// the connection closed.
+	eventually(t, 20*time.Second, "the ingress refuses a new connection", func() bool {
+		c, err := net.Dial("tcp", strings.TrimPrefix(e.rt.ingress, "http://"))
+		if err != nil {
+			return true
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		fmt.Fprintf(c, "PUT /sdktest/features/silent-extra HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.sdktest/Command\r\nContent-Length: 2\r\n\r\n{}")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return true
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" {
+			return true
+		}
+		t.Fatalf("a PUT on a full ingress: %s; want 503 with Retry-After or a closed connection", resp.Status)
+		return false
+	})
+	// Everything else goes on: ready, the state API, the function call.
+	e.alive(t, 200)
+	e.api.withT(t).expect(http.StatusOK, http.MethodGet, saEntry(hostileSentinel, sdktest.StateInt64), "")
+	hold.Release()
+	e.awaitReport(t, "silent", 20*time.Second)
+	for _, c := range conns {
+		c.Close()
+	}
+	return hostileAllowed{addrs: []string{hostileStateful + "/silent", hostileOther + "/silent"}, reports: []string{"silent"}}
 }
 
 // hostileExec runs the statefun binary with args in dir (at most 15 s),

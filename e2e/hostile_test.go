@@ -2,8 +2,10 @@ package e2e
 
 // The hostile-input and resource table: every defect of the hardening
 // issue as one row, run against the real binary next to the official Go
-// SDK's sdktest/features and sdktest/stateless (two endpoints, one
-// FeatureServer). After every row the test checks the three promises:
+// SDK's sdktest/features and sdktest/stateless (one FeatureServer behind a
+// proxy that can make an address misbehave, bound as one namespace
+// endpoint so the two types share its connection pool). After every row
+// the test checks the three promises:
 //
 //	(a) the runtime still runs and is ready: the process is alive,
 //	    /healthz and /readyz answer 200;
@@ -15,9 +17,19 @@ package e2e
 //	    sdktest/stateless (and one to another sdktest/features address)
 //	    is answered, observed by its egress record.
 //
-// Rows that need their own process (module.yaml, token files, the data
-// directory, the disk reserve) are in TestHostileStart. Helpers are
-// prefixed "hostile" so they cannot collide with the other e2e files.
+// Rows that must stop the process at start (module.yaml, token files, the
+// data directory, the disk reserve) are in TestHostileStart; rows that need
+// a runtime of their own (the disk below the reserve, trust_cacerts in
+// file: form) in TestHostileOwnProcess. Helpers are prefixed "hostile" so
+// they cannot collide with the other e2e files.
+//
+// Shown once to fail with their fix reverted: the flood row (without the
+// batch byte cap the queued 4 MiB messages went out as one 64 MiB request,
+// refused on every retry), the non-UTF-8 typename (without the ingress
+// check the store's encoding refuses it: 500 instead of 400), the delays
+// near MaxInt64 (without saturation they fired at once), the forged Host
+// (200 instead of 421) and the hung calls (without the bulkhead the other
+// type got no call within 20 s).
 
 import (
 	"bufio"

@@ -148,16 +148,17 @@ func Start(cfg Config) (*App, error) {
 		topics = append(topics, eg.Topics...)
 	}
 	eng, err := engine.New(engine.Options{
-		Store:     db,
-		Functions: fns,
-		MaxBatch:  fns.MaxBatch,
-		Routable:  fns.Serves,
-		Egress:    egress.NewRouter(topics).Route,
-		RetryBase: cfg.RetryBase,
-		RetryMax:  cfg.RetryMax,
-		Logger:    cfg.Logger,
-		Metrics:   engine.NewMetrics(reg),
-		Admit:     guard.Admit,
+		Store:         db,
+		Functions:     fns,
+		MaxBatch:      fns.MaxBatch,
+		MaxBatchBytes: fns.MaxBatchBytes,
+		Routable:      fns.Serves,
+		Egress:        egress.NewRouter(topics).Route,
+		RetryBase:     cfg.RetryBase,
+		RetryMax:      cfg.RetryMax,
+		Logger:        cfg.Logger,
+		Metrics:       engine.NewMetrics(reg),
+		Admit:         guard.Admit,
 	})
 	if err != nil {
 		guard.Stop()

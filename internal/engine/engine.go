@@ -31,6 +31,9 @@ type Options struct {
 	Functions Functions
 	// MaxBatch is the per-type cap on invocations per request; nil for none.
 	MaxBatch func(t address.TypeName) int
+	// MaxBatchBytes is the per-type cap on the bytes of invocations per
+	// request (see partition.Config.MaxBatchBytes); nil for none.
+	MaxBatchBytes func(t address.TypeName) int
 	// Egress routes and checks egress records (see partition.Config.Egress).
 	Egress func(namespace, typ string, arg *protocol.TypedValue) (string, error)
 	// Routable reports whether some endpoint serves a function type; a

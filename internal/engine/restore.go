@@ -58,13 +58,14 @@ func (e *Engine) restore() error {
 			return err
 		}
 		core := partition.New(partition.Config{
-			ID:         p,
-			Partitions: n,
-			MaxBatch:   e.opts.MaxBatch,
-			Egress:     e.opts.Egress,
-			Routable:   e.opts.Routable,
-			RetryBase:  durOr(e.opts.RetryBase, 50*time.Millisecond).Milliseconds(),
-			RetryMax:   durOr(e.opts.RetryMax, 10*time.Second).Milliseconds(),
+			ID:            p,
+			Partitions:    n,
+			MaxBatch:      e.opts.MaxBatch,
+			MaxBatchBytes: e.opts.MaxBatchBytes,
+			Egress:        e.opts.Egress,
+			Routable:      e.opts.Routable,
+			RetryBase:     durOr(e.opts.RetryBase, 50*time.Millisecond).Milliseconds(),
+			RetryMax:      durOr(e.opts.RetryMax, 10*time.Second).Milliseconds(),
 		}, storeReader{db: e.db, specs: e.specs.initial}, rs)
 		pt := newPart(p, core, e, e.opts.Now)
 		for i, k := range inboxes[p] {

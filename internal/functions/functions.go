@@ -223,6 +223,14 @@ func (r *Router) MaxBatch(t address.TypeName) int {
 	return 0
 }
 
+// MaxBatchBytes is how many bytes of invocations one request to the
+// endpoint of t may carry (see partition.Config.MaxBatchBytes): what
+// MaxMessage leaves for one message, so that a batch of messages that each
+// fit is not one request over the endpoint's payload cap.
+func (r *Router) MaxBatchBytes(t address.TypeName) int {
+	return int(r.MaxMessage(t.Namespace, t.Name))
+}
+
 // MaxMessage is the largest message body the endpoint of a function type
 // can carry in a request: its payload_max_bytes less room for the envelope
 // and state around it. Without an endpoint, or with no payload cap, it is

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
@@ -20,6 +22,13 @@ type Config struct {
 	// request (module.yaml maxNumBatchRequests); ≤ 0 or a nil func means no
 	// cap.
 	MaxBatch func(t address.TypeName) int
+	// MaxBatchBytes returns how many bytes of invocations (each encoded
+	// ToFunction.Invocation: caller and argument) one request for an
+	// address of the type may carry, so that a batch of messages that each
+	// fit the endpoint's payload cap is not one request over it, refused on
+	// every retry. The first queued message always goes. ≤ 0 or a nil func
+	// means no cap.
+	MaxBatchBytes func(t address.TypeName) int
 	// Egress checks a record a function sends to an egress and returns its
 	// route (a playground topic). An error refuses the whole response. A nil
 	// func refuses every egress message.
@@ -328,6 +337,18 @@ func (c *Core) startBatch(addr address.Address, mb *mailbox) error {
 	}
 	if max := c.maxBatch(addr.Type); max > 0 && n > max {
 		n = max
+	}
+	if c.cfg.MaxBatchBytes != nil {
+		if limit := c.cfg.MaxBatchBytes(addr.Type); limit > 0 {
+			size := 0
+			for i := range n {
+				size += proto.Size(mb.queue[i].inv)
+				if i > 0 && size > limit {
+					n = i
+					break
+				}
+			}
+		}
 	}
 	msgs := make([]queued, n)
 	copy(msgs, mb.queue)

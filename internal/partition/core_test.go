@@ -2,8 +2,11 @@ package partition
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -235,6 +238,45 @@ func TestMaxBatchCapsRequests(t *testing.T) {
 	}
 	if sizes[0] != 2 || sizes[1] != 2 || sizes[2] != 1 {
 		t.Fatalf("batch sizes %v, want [2 2 1]", sizes)
+	}
+}
+
+// TestMaxBatchBytesCapsRequests: messages that each fit the endpoint's
+// payload cap go out in batches that fit it too; without the byte cap, the
+// queue behind a call went out as one request over the cap, which the
+// client refused on every retry and the address never moved again.
+func TestMaxBatchBytesCapsRequests(t *testing.T) {
+	arg := func(i int) *protocol.TypedValue {
+		return &protocol.TypedValue{Typename: "t/blob", HasValue: true, Value: []byte(strings.Repeat(string(rune('a'+i)), 1000))}
+	}
+	one := proto.Size(&protocol.ToFunction_Invocation{Argument: arg(0)})
+	h := newHarness(t, Config{MaxBatchBytes: func(address.TypeName) int { return 2*one + one/2 }})
+	h.ingress(addr("a"), arg(0))
+	first := h.oneInvocation()
+	for i := 1; i <= 5; i++ {
+		h.ingress(addr("a"), arg(i))
+	}
+	var sizes []int
+	var got []byte
+	inv := first
+	for range 3 {
+		h.respond(inv, result(nil))
+		inv = h.oneInvocation()
+		b := batchOf(inv).Invocations
+		sizes = append(sizes, len(b))
+		for _, in := range b {
+			got = append(got, in.Argument.Value[0])
+		}
+	}
+	if !slices.Equal(sizes, []int{2, 2, 1}) || string(got) != "bcdef" {
+		t.Fatalf("batches of %v carrying %q; want [2 2 1] carrying \"bcdef\"", sizes, got)
+	}
+	// One message over the cap still goes, alone: refusing it is the
+	// ingress's and the response validation's job, not the batcher's.
+	h.respond(inv, result(nil))
+	h.ingress(addr("b"), &protocol.TypedValue{Typename: "t/blob", HasValue: true, Value: make([]byte, 4*one)})
+	if n := len(batchOf(h.oneInvocation()).Invocations); n != 1 {
+		t.Fatalf("an oversized message went out in a batch of %d; want 1", n)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/engine/dispatch"
 	"github.com/statefun-go/statefun/internal/idempotency"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -165,3 +166,120 @@ func (d *Driver) Mutate(m partition.Mutation) (*Future, error) {
 	}
 	return &Future{poll: pm.poll}, nil
 }
+
+// ReadFuture is the answer of a read started through the driver.
+type ReadFuture struct {
+	e  *Engine
+	id uint64
+	ch chan partition.Reply
+
+	done bool
+	rep  partition.Reply
+	err  error
+}
+
+// Read starts Engine.Read: the future is done once partition Step has
+// answered it (a read never waits for a function).
+func (d *Driver) Read(a address.Address, state string) (*ReadFuture, error) {
+	e := d.e
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	p := e.partOf(a)
+	if e.full(p) {
+		return nil, ErrBusy
+	}
+	id, ch := e.waiters.add()
+	p.post(partition.ReadState{Request: id, Addr: a, State: state})
+	return &ReadFuture{e: e, id: id, ch: ch}, nil
+}
+
+// Done reports whether the answer is in; it never blocks.
+func (f *ReadFuture) Done() bool {
+	if f.done {
+		return true
+	}
+	select {
+	case r := <-f.ch:
+		f.rep, f.err, f.done = r, r.Err, true
+	default:
+		if f.e.ctx.Err() != nil {
+			f.e.waiters.drop(f.id)
+			f.err, f.done = f.e.stopErr(nil), true
+		}
+	}
+	return f.done
+}
+
+// Reply returns the read's entries once Done.
+func (f *ReadFuture) Reply() partition.Reply { return f.rep }
+
+// Err returns the read's error once Done.
+func (f *ReadFuture) Err() error { return f.err }
+
+// PopFuture is the answer of an egress pop started through the driver.
+type PopFuture struct {
+	q    *egressQueue
+	req  *popReq
+	rec  *protocol.EgressRecord
+	done bool
+	ok   bool
+	err  error
+}
+
+// PopEgress starts Engine.PopEgress: the oldest record of the route is
+// claimed now, and the future is done once its removal is durable (after a
+// Commit), or at once when the route holds none. The claim and the
+// removal are those of PopEgress, so a record is handed out at most once.
+func (d *Driver) PopEgress(egress, route string) (*PopFuture, error) {
+	e := d.e
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	q := e.egress.queue(egress, route)
+	q.mu.Lock()
+	seq, rec, ok, err := e.db.NextEgress(egress, route, q.cursor)
+	if err != nil || !ok {
+		q.mu.Unlock()
+		return &PopFuture{done: true, err: err}, nil
+	}
+	q.cursor = seq
+	q.mu.Unlock()
+	req := &popReq{e: e, egress: egress, route: route, seq: seq, done: make(chan error, 1)}
+	if err := e.egress.submit(req); err != nil {
+		q.unclaim(seq)
+		return nil, err
+	}
+	return &PopFuture{q: q, req: req, rec: rec}, nil
+}
+
+// Done reports whether the answer is in; it never blocks.
+func (f *PopFuture) Done() bool {
+	if f.done {
+		return true
+	}
+	select {
+	case err := <-f.req.done:
+		f.done = true
+		if err != nil {
+			f.q.unclaim(f.req.seq)
+			f.err = err
+			return true
+		}
+		f.ok = true
+	default:
+	}
+	return f.done
+}
+
+// Record returns the popped record and true once Done, or false when the
+// route held none (or the pop failed: see Err).
+func (f *PopFuture) Record() (*protocol.EgressRecord, bool) {
+	if !f.ok {
+		return nil, false
+	}
+	return f.rec, true
+}
+
+// Err returns the pop's error once Done.
+func (f *PopFuture) Err() error { return f.err }

@@ -211,6 +211,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		fs = smallWALPrealloc{fs}
 	}
 	fs, fsCloser := vfs.WithDiskHealthChecks(fs, opts.DiskSlowThreshold, nil, listener.DiskSlow)
+	fs = walGuard{FS: fs, h: h}
 	popts := &pebble.Options{
 		FS:                 fs,
 		CacheSize:          opts.CacheSize,

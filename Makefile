@@ -55,6 +55,9 @@ fuzz:
 		go test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg; \
 	done
 
-# The long budget: fuzzing for minutes per target.
+# The long budget: fuzzing for minutes per target, and the deterministic
+# simulation over a thousand seeds (a failing seed prints the command that
+# replays it).
 soak:
 	$(MAKE) fuzz FUZZTIME=5m
+	go test ./internal/sim -run 'TestSimulation$$' -sim.seeds=1000 -sim.steps=1200 -timeout 2h

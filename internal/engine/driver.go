@@ -232,23 +232,12 @@ type PopFuture struct {
 // Commit), or at once when the route holds none. The claim and the
 // removal are those of PopEgress, so a record is handed out at most once.
 func (d *Driver) PopEgress(egress, route string) (*PopFuture, error) {
-	e := d.e
-	if e.closed.Load() {
-		return nil, ErrClosed
-	}
-	q := e.egress.queue(egress, route)
-	q.mu.Lock()
-	seq, rec, ok, err := e.db.NextEgress(egress, route, q.cursor)
-	if err != nil || !ok {
-		q.mu.Unlock()
-		return &PopFuture{done: true, err: err}, nil
-	}
-	q.cursor = seq
-	q.mu.Unlock()
-	req := &popReq{e: e, egress: egress, route: route, seq: seq, done: make(chan error, 1)}
-	if err := e.egress.submit(req); err != nil {
-		q.unclaim(seq)
+	q, req, rec, err := d.e.claimPop(egress, route)
+	switch {
+	case err != nil:
 		return nil, err
+	case req == nil: // nothing to pop
+		return &PopFuture{done: true}, nil
 	}
 	return &PopFuture{q: q, req: req, rec: rec}, nil
 }

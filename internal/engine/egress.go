@@ -59,28 +59,14 @@ func (ep *egressPopper) queue(egress, route string) *egressQueue {
 // No lock is held while the removal is synced, so concurrent pops of one
 // route share a group commit.
 func (e *Engine) PopEgress(ctx context.Context, egress, route string) (rec *protocol.EgressRecord, ok bool, err error) {
-	if e.closed.Load() {
-		return nil, false, ErrClosed
-	}
-	q := e.egress.queue(egress, route)
-	q.mu.Lock()
-	seq, rec, ok, err := e.db.NextEgress(egress, route, q.cursor)
-	if err != nil || !ok {
-		q.mu.Unlock()
-		return nil, false, err
-	}
-	q.cursor = seq // claimed: the next pop starts after it
-	q.mu.Unlock()
-
-	req := &popReq{e: e, egress: egress, route: route, seq: seq, done: make(chan error, 1)}
-	if err := e.egress.submit(req); err != nil {
-		q.unclaim(seq)
+	q, req, rec, err := e.claimPop(egress, route)
+	if err != nil || req == nil {
 		return nil, false, err
 	}
 	select {
 	case err := <-req.done:
 		if err != nil {
-			q.unclaim(seq)
+			q.unclaim(req.seq)
 			return nil, false, err
 		}
 		return rec, true, nil
@@ -88,6 +74,32 @@ func (e *Engine) PopEgress(ctx context.Context, egress, route string) (rec *prot
 		// The removal goes ahead: the record is gone for this caller.
 		return nil, false, ctx.Err()
 	}
+}
+
+// claimPop claims the oldest record of a route that no other pop holds and
+// submits its removal to the committer; the caller waits on req.done.
+// req is nil when the route has no record. The queue's lock is held only
+// while claiming, never across the synced commit.
+func (e *Engine) claimPop(egress, route string) (q *egressQueue, req *popReq, rec *protocol.EgressRecord, err error) {
+	if e.closed.Load() {
+		return nil, nil, nil, ErrClosed
+	}
+	q = e.egress.queue(egress, route)
+	q.mu.Lock()
+	seq, rec, ok, err := e.db.NextEgress(egress, route, q.cursor)
+	if err != nil || !ok {
+		q.mu.Unlock()
+		return q, nil, nil, err
+	}
+	q.cursor = seq // claimed: the next pop starts after it
+	q.mu.Unlock()
+
+	req = &popReq{e: e, egress: egress, route: route, seq: seq, done: make(chan error, 1)}
+	if err := e.egress.submit(req); err != nil {
+		q.unclaim(seq)
+		return q, nil, nil, err
+	}
+	return q, req, rec, nil
 }
 
 // unclaim lets the next pop find seq again: its removal failed.

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-
 )
 
 // SourcePosition is how far an ingress has consumed one partition of an

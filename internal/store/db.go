@@ -74,7 +74,7 @@ type Options struct {
 	// after the last report. Zero means DefaultDiskSlowThreshold.
 	DiskSlowThreshold time.Duration
 
-	// Retention bounds receipts, audit records, unread egress records and
+	// Retention bounds receipts, audit records, unread egress records, ingress dead letters and
 	// idempotency keys;
 	// see Retention. The zero value gives the documented defaults.
 	Retention Retention

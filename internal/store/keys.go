@@ -33,6 +33,12 @@ const (
 	spaceIdempotency byte = 0x0C
 	// spaceIdempotencyAge indexes them by age, for retention.
 	spaceIdempotencyAge byte = 0x0D
+	// spaceSourcePosition holds how far each ingress has consumed each
+	// partition of its external source (Kafka topic partitions).
+	spaceSourcePosition byte = 0x0E
+	// spaceDeadLetter holds the records an ingress could not deliver, by
+	// the time they were stored.
+	spaceDeadLetter byte = 0x0F
 )
 
 // Names of the global meta keys (space 0x00). Part of the file format.
@@ -448,6 +454,15 @@ func formatKey(key []byte) string {
 		case spaceEgress:
 			if e, r, seq, err := decodeEgressKey(key); err == nil {
 				return fmt.Sprintf("egress(%s, %s, seq=%d)", q(e), q(r), seq)
+			}
+		case spaceSourcePosition:
+			if p, err := decodeSourcePositionKey(key); err == nil {
+				return fmt.Sprintf("source-position(%s, %s, %d)", q(p.Ingress), q(p.Topic), p.Partition)
+			}
+		case spaceDeadLetter:
+			var d DeadLetter
+			if err := decodeDeadLetterKey(key, &d); err == nil {
+				return fmt.Sprintf("dead-letter(at=%d, %s, %s, %d, offset=%d)", d.At, q(d.Ingress), q(d.Topic), d.Partition, d.Offset)
 			}
 		case spaceIdempotency:
 			if scope, rest, err := decodeString(key[1:]); err == nil {

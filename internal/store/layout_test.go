@@ -170,6 +170,20 @@ func TestLayoutGolden(t *testing.T) {
 			add([]byte{0x0D}, "space 0x0D: idempotency by age").add(u64(1_700_000_000_000|1<<63), "at 1700000000000, sign bit flipped").
 			str("example/greeter", "scope").str("k-1", "key"),
 			idempotencyAgeKey(nil, 1_700_000_000_000, "example/greeter", "k-1")},
+
+		{rec("key: source position of ingress example/logins, topic \"logins\", partition 2").
+			add([]byte{0x0E}, "space 0x0E: source position").str("example/logins", "ingress").str("logins", "topic").add(u32(2), "partition 2"),
+			sourcePositionKey(nil, "example/logins", "logins", 2)},
+		{rec("value: source position").add(u64(42), "next i64 BE: 42"), binary.BigEndian.AppendUint64(nil, 42)},
+		{rec("key: dead letter of ingress example/logins, topic \"logins\", partition 2, offset 41").
+			add([]byte{0x0F}, "space 0x0F: dead letter").add(u64(1_700_000_000_000|1<<63), "at 1700000000000, sign bit flipped").
+			str("example/logins", "ingress").str("logins", "topic").add(u32(2), "partition 2").add(u64(41), "offset 41"),
+			deadLetterKey(nil, &DeadLetter{At: 1_700_000_000_000, Ingress: "example/logins", Topic: "logins", Partition: 2, Offset: 41})},
+		{rec("value: dead letter, null key").
+			add(u64(1_699_999_999_000), "record timestamp 1699999999000 (unix ms)").add([]byte{0x01}, "flags: bit 0 = null key").
+			add([]byte{8}, "uvarint len(reason) = 8").add([]byte("null-key"), "reason").
+			add([]byte{0}, "uvarint len(key) = 0").add([]byte("v"), "value bytes (to the end)"),
+			appendDeadLetter(nil, &DeadLetter{Timestamp: 1_699_999_999_000, KeyNull: true, Reason: "null-key", Value: []byte("v")})},
 	}
 
 	var sb strings.Builder

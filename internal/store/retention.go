@@ -35,6 +35,12 @@ type Retention struct {
 	// with its key after its record is gone makes a new message.
 	IdempotencyAge   time.Duration
 	IdempotencyCount int
+	// DeadLetterAge and DeadLetterCount bound the records ingresses could
+	// not deliver (defaults 7 days and 100,000): long enough for an
+	// operator to look after a weekend, few enough to protect the disk
+	// from a topic full of bad records.
+	DeadLetterAge   time.Duration
+	DeadLetterCount int
 }
 
 // Retention defaults; docs/storage.md explains them.
@@ -50,6 +56,10 @@ const (
 	// outage, and a million keys (about 150 MB) the keys of a busy day.
 	DefaultIdempotencyAge   = 24 * time.Hour
 	DefaultIdempotencyCount = 1_000_000
+	// DefaultDeadLetterAge and DefaultDeadLetterCount bound ingress dead
+	// letters.
+	DefaultDeadLetterAge   = 7 * 24 * time.Hour
+	DefaultDeadLetterCount = 100_000
 )
 
 // sweepBatch is the most deletions one sweep commits at once, so that a
@@ -61,7 +71,7 @@ func (r Retention) withDefaults() (Retention, error) {
 	for _, d := range []struct {
 		p   *time.Duration
 		def time.Duration
-	}{{&r.ReceiptAge, DefaultReceiptAge}, {&r.AuditAge, DefaultAuditAge}, {&r.EgressAge, DefaultEgressAge}, {&r.IdempotencyAge, DefaultIdempotencyAge}} {
+	}{{&r.ReceiptAge, DefaultReceiptAge}, {&r.AuditAge, DefaultAuditAge}, {&r.EgressAge, DefaultEgressAge}, {&r.IdempotencyAge, DefaultIdempotencyAge}, {&r.DeadLetterAge, DefaultDeadLetterAge}} {
 		if *d.p == 0 {
 			*d.p = d.def
 		}
@@ -69,7 +79,7 @@ func (r Retention) withDefaults() (Retention, error) {
 	for _, c := range []struct {
 		p   *int
 		def int
-	}{{&r.ReceiptCount, DefaultReceiptCount}, {&r.AuditCount, DefaultAuditCount}, {&r.EgressCount, DefaultEgressCount}, {&r.IdempotencyCount, DefaultIdempotencyCount}} {
+	}{{&r.ReceiptCount, DefaultReceiptCount}, {&r.AuditCount, DefaultAuditCount}, {&r.EgressCount, DefaultEgressCount}, {&r.IdempotencyCount, DefaultIdempotencyCount}, {&r.DeadLetterCount, DefaultDeadLetterCount}} {
 		if *c.p == 0 {
 			*c.p = c.def
 		}
@@ -98,9 +108,9 @@ func excess(n, limit int) int {
 type SweepStats struct {
 	// Receipts, Audit, Egress and Idempotency count the records left in
 	// each space.
-	Receipts, Audit, Egress, Idempotency int
+	Receipts, Audit, Egress, Idempotency, DeadLetters int
 	// Deleted counts the records removed, per space.
-	DeletedReceipts, DeletedAudit, DeletedEgress, DeletedIdempotency int
+	DeletedReceipts, DeletedAudit, DeletedEgress, DeletedIdempotency, DeletedDeadLetters int
 }
 
 // sweepLoop runs Sweep every interval until Close.
@@ -121,8 +131,8 @@ func (db *DB) sweepLoop(interval time.Duration) {
 }
 
 // Sweep applies the retention once: it deletes, oldest first, the receipts,
-// audit records (with their index entries), egress records and idempotency
-// keys (with their index entries) beyond
+// audit records (with their index entries), egress records, idempotency
+// keys (with their index entries) and ingress dead letters beyond
 // Options.Retention, in batches of at most 1,000 deletions, and updates the
 // size metrics. The background sweeper calls it every
 // Options.SweepInterval; tests call it directly.
@@ -146,6 +156,9 @@ func (db *DB) Sweep() (SweepStats, error) {
 		return st, err
 	}
 	if st.Idempotency, st.DeletedIdempotency, err = db.sweepIdempotency(ageCutoff(now, r.IdempotencyAge), r.IdempotencyCount); err != nil {
+		return st, err
+	}
+	if st.DeadLetters, st.DeletedDeadLetters, err = db.sweepDeadLetters(ageCutoff(now, r.DeadLetterAge), r.DeadLetterCount); err != nil {
 		return st, err
 	}
 	db.opts.Metrics.observe(db, st)

@@ -128,6 +128,9 @@ func Start(cfg Config) (*App, error) {
 	for _, w := range mod.Warnings {
 		cfg.Logger.Warn("module: " + w.Error())
 	}
+	if err := refuseKafka(mod); err != nil {
+		return nil, err
+	}
 	lim, err := resolveLimits(cfg, mod)
 	if err != nil {
 		return nil, err
@@ -221,6 +224,28 @@ func Start(cfg Config) (*App, error) {
 	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir,
 		"partitions", eng.Partitions(), "admin", a.addrs["admin"])
 	return a, nil
+}
+
+// refuseKafka refuses a module with Kafka ingresses or egresses: package
+// module reads them, but the consumer and producer are not wired into the
+// runtime yet, and starting without them would silently drop the module's
+// input and output.
+func refuseKafka(mod *module.Module) error {
+	var errs module.Errors
+	refuse := func(pos module.Position, kind, what string) {
+		errs = append(errs, &module.Error{File: pos.File, Document: pos.Document, Line: pos.Line, Column: pos.Column,
+			Kind: kind, Msg: kind + " is not supported yet (" + what + ")", Err: module.ErrNotSupported})
+	}
+	for _, in := range mod.KafkaIngresses {
+		refuse(in.Pos, module.KindKafkaIngress, "ingress "+in.ID.String())
+	}
+	for _, eg := range mod.KafkaEgresses {
+		refuse(eg.Pos, module.KindKafkaEgress, "egress "+eg.ID.String())
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
 }
 
 // isLoopback reports whether a listen address can only be reached from

@@ -129,9 +129,9 @@ func TestBadModule(t *testing.T) {
 		{
 			name: "kafka ingress",
 			module: func(p int) string {
-				return badIngressDoc(p) + "kind: io.statefun.kafka.v1/ingress\nspec:\n  id: a/in\n  address: kafka:9092\n  topics:\n    - topic: names\n      valueType: io.statefun.types/string\n      targets: [a/b]\n"
+				return badIngressDoc(p) + "kind: io.statefun.kafka.v1/ingress\nspec:\n  id: a/in\n  address: kafka:9092\n  consumerGroupId: g\n  topics:\n    - topic: names\n      valueType: io.statefun.types/string\n      targets: [a/b]\n"
 			},
-			want: []string{"module.yaml:5:7: document 2 (io.statefun.kafka.v1/ingress): kind: io.statefun.kafka.v1/ingress is not supported yet"},
+			want: []string{"module.yaml:5:1: document 2 (io.statefun.kafka.v1/ingress): io.statefun.kafka.v1/ingress is not supported yet (ingress a/in)"},
 		},
 		{
 			name: "wildcard in the namespace",

@@ -128,6 +128,9 @@ func Start(cfg Config) (*App, error) {
 	for _, w := range mod.Warnings {
 		cfg.Logger.Warn("module: " + w.Error())
 	}
+	if err := refuseKafka(mod); err != nil {
+		return nil, err
+	}
 	lim, err := resolveLimits(cfg, mod)
 	if err != nil {
 		return nil, err
@@ -232,6 +235,28 @@ func Start(cfg Config) (*App, error) {
 // latest) instead of taking a 500 for a final answer.
 func unavailable(err error) bool {
 	return errors.Is(err, engine.ErrBusy) || errors.Is(err, engine.ErrClosed)
+}
+
+// refuseKafka refuses a module with Kafka ingresses or egresses: package
+// module reads them, but the consumer and producer are not wired into the
+// runtime yet, and starting without them would silently drop the module's
+// input and output.
+func refuseKafka(mod *module.Module) error {
+	var errs module.Errors
+	refuse := func(pos module.Position, kind, what string) {
+		errs = append(errs, &module.Error{File: pos.File, Document: pos.Document, Line: pos.Line, Column: pos.Column,
+			Kind: kind, Msg: kind + " is not supported yet (" + what + ")", Err: module.ErrNotSupported})
+	}
+	for _, in := range mod.KafkaIngresses {
+		refuse(in.Pos, module.KindKafkaIngress, "ingress "+in.ID.String())
+	}
+	for _, eg := range mod.KafkaEgresses {
+		refuse(eg.Pos, module.KindKafkaEgress, "egress "+eg.ID.String())
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
 }
 
 // isLoopback reports whether a listen address can only be reached from

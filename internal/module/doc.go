@@ -50,14 +50,18 @@
 //   - io.statefun.playground.v1/ingress and io.statefun.playground.v1/egress,
 //     the HTTP ingress and egress of the StateFun playground image. At most
 //     one of each: their ids are fixed.
+//   - io.statefun.kafka.v1/ingress and io.statefun.kafka.v1/egress, read
+//     field by field as StateFun reads them (see [KafkaIngress] and
+//     [KafkaEgress]); their client properties are kept with their positions
+//     and checked by the Kafka client package.
 //   - The legacy single-document format (version "3.0", module.meta.type
 //     remote), converted the way StateFun converts it: its endpoints become
-//     io.statefun.endpoints.v1/http endpoints.
+//     io.statefun.endpoints.v1/http endpoints, and its Kafka ingresses and
+//     egresses become Kafka components whose id is their meta.id.
 //
-// Refused with an [Error] that wraps [ErrNotSupported]: the Kafka and Kinesis
-// kinds (io.statefun.kafka.v1/ingress, io.statefun.kafka.v1/egress,
-// io.statefun.kinesis.v1/ingress, io.statefun.kinesis.v1/egress), also when
-// they come from a legacy file. Refused as errors: any other kind, legacy
+// Refused with an [Error] that wraps [ErrNotSupported]: the Kinesis kinds
+// (io.statefun.kinesis.v1/ingress, io.statefun.kinesis.v1/egress), also
+// when they come from a legacy file. Refused as errors: any other kind, legacy
 // format versions other than 3.0, two bindings of the same function type or
 // namespace, and anything StateFun would reject when it binds the module.
 //
@@ -65,7 +69,10 @@
 // only fail later, at run time, in StateFun: zero timeouts of the async
 // transport, a URL template with a placeholder other than {function.name},
 // a pool_size below 1, duplicate mapping keys, two playground components
-// on one port, and merge keys (<<) that merge a mapping into itself.
+// on one port, and merge keys (<<) that merge a mapping into itself. For
+// Kafka: a topic listed twice or without targets, a property list item
+// with more than one key, a property set twice, an invalid topic or broker
+// address, and a transaction timeout Kafka cannot take.
 //
 // Parse and Load check the whole file and report every problem they find,
 // each one an [*Error] that names the file, document, line, column and field.

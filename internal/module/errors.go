@@ -7,8 +7,9 @@ import (
 )
 
 // ErrNotSupported is wrapped by the *Error returned for a kind that StateFun
-// supports but this runtime does not yet: the Kafka and Kinesis ingresses and
-// egresses. Test for it with errors.Is.
+// supports but this runtime does not yet: the Kinesis ingress and egress
+// (and, until the runtime runs them, the Kafka ones that the app refuses).
+// Test for it with errors.Is.
 var ErrNotSupported = errors.New("module: not supported yet")
 
 // Error is one problem in a module file. Its text starts with the file

@@ -100,12 +100,12 @@ func TestMalformedModules(t *testing.T) {
 			2, 6, "spec.port", "port 8090 is already used by the playground ingress in document 1 (module.yaml:1:1)"},
 
 		// Kinds and document shape.
-		{"kafka ingress", "kind: io.statefun.kafka.v1/ingress\nspec:\n  id: example/names\n",
-			1, 1, "kind", "io.statefun.kafka.v1/ingress is not supported yet"},
+		{"kinesis ingress", "kind: io.statefun.kinesis.v1/ingress\nspec:\n  id: example/names\n",
+			1, 1, "kind", "io.statefun.kinesis.v1/ingress is not supported yet"},
 		{"kinesis egress", greeterModule + "---\n\nkind: io.statefun.kinesis.v1/egress\nspec: {}\n",
 			4, 19, "kind", "io.statefun.kinesis.v1/egress is not supported yet"},
 		{"unknown kind", "kind: io.statefun.endpoints.v3/http\nspec: {}\n",
-			1, 1, "kind", `unknown kind "io.statefun.endpoints.v3/http"; supported kinds: io.statefun.endpoints.v2/http, io.statefun.endpoints.v1/http, io.statefun.playground.v1/ingress, io.statefun.playground.v1/egress`},
+			1, 1, "kind", `unknown kind "io.statefun.endpoints.v3/http"; supported kinds: io.statefun.endpoints.v2/http, io.statefun.endpoints.v1/http, io.statefun.playground.v1/ingress, io.statefun.playground.v1/egress, io.statefun.kafka.v1/ingress, io.statefun.kafka.v1/egress`},
 		{"missing kind", "# a comment\nspec:\n  port: 1\n",
 			1, 2, "kind", "required"},
 		{"missing spec", "kind: io.statefun.playground.v1/ingress\n",
@@ -144,7 +144,20 @@ func TestMalformedModules(t *testing.T) {
 			1, 1, "version", `unknown format version "3.1"`},
 		{"legacy embedded module", "version: \"3.0\"\nmodule:\n  meta:\n    type: embedded\n  spec: {}\n",
 			1, 4, "module.meta.type", `unknown module type "embedded"; only remote is supported`},
-		{"legacy kafka ingress", `version: "3.0"
+		{"legacy kinesis ingress", `version: "3.0"
+module:
+  meta:
+    type: remote
+  spec:
+    ingresses:
+      - ingress:
+          meta:
+            type: io.statefun.kinesis/ingress
+            id: example/names
+          spec:
+            awsRegion: {type: default}
+`, 1, 9, "module.spec.ingresses[0].ingress.meta.type", "io.statefun.kinesis.v1/ingress (legacy io.statefun.kinesis/ingress) is not supported yet"},
+		{"legacy kafka ingress without meta.id", `version: "3.0"
 module:
   meta:
     type: remote
@@ -153,10 +166,12 @@ module:
       - ingress:
           meta:
             type: io.statefun.kafka/ingress
-            id: example/names
           spec:
+            id: example/ignored
             address: kafka:9092
-`, 1, 9, "module.spec.ingresses[0].ingress.meta.type", "io.statefun.kafka.v1/ingress (legacy io.statefun.kafka/ingress) is not supported yet"},
+            consumerGroupId: g
+            topics: [{topic: t, valueType: a/b, targets: [a/c]}]
+`, 1, 8, "module.spec.ingresses[0].ingress.meta.id", "required"},
 		{"legacy endpoint without functions", `version: "3.0"
 module:
   meta:
@@ -218,7 +233,7 @@ spec:
   urlPathTemplate: ftp://x/
   transport: {call: forever}
 ---
-kind: io.statefun.kafka.v1/egress
+kind: io.statefun.kinesis.v1/egress
 spec: {}
 ---
 kind: io.statefun.playground.v1/ingress
@@ -245,7 +260,7 @@ spec: {port: 0}
 		t.Errorf("errors.As first = %+v", first)
 	}
 	lines := strings.Split(err.Error(), "\n")
-	if len(lines) != 5 || !strings.HasPrefix(lines[3], "m.yaml:7:7: document 2 (io.statefun.kafka.v1/egress): kind: ") {
+	if len(lines) != 5 || !strings.HasPrefix(lines[3], "m.yaml:7:7: document 2 (io.statefun.kinesis.v1/egress): kind: ") {
 		t.Errorf("text:\n%v", err)
 	}
 }

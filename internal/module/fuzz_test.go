@@ -35,7 +35,10 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(data)
 	}
-	for _, s := range []string{"", "---\n", "~", "- a\n", "kind: [\n", "a: &a [*a]\n", greeterModule} {
+	for _, s := range []string{"", "---\n", "~", "- a\n", "kind: [\n", "a: &a [*a]\n", greeterModule,
+		ki(ingressBody), ki(ingressBody + "  startupPosition: {type: date, date: \"2024-03-01 08:00:00.000 +0100\"}\n"),
+		ki(ingressBody + "  startupPosition:\n    type: specific-offsets\n    offsets:\n      - t/0: 1\n  properties:\n    - client.id: c\n"),
+		ke("  id: a/out\n  address: k:1\n  deliverySemantic: {type: exactly-once, transactionTimeoutMillis: 1000}\n")} {
 		f.Add([]byte(s))
 	}
 
@@ -55,8 +58,23 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		if len(m.Endpoints)+len(m.Ingresses)+len(m.Egresses) == 0 {
+		if len(m.Endpoints)+len(m.Ingresses)+len(m.Egresses)+len(m.KafkaIngresses)+len(m.KafkaEgresses) == 0 {
 			t.Fatalf("a module without components loaded")
+		}
+		for _, in := range m.KafkaIngresses {
+			if in.ID.IsZero() || in.Address == "" || in.ConsumerGroupID == "" || len(in.Topics) == 0 {
+				t.Fatalf("loaded an incomplete Kafka ingress %+v", in)
+			}
+			for _, tp := range in.Topics {
+				if tp.Topic == "" || tp.ValueType == "" || len(tp.Targets) == 0 {
+					t.Fatalf("loaded an incomplete Kafka topic %+v", tp)
+				}
+			}
+		}
+		for _, eg := range m.KafkaEgresses {
+			if eg.ID.IsZero() || eg.Address == "" || (eg.Semantic == ExactlyOnce) != (eg.TransactionTimeout > 0) {
+				t.Fatalf("loaded an inconsistent Kafka egress %+v", eg)
+			}
 		}
 		for _, w := range m.Warnings {
 			checkPositioned(t, w, name)

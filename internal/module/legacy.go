@@ -114,6 +114,10 @@ func (p *parser) legacyList(d *doc, f field, entry, kindKey string) {
 			kind = k
 		}
 		c.kind = kind
+		if entry != "endpoint" {
+			idf := meta.get("id")
+			c.legacyID = &idf
+		}
 		p.bind(c, kf, e.get("spec"), c.pos(it.node))
 	}
 }

@@ -22,9 +22,10 @@ const (
 	// KindPlaygroundEgress is the playground's HTTP egress.
 	KindPlaygroundEgress = "io.statefun.playground.v1/egress"
 
-	// KindKafkaIngress is recognized but not supported yet.
+	// KindKafkaIngress is a Kafka consumer whose records are routed to
+	// functions by topic.
 	KindKafkaIngress = "io.statefun.kafka.v1/ingress"
-	// KindKafkaEgress is recognized but not supported yet.
+	// KindKafkaEgress is a Kafka producer for KafkaProducerRecord values.
 	KindKafkaEgress = "io.statefun.kafka.v1/egress"
 	// KindKinesisIngress is recognized but not supported yet.
 	KindKinesisIngress = "io.statefun.kinesis.v1/ingress"
@@ -93,8 +94,14 @@ var (
 // order.
 type Module struct {
 	Endpoints []*Endpoint
+	// Ingresses and Egresses are the playground HTTP ingress and egress.
 	Ingresses []*PlaygroundIngress
 	Egresses  []*PlaygroundEgress
+	// KafkaIngresses and KafkaEgresses are the io.statefun.kafka.v1
+	// components. Their ids are unique among Kafka ingresses and among
+	// Kafka egresses, and differ from the playground's fixed ids.
+	KafkaIngresses []*KafkaIngress
+	KafkaEgresses  []*KafkaEgress
 
 	// Warnings are problems that do not stop the module from loading, in
 	// file order: unknown keys that StateFun ignores too and that are no

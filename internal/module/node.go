@@ -77,6 +77,9 @@ type doc struct {
 	kind string
 	// merges counts the merge-key sources expanded (see maxMerges).
 	merges int
+	// legacyID is meta.id of a legacy-format ingress or egress entry, which
+	// stands for spec.id; nil otherwise.
+	legacyID *field
 }
 
 // errorf records an error at node n, or at line 0 when n is nil.

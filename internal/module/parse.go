@@ -18,7 +18,7 @@ import (
 
 // supportedKinds is listed in "unknown kind" errors.
 const supportedKinds = KindHTTPEndpointV2 + ", " + KindHTTPEndpointV1 + ", " +
-	KindPlaygroundIngress + ", " + KindPlaygroundEgress
+	KindPlaygroundIngress + ", " + KindPlaygroundEgress + ", " + KindKafkaIngress + ", " + KindKafkaEgress
 
 // Load reads and validates the module file at path. It returns an error
 // prefixed "module: " when the file cannot be read, and Errors when it is
@@ -52,6 +52,8 @@ func parse(filename string, data []byte, readFile func(string) ([]byte, error)) 
 		exact:      make(map[address.TypeName]Position),
 		namespaces: make(map[string]Position),
 		ports:      make(map[int]string),
+		ingressIDs: make(map[address.TypeName]Position),
+		egressIDs:  make(map[address.TypeName]Position),
 	}
 	roots := p.decode(data)
 
@@ -96,15 +98,15 @@ func sortErrors(es []*Error) {
 
 // noEndpoints reports a module without endpoints. One without any
 // component is refused: a file that loads as nothing is almost always the
-// wrong file or a broken template. One with only playground components
-// loads with a warning: no message can be delivered, but the state API can
+// wrong file or a broken template. One with only ingresses and egresses
+// (playground or Kafka) loads with a warning: no message can be delivered, but the state API can
 // still read and repair the state of function types that left the module.
 func (p *parser) noEndpoints(noDocuments bool) {
 	switch {
 	case noDocuments:
 		p.errs = append(p.errs, &Error{File: p.file, Msg: "the module is empty: it has no components (only blank lines, comments, null documents or ---); " +
 			"a module needs at least one " + KindHTTPEndpointV2 + " component, a document with kind and spec"})
-	case len(p.mod.Ingresses)+len(p.mod.Egresses) == 0:
+	case len(p.mod.Ingresses)+len(p.mod.Egresses)+len(p.mod.KafkaIngresses)+len(p.mod.KafkaEgresses) == 0:
 		p.errs = append(p.errs, &Error{File: p.file, Msg: "the module is empty: it declares no endpoints, ingresses or egresses; " +
 			"a module needs at least one " + KindHTTPEndpointV2 + " component"})
 	default:
@@ -132,6 +134,9 @@ type parser struct {
 	ingress, egress *Position
 	// ports says which playground component listens on a port.
 	ports map[int]string
+	// ingressIDs and egressIDs hold where each Kafka ingress and egress id
+	// was declared, to report duplicates.
+	ingressIDs, egressIDs map[address.TypeName]Position
 }
 
 // decode splits data into documents and returns their roots, nil for null
@@ -267,7 +272,11 @@ func (p *parser) bind(d *doc, kf, spec field, pos Position) {
 		p.playgroundIngress(d, kf, spec, pos)
 	case KindPlaygroundEgress:
 		p.playgroundEgress(d, kf, spec, pos)
-	case KindKafkaIngress, KindKafkaEgress, KindKinesisIngress, KindKinesisEgress:
+	case KindKafkaIngress:
+		p.kafkaIngress(d, spec, pos)
+	case KindKafkaEgress:
+		p.kafkaEgress(d, spec, pos)
+	case KindKinesisIngress, KindKinesisEgress:
 		what := d.kind
 		if kf.node.Value != d.kind {
 			what = fmt.Sprintf("%s (legacy %s)", d.kind, kf.node.Value)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/sdktest"
 	"github.com/statefun-go/statefun/internal/store"
+	"github.com/statefun-go/statefun/internal/testport"
 )
 
 // BenchmarkEndToEnd posts -load.messages messages through the playground
@@ -306,10 +306,9 @@ func mustRequest(ctx context.Context, u string) *http.Request {
 
 func freePort(b testing.TB) int {
 	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := testport.Free()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return p
 }

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/statefun-go/statefun/internal/testport"
 )
 
 // system is one of the two systems under test, with its counter, on this
@@ -53,16 +55,15 @@ type system interface {
 }
 
 // freePorts returns n distinct loopback TCP ports that were free a moment
-// ago (all are held until every one is picked, so no two are the same).
+// ago, outside the kernel's ephemeral range (see internal/testport).
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, n)
 	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := testport.Free()
 		if err != nil {
 			return nil, err
 		}
-		defer ln.Close()
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ports[i] = p
 	}
 	return ports, nil
 }

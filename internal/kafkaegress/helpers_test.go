@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -163,7 +164,7 @@ func testConfig(c *kfake.Cluster, sem Semantic) Config {
 	return Config{ID: egressID, Brokers: c.ListenAddrs(), Semantic: sem, TransactionTimeout: 20 * time.Second,
 		BatchRecords: 7, PollInterval: time.Millisecond, PingInterval: 50 * time.Millisecond, StallAfter: 200 * time.Millisecond,
 		Timeout: 2 * time.Second, RetryBase: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
-		Logger: quietLog(), Metrics: NewMetrics(nil)}
+		Logger: testLog(), Metrics: NewMetrics(nil)}
 }
 
 func newRelay(t *testing.T, cfg Config) *Relay {
@@ -313,4 +314,22 @@ func crashAt(point string, n int) (func(string) bool, <-chan struct{}) {
 		}
 		return false
 	}, fired
+}
+
+// testLog is quiet unless KAFKAEGRESS_LOG is set.
+func testLog() *slog.Logger {
+	if os.Getenv("KAFKAEGRESS_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return quietLog()
+}
+
+// await waits for ch to close, failing the test after a while.
+func await(t testing.TB, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
 }

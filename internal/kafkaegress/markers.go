@@ -65,7 +65,7 @@ func (r *Relay) readMarker(ctx context.Context, prod *kgo.Client) (pos uint64, f
 	}
 	opts := append(append([]kgo.Opt(nil), r.cfg.ClientOpts...),
 		kgo.SeedBrokers(r.cfg.Brokers...),
-		kgo.WithHooks(r.hooks),
+		kgo.WithHooks(r.hooks()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Control records (transaction markers) carry offsets too: with
 		// them the reader sees the offset just below the end even when

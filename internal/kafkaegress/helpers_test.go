@@ -164,7 +164,10 @@ func testConfig(c *kfake.Cluster, sem Semantic) Config {
 	return Config{ID: egressID, Brokers: c.ListenAddrs(), Semantic: sem, TransactionTimeout: 20 * time.Second,
 		BatchRecords: 7, PollInterval: time.Millisecond, PingInterval: 50 * time.Millisecond, StallAfter: 200 * time.Millisecond,
 		Timeout: 2 * time.Second, RetryBase: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
-		Logger: testLog(), Metrics: NewMetrics(nil)}
+		Logger: testLog(), Metrics: NewMetrics(nil),
+		// Client properties pass through: here, a quick metadata refresh
+		// after a leader or coordinator moved.
+		ClientOpts: []kgo.Opt{kgo.MetadataMinAge(20 * time.Millisecond)}}
 }
 
 func newRelay(t *testing.T, cfg Config) *Relay {
@@ -331,5 +334,15 @@ func await(t testing.TB, what string, ch <-chan struct{}) {
 	case <-ch:
 	case <-time.After(30 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// assertAtLeastOnce checks that each of m0..m<n-1> is there at least once,
+// and nothing else is.
+func assertAtLeastOnce(t *testing.T, recs []*kgo.Record, n int) {
+	t.Helper()
+	got := slices.Compact(values(recs))
+	if w := want(0, n); !slices.Equal(got, w) {
+		t.Fatalf("the consumer sees %d distinct values, want each of %d at least once: %v", len(got), n, got)
 	}
 }

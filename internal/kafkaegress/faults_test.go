@@ -21,7 +21,7 @@ import (
 // duplicates nor loses a record.
 func TestExactlyOnceUnderFaults(t *testing.T) {
 	cases := []struct {
-		name       string
+		name  string
 		fault kfake.Fault
 		opts  []kfake.Opt
 	}{

@@ -127,11 +127,11 @@ func TestBadModule(t *testing.T) {
 			want: []string{`module.yaml:5:7: document 2 (io.statefun.endpoints.v3/http): kind: unknown kind "io.statefun.endpoints.v3/http"; supported kinds: io.statefun.endpoints.v2/http, io.statefun.endpoints.v1/http, io.statefun.playground.v1/ingress, io.statefun.playground.v1/egress`},
 		},
 		{
-			name: "kafka ingress",
+			name: "kafka ingress to a function type no endpoint serves",
 			module: func(p int) string {
 				return badIngressDoc(p) + "kind: io.statefun.kafka.v1/ingress\nspec:\n  id: a/in\n  address: kafka:9092\n  consumerGroupId: g\n  topics:\n    - topic: names\n      valueType: io.statefun.types/string\n      targets: [a/b]\n"
 			},
-			want: []string{"module.yaml:5:1: document 2 (io.statefun.kafka.v1/ingress): io.statefun.kafka.v1/ingress is not supported yet (ingress a/in)"},
+			want: []string{"module.yaml:11:7: document 2 (io.statefun.kafka.v1/ingress): targets: topic names routes to a/b, which no endpoint of the module serves"},
 		},
 		{
 			name: "wildcard in the namespace",

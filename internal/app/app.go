@@ -83,6 +83,7 @@ type App struct {
 	closing chan struct{}    // closed by Close
 	eng     *engine.Engine
 	fns     *functions.Router
+	kafka   *kafkaEdges
 	servers []*http.Server
 	addrs   map[string]string
 	names   map[string]string // listener name → what to call it in errors
@@ -128,9 +129,6 @@ func Start(cfg Config) (*App, error) {
 	for _, w := range mod.Warnings {
 		cfg.Logger.Warn("module: " + w.Error())
 	}
-	if err := refuseKafka(mod); err != nil {
-		return nil, err
-	}
 	lim, err := resolveLimits(cfg, mod)
 	if err != nil {
 		return nil, err
@@ -141,14 +139,22 @@ func Start(cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkKafkaIngresses(mod, fns); err != nil {
+		fns.Close()
+		return nil, err
+	}
+	cfg.Store.Retention.KeepEgress = append(cfg.Store.Retention.KeepEgress, keepEgress(mod)...)
 	guard, db, err := openStore(cfg, reg)
 	if err != nil {
 		fns.Close()
 		return nil, err
 	}
-	var topics []string
-	for _, eg := range mod.Egresses {
-		topics = append(topics, eg.Topics...)
+	kafka, routes, err := kafkaEgresses(mod, db, reg, cfg.Logger)
+	if err != nil {
+		guard.Stop()
+		db.Close()
+		fns.Close()
+		return nil, err
 	}
 	eng, err := engine.New(engine.Options{
 		Store:         db,
@@ -156,7 +162,7 @@ func Start(cfg Config) (*App, error) {
 		MaxBatch:      fns.MaxBatch,
 		MaxBatchBytes: fns.MaxBatchBytes,
 		Routable:      fns.Serves,
-		Egress:        egress.NewRouter(topics).Route,
+		Egress:        routes.Route,
 		RetryBase:     cfg.RetryBase,
 		RetryMax:      cfg.RetryMax,
 		Logger:        cfg.Logger,
@@ -169,7 +175,15 @@ func Start(cfg Config) (*App, error) {
 		fns.Close()
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, db: db, guard: guard, eng: eng, fns: fns, addrs: map[string]string{}, names: map[string]string{},
+	if err := kafka.addIngresses(mod, fns, eng, reg); err != nil {
+		kafka.close()
+		eng.Close()
+		guard.Stop()
+		db.Close()
+		fns.Close()
+		return nil, err
+	}
+	a := &App{cfg: cfg, log: cfg.Logger, db: db, guard: guard, eng: eng, fns: fns, kafka: kafka, addrs: map[string]string{}, names: map[string]string{},
 		lim: lim, connM: connlimit.NewMetrics(reg)}
 	a.failed, a.closing = make(chan struct{}), make(chan struct{})
 	go func() {
@@ -183,6 +197,7 @@ func Start(cfg Config) (*App, error) {
 		close(a.failed)
 	}()
 	eng.Start()
+	kafka.start(eng)
 
 	ready := func() error {
 		if !a.up.Load() {
@@ -194,7 +209,10 @@ func Start(cfg Config) (*App, error) {
 		if err := db.Health(); err != nil {
 			return err
 		}
-		return guard.Ready()
+		if err := guard.Ready(); err != nil {
+			return err
+		}
+		return kafka.ready()
 	}
 	// The API serves its routes on the path exactly as sent (no redirects
 	// to a cleaned path: a 307 would re-send a write to another entry);
@@ -235,28 +253,6 @@ func Start(cfg Config) (*App, error) {
 // latest) instead of taking a 500 for a final answer.
 func unavailable(err error) bool {
 	return errors.Is(err, engine.ErrBusy) || errors.Is(err, engine.ErrClosed)
-}
-
-// refuseKafka refuses a module with Kafka ingresses or egresses: package
-// module reads them, but the consumer and producer are not wired into the
-// runtime yet, and starting without them would silently drop the module's
-// input and output.
-func refuseKafka(mod *module.Module) error {
-	var errs module.Errors
-	refuse := func(pos module.Position, kind, what string) {
-		errs = append(errs, &module.Error{File: pos.File, Document: pos.Document, Line: pos.Line, Column: pos.Column,
-			Kind: kind, Msg: kind + " is not supported yet (" + what + ")", Err: module.ErrNotSupported})
-	}
-	for _, in := range mod.KafkaIngresses {
-		refuse(in.Pos, module.KindKafkaIngress, "ingress "+in.ID.String())
-	}
-	for _, eg := range mod.KafkaEgresses {
-		refuse(eg.Pos, module.KindKafkaEgress, "egress "+eg.ID.String())
-	}
-	if len(errs) > 0 {
-		return errs
-	}
-	return nil
 }
 
 // isLoopback reports whether a listen address can only be reached from
@@ -317,6 +313,7 @@ func (a *App) Close() error {
 		wg.Wait()
 		a.wg.Wait()
 		a.guard.Stop()
+		a.kafka.close()
 		if dead != nil {
 			a.fns.Close()
 			err = dead

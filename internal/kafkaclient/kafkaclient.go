@@ -77,7 +77,7 @@ type ReadFile func(path string) ([]byte, error)
 func ForIngress(in *module.KafkaIngress, read ReadFile) (*Consumer, error) {
 	m := newMapper(in.Properties, module.KindKafkaIngress, read)
 	c := &Consumer{MaxPollRecords: DefaultMaxPollRecords}
-	m.opts = append(m.opts, kgo.SeedBrokers(splitBrokers(in.Address)...))
+	m.opts = append(m.opts, kgo.SeedBrokers(Brokers(in.Address)...))
 	m.security()
 	m.common()
 	m.consumer(c)
@@ -96,7 +96,7 @@ func ForIngress(in *module.KafkaIngress, read ReadFile) (*Consumer, error) {
 func ForEgress(eg *module.KafkaEgress, read ReadFile) (*Producer, error) {
 	m := newMapper(eg.Properties, module.KindKafkaEgress, read)
 	p := &Producer{}
-	m.opts = append(m.opts, kgo.SeedBrokers(splitBrokers(eg.Address)...))
+	m.opts = append(m.opts, kgo.SeedBrokers(Brokers(eg.Address)...))
 	m.security()
 	m.common()
 	m.producer(p, eg)
@@ -108,8 +108,9 @@ func ForEgress(eg *module.KafkaEgress, read ReadFile) (*Producer, error) {
 	return p, nil
 }
 
-// splitBrokers splits a comma-separated bootstrap list.
-func splitBrokers(s string) []string {
+// Brokers splits a comma-separated bootstrap list (module.yaml's address)
+// into its host:port entries.
+func Brokers(s string) []string {
 	var out []string
 	for _, b := range strings.Split(s, ",") {
 		if b = strings.TrimSpace(b); b != "" {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -30,6 +31,12 @@ type Retention struct {
 	// consumer that never comes.
 	EgressAge   time.Duration
 	EgressCount int
+	// KeepEgress lists egress ids ("namespace/type") whose outboxes
+	// EgressAge and EgressCount never trim: the Kafka egresses, whose
+	// records are acknowledged effects that must reach Kafka however long
+	// it is away. Their outboxes are bounded by the disk guard instead,
+	// which refuses new work before the disk fills.
+	KeepEgress []string
 	// IdempotencyAge and IdempotencyCount bound the idempotency keys of
 	// ingress requests (defaults 24 h and 1,000,000). A request retried
 	// with its key after its record is gone makes a new message.
@@ -357,6 +364,18 @@ func (db *DB) sweepEgress(now time.Time, age time.Duration, limit int) (left, de
 	if err := closeIter(it); err != nil {
 		return 0, 0, err
 	}
+	var kept [][]byte
+	for _, id := range db.opts.Retention.KeepEgress {
+		kept = append(kept, appendString([]byte{spaceEgress}, id))
+	}
+	keep := func(outbox []byte) bool {
+		for _, k := range kept {
+			if bytes.HasPrefix(outbox, k) {
+				return true
+			}
+		}
+		return false
+	}
 	drop := map[string]int{}
 	for outbox, n := range counts {
 		drop[outbox] = excess(n, limit)
@@ -372,7 +391,7 @@ func (db *DB) sweepEgress(now time.Time, age time.Duration, limit int) (left, de
 		key := it.Key()
 		outbox = append(outbox[:0], key[:len(key)-8]...)
 		seq := binary.BigEndian.Uint64(key[len(key)-8:])
-		if drop[string(outbox)] == 0 && seq > expired {
+		if keep(outbox) || drop[string(outbox)] == 0 && seq > expired {
 			// Records are in seq order within an outbox: the rest of this
 			// one is kept.
 			next := prefixSuccessor(outbox)

@@ -158,6 +158,41 @@ func TestRetentionEgress(t *testing.T) {
 	}
 }
 
+// TestRetentionKeepsKafkaOutboxes: the outboxes of a kept egress (a Kafka
+// egress) lose nothing to age or count, while another egress's outbox is
+// trimmed as usual.
+func TestRetentionKeepsKafkaOutboxes(t *testing.T) {
+	c := &clock{t0}
+	db := openRetention(t, Retention{EgressAge: time.Hour, EgressCount: 2, KeepEgress: []string{"kafka/out"}}, c, nil)
+	seq := uint64(0)
+	commit(t, db, func(b *Batch) {
+		for range 5 {
+			seq++
+			b.PutEgress("kafka/out", "kafka/out", seq, &protocol.EgressRecord{EgressNamespace: "kafka", EgressType: "out"})
+			seq++
+			b.PutEgress("io/eg", "a", seq, &protocol.EgressRecord{EgressNamespace: "io", EgressType: "eg"})
+		}
+	})
+	c.t = t0.Add(time.Hour)
+	if _, err := db.Sweep(); err != nil {
+		t.Fatal(err)
+	}
+	c.t = t0.Add(3 * time.Hour)
+	st, err := db.Sweep()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Egress != 5 {
+		t.Fatalf("left %d egress records, want the 5 of the kept outbox: %+v", st.Egress, st)
+	}
+	if s, _, ok, _ := db.NextEgress("kafka/out", "kafka/out", 0); !ok || s != 1 {
+		t.Fatalf("the kept outbox starts at %d (ok %v), want its first record 1", s, ok)
+	}
+	if _, _, ok, _ := db.NextEgress("io/eg", "a", 0); ok {
+		t.Fatal("the playground outbox was not trimmed")
+	}
+}
+
 // TestRetentionNegativeKeeps: negative limits keep everything.
 func TestRetentionNegativeKeeps(t *testing.T) {
 	c := &clock{t0}

@@ -27,7 +27,7 @@ remote functions built with the official SDKs) on one binary.
 
 Usage:
   statefun run --module FILE [--data-dir DIR] [--admin-addr HOST:PORT]
-  statefun state get|put|delete|ls|edit|revert|receipt|audit [flags] [args]
+  statefun state get|put|delete|ls|edit|revert|receipt|audit|dead-letters [flags] [args]
   statefun version
 
 Run "statefun run -h" for the flags of run, "statefun state -h" for the
@@ -140,7 +140,49 @@ func parseBytes(s string) (uint64, error) {
 	return n * mult, nil
 }
 
+// retentionFlags registers the retention flags of run on fs (each with its
+// environment variable) and returns the retention they fill.
+func retentionFlags(fs *flag.FlagSet) *store.Retention {
+	ret := new(store.Retention)
+	fs.DurationVar(&ret.ReceiptAge, "receipt-retention", envDuration("STATEFUN_RECEIPT_RETENTION", store.DefaultReceiptAge), "how long mutation receipts are kept; -1s keeps them (env STATEFUN_RECEIPT_RETENTION)")
+	fs.IntVar(&ret.ReceiptCount, "receipt-max", envInt("STATEFUN_RECEIPT_MAX", store.DefaultReceiptCount), "most mutation receipts kept; -1 for no limit (env STATEFUN_RECEIPT_MAX)")
+	fs.DurationVar(&ret.AuditAge, "audit-retention", envDuration("STATEFUN_AUDIT_RETENTION", store.DefaultAuditAge), "how long audit records are kept; -1s keeps them (env STATEFUN_AUDIT_RETENTION)")
+	fs.IntVar(&ret.AuditCount, "audit-max", envInt("STATEFUN_AUDIT_MAX", store.DefaultAuditCount), "most audit records kept; -1 for no limit (env STATEFUN_AUDIT_MAX)")
+	fs.DurationVar(&ret.EgressAge, "egress-retention", envDuration("STATEFUN_EGRESS_RETENTION", store.DefaultEgressAge), "how long an egress record waits for a consumer before it is deleted; -1s keeps them (env STATEFUN_EGRESS_RETENTION)")
+	fs.IntVar(&ret.EgressCount, "egress-max", envInt("STATEFUN_EGRESS_MAX", store.DefaultEgressCount), "most records waiting in one egress topic; older ones are deleted; -1 for no limit (env STATEFUN_EGRESS_MAX)")
+	fs.DurationVar(&ret.IdempotencyAge, "idempotency-retention", envDuration("STATEFUN_IDEMPOTENCY_RETENTION", store.DefaultIdempotencyAge), "how long an ingress Idempotency-Key is remembered; a retry after that makes a new message; -1s keeps them (env STATEFUN_IDEMPOTENCY_RETENTION)")
+	fs.IntVar(&ret.IdempotencyCount, "idempotency-max", envInt("STATEFUN_IDEMPOTENCY_MAX", store.DefaultIdempotencyCount), "most ingress Idempotency-Keys remembered; the oldest are forgotten; -1 for no limit (env STATEFUN_IDEMPOTENCY_MAX)")
+	fs.DurationVar(&ret.DeadLetterAge, "dead-letter-retention", envDuration("STATEFUN_DEAD_LETTER_RETENTION", store.DefaultDeadLetterAge), "how long records a Kafka ingress could not deliver are kept as dead letters; -1s keeps them (env STATEFUN_DEAD_LETTER_RETENTION)")
+	fs.IntVar(&ret.DeadLetterCount, "dead-letter-max", envInt("STATEFUN_DEAD_LETTER_MAX", store.DefaultDeadLetterCount), "most dead letters kept, over every ingress; the oldest are deleted; -1 for no limit (env STATEFUN_DEAD_LETTER_MAX)")
+	return ret
+}
+
+// checkRetention refuses a zero count or duration (0 would silently mean
+// the default in store.Retention) and a count below -1, naming the flag.
+func checkRetention(ret *store.Retention) error {
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"receipt-max", ret.ReceiptCount}, {"audit-max", ret.AuditCount}, {"egress-max", ret.EgressCount},
+		{"idempotency-max", ret.IdempotencyCount}, {"dead-letter-max", ret.DeadLetterCount}} {
+		if c.v == 0 || c.v < -1 {
+			return fmt.Errorf("--%s %d: want a positive count, or -1 for no limit", c.name, c.v)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		v    time.Duration
+	}{{"receipt-retention", ret.ReceiptAge}, {"audit-retention", ret.AuditAge}, {"egress-retention", ret.EgressAge},
+		{"idempotency-retention", ret.IdempotencyAge}, {"dead-letter-retention", ret.DeadLetterAge}} {
+		if c.v == 0 {
+			return fmt.Errorf("--%s 0: want a duration like 24h, or -1s to keep records", c.name)
+		}
+	}
+	return nil
+}
+
 func run(args []string, stderr io.Writer) int {
+	badEnv = "" // a run reports only its own environment's errors
 	fs := flag.NewFlagSet("statefun run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	modulePath := fs.String("module", env("STATEFUN_MODULE", "module.yaml"), "the module.yaml to run (env STATEFUN_MODULE)")
@@ -157,15 +199,7 @@ func run(args []string, stderr io.Writer) int {
 	logLevel := fs.String("log-level", env("STATEFUN_LOG_LEVEL", "info"), "debug, info, warn or error (env STATEFUN_LOG_LEVEL)")
 	memTable := fs.String("store-memtable-size", env("STATEFUN_STORE_MEMTABLE_SIZE", "8MiB"), "size of one memtable of the store: larger absorbs bigger bursts, smaller keeps a small store small (env STATEFUN_STORE_MEMTABLE_SIZE; docs/storage.md)")
 	diskReserve := fs.String("disk-reserve", env("STATEFUN_DISK_RESERVE", "auto"), "free disk space below which new work is refused with 503; the runtime does not start below half of it; auto is 4 x memtable + 16MiB, off disables (env STATEFUN_DISK_RESERVE)")
-	var ret store.Retention
-	fs.DurationVar(&ret.ReceiptAge, "receipt-retention", envDuration("STATEFUN_RECEIPT_RETENTION", store.DefaultReceiptAge), "how long mutation receipts are kept; -1s keeps them (env STATEFUN_RECEIPT_RETENTION)")
-	fs.IntVar(&ret.ReceiptCount, "receipt-max", envInt("STATEFUN_RECEIPT_MAX", store.DefaultReceiptCount), "most mutation receipts kept; -1 for no limit (env STATEFUN_RECEIPT_MAX)")
-	fs.DurationVar(&ret.AuditAge, "audit-retention", envDuration("STATEFUN_AUDIT_RETENTION", store.DefaultAuditAge), "how long audit records are kept; -1s keeps them (env STATEFUN_AUDIT_RETENTION)")
-	fs.IntVar(&ret.AuditCount, "audit-max", envInt("STATEFUN_AUDIT_MAX", store.DefaultAuditCount), "most audit records kept; -1 for no limit (env STATEFUN_AUDIT_MAX)")
-	fs.DurationVar(&ret.EgressAge, "egress-retention", envDuration("STATEFUN_EGRESS_RETENTION", store.DefaultEgressAge), "how long an egress record waits for a consumer before it is deleted; -1s keeps them (env STATEFUN_EGRESS_RETENTION)")
-	fs.IntVar(&ret.EgressCount, "egress-max", envInt("STATEFUN_EGRESS_MAX", store.DefaultEgressCount), "most records waiting in one egress topic; older ones are deleted; -1 for no limit (env STATEFUN_EGRESS_MAX)")
-	fs.DurationVar(&ret.IdempotencyAge, "idempotency-retention", envDuration("STATEFUN_IDEMPOTENCY_RETENTION", store.DefaultIdempotencyAge), "how long an ingress Idempotency-Key is remembered; a retry after that makes a new message; -1s keeps them (env STATEFUN_IDEMPOTENCY_RETENTION)")
-	fs.IntVar(&ret.IdempotencyCount, "idempotency-max", envInt("STATEFUN_IDEMPOTENCY_MAX", store.DefaultIdempotencyCount), "most ingress Idempotency-Keys remembered; the oldest are forgotten; -1 for no limit (env STATEFUN_IDEMPOTENCY_MAX)")
+	ret := retentionFlags(fs)
 	maxConns := fs.Int("max-conns", envInt("STATEFUN_MAX_CONNS", 0), "connections each listener serves at once; over it the longest-idle one is closed or the new one answered 503; 0 derives it from the file-descriptor limit, at most 4096 (env STATEFUN_MAX_CONNS; docs/limits.md)")
 	readHeaderTimeout := fs.Duration("read-header-timeout", envDuration("STATEFUN_READ_HEADER_TIMEOUT", app.DefaultReadHeaderTimeout), "time a client has to send a request's head, on every listener (env STATEFUN_READ_HEADER_TIMEOUT)")
 	readTimeout := fs.Duration("read-timeout", envDuration("STATEFUN_READ_TIMEOUT", app.DefaultReadTimeout), "time a client has to send a whole request, on every listener (env STATEFUN_READ_TIMEOUT)")
@@ -198,17 +232,9 @@ func run(args []string, stderr io.Writer) int {
 		}
 		reserve = int64(n)
 	}
-	for name, v := range map[string]int{"receipt-max": ret.ReceiptCount, "audit-max": ret.AuditCount, "egress-max": ret.EgressCount, "idempotency-max": ret.IdempotencyCount} {
-		if v == 0 || v < -1 {
-			fmt.Fprintf(stderr, "statefun run: --%s %d: want a positive count, or -1 for no limit\n", name, v)
-			return 2
-		}
-	}
-	for name, v := range map[string]time.Duration{"receipt-retention": ret.ReceiptAge, "audit-retention": ret.AuditAge, "egress-retention": ret.EgressAge, "idempotency-retention": ret.IdempotencyAge} {
-		if v == 0 {
-			fmt.Fprintf(stderr, "statefun run: --%s 0: want a duration like 24h, or -1s to keep records\n", name)
-			return 2
-		}
+	if err := checkRetention(ret); err != nil {
+		fmt.Fprintf(stderr, "statefun run: %v\n", err)
+		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "statefun run: unexpected argument %q\n", fs.Arg(0))
@@ -263,7 +289,7 @@ func run(args []string, stderr io.Writer) int {
 		Partitions:  *partitions,
 		ListenHost:  *listenHost,
 		Logger:      logger,
-		Store:       store.Options{MemTableSize: memBytes, Retention: ret},
+		Store:       store.Options{MemTableSize: memBytes, Retention: *ret},
 		DiskReserve: reserve,
 		Listeners: app.ListenerLimits{
 			MaxConns:          *maxConns,

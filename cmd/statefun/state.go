@@ -44,6 +44,9 @@ Commands:
   receipt <mutation-id>                      a mutation's receipt (--wait 10s)
   audit   [--namespace --type --id --state --principal --mutation --since --until --limit]
                                              the audit log
+  dead-letters                               the dead letters of every Kafka ingress, counted
+  dead-letters [--topic --partition --reason --since --until --limit] <ns>/<name>
+                                             one ingress's dead letters (records it could not deliver)
 
 Global flags, before or after the command:
   --server URL       the admin listener (env STATEFUN_SERVER; default http://127.0.0.1:8070)
@@ -111,6 +114,7 @@ func (c *stateCLI) run(args []string) int {
 	cmds := map[string]func([]string) error{
 		"get": c.get, "put": c.put, "delete": c.delete, "ls": c.ls,
 		"edit": c.edit, "revert": c.revert, "receipt": c.receipt, "audit": c.audit,
+		"dead-letters": c.deadLetters,
 	}
 	if name == "help" {
 		fmt.Fprint(stdout, stateUsage)

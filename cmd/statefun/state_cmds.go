@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -610,4 +611,171 @@ func oneLine(s string) string {
 	}
 	q := strconv.Quote(s)
 	return q[1 : len(q)-1]
+}
+
+// deadLetters prints the summary of every ingress's dead letters, or one
+// ingress's dead letters.
+func (c *stateCLI) deadLetters(args []string) error {
+	fs := c.flagSet("statefun state dead-letters", []string{
+		"statefun state dead-letters [-o table|json]                     every ingress holding dead letters, counted",
+		"statefun state dead-letters [filters] [-o table|json] <namespace>/<name>   one ingress's dead letters",
+		"",
+		"Dead letters are the records a Kafka ingress consumed but could not deliver (a null,",
+		"empty, non-UTF-8 or too long key, a value too large, a topic without a route), kept",
+		"until retention removes them (--dead-letter-retention, --dead-letter-max of run).",
+		"They are listed in the order they were stored. Without --limit every page is fetched;",
+		"with --limit N one page is printed and, when there are more, the --after of the next",
+		"page is printed on stderr. The table shows keys and values as text when they are",
+		"UTF-8 (shortened); -o json has their exact bytes (base64) and full text.",
+	})
+	var (
+		f                           stateclient.DeadLetterFilter
+		since, until, after, output string
+		partition, limit            int
+	)
+	fs.StringVar(&f.Topic, "topic", "", "only this Kafka topic")
+	fs.IntVar(&partition, "partition", -1, "only this Kafka partition")
+	fs.StringVar(&f.Reason, "reason", "", "only this reason (null-key, empty-key, invalid-utf8-key, key-too-long, value-too-large, no-route)")
+	fs.StringVar(&since, "since", "", "only records stored at or after this time (RFC 3339, or a duration ago like 1h)")
+	fs.StringVar(&until, "until", "", "only records stored at or before this time (RFC 3339, or a duration ago)")
+	fs.StringVar(&after, "after", "", "only records after this cursor (the next of a page)")
+	fs.IntVar(&limit, "limit", 0, "print one page of at most this many (1 to 1000)")
+	fs.StringVar(&output, "o", "table", "output: table or json")
+	fs.StringVar(&output, "output", "table", "same as -o")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if output != "table" && output != "json" {
+		return usagef("-o %q: want table or json", output)
+	}
+	if len(pos) > 1 {
+		return usagef("want at most one ingress <namespace>/<name>, got %d arguments", len(pos))
+	}
+	if len(pos) == 0 {
+		if f.Topic != "" || partition != -1 || f.Reason != "" || since != "" || until != "" || after != "" || limit != 0 {
+			return usagef("--topic, --partition, --reason, --since, --until, --after and --limit apply to one ingress's dead letters (dead-letters <namespace>/<name>)")
+		}
+		cl, err := c.client()
+		if err != nil {
+			return err
+		}
+		return c.deadLetterSummary(cl, output)
+	}
+	ingress, err := stateclient.ParseTypeName(pos[0])
+	if err != nil {
+		return usagef("%q is not an ingress id <namespace>/<name>", pos[0])
+	}
+	if partition < -1 || partition > 1<<31-1 {
+		return usagef("--partition %d: want a Kafka partition number from 0", partition)
+	}
+	if partition >= 0 {
+		p := int32(partition)
+		f.Partition = &p
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	for _, name := range []string{"topic", "reason", "after"} {
+		if set[name] && fs.Lookup(name).Value.String() == "" {
+			return usagef("--%s is empty", name)
+		}
+	}
+	if after != "" && limit == 0 {
+		return usagef("--after applies to one page: give --limit N too")
+	}
+	now := time.Now()
+	for _, tf := range []struct {
+		name string
+		s    string
+		dst  *time.Time
+	}{{"since", since, &f.Since}, {"until", until, &f.Until}} {
+		if tf.s == "" {
+			continue
+		}
+		t, err := parseWhen(tf.s, now)
+		if err != nil {
+			return usagef("--%s %q: want an RFC 3339 time (2024-05-06T07:08:09Z) or a duration like 1h", tf.name, tf.s)
+		}
+		*tf.dst = t
+	}
+	if limit < 0 || limit > 1000 {
+		return usagef("--limit %d: want 1 to 1000", limit)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	var (
+		list []stateclient.DeadLetter
+		next string
+	)
+	if limit > 0 {
+		p, err := cl.DeadLetters(c.ctx(), ingress, f, after, limit)
+		if err != nil {
+			return err
+		}
+		list, next = p.DeadLetters, p.Next
+	} else {
+		list = []stateclient.DeadLetter{}
+		for d, err := range cl.AllDeadLetters(c.ctx(), ingress, f, 0) {
+			if err != nil {
+				return err
+			}
+			list = append(list, d)
+		}
+	}
+	if output == "json" {
+		if err := writeJSON(c.stdout, list); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "STORED\tTOPIC\tPARTITION\tOFFSET\tREASON\tKEY\tVALUE")
+		for _, d := range list {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.StoredAt.Local().Format("2006-01-02 15:04:05.000"), d.Topic, d.Partition,
+				d.Offset, d.Reason, recordCell(d.Key), recordCell(&d.Value))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if next != "" {
+		fmt.Fprintf(c.stderr, "more dead letters: next page with --after %s\n", shellQuote(next))
+	}
+	return nil
+}
+
+// recordCell shows a record's key or value in a table cell: (null), its
+// text quoted and shortened, or its size when it is not text.
+func recordCell(b *stateclient.RecordBytes) string {
+	switch {
+	case b == nil:
+		return "(null)"
+	case b.Text == nil:
+		return fmt.Sprintf("(%d bytes, not UTF-8)", b.Length)
+	}
+	s := *b.Text
+	if r := []rune(s); len(r) > 40 {
+		s = string(r[:40]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+func (c *stateCLI) deadLetterSummary(cl *stateclient.Client, output string) error {
+	sum, err := cl.DeadLetterSummary(c.ctx())
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		return writeJSON(c.stdout, sum)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INGRESS\tTOPIC\tREASON\tCOUNT\tOLDEST\tNEWEST")
+	for _, in := range sum {
+		for _, n := range in.Counts {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", in.Ingress, n.Topic, n.Reason, n.Count,
+				n.OldestStoredAt.Local().Format("2006-01-02 15:04:05"), n.NewestStoredAt.Local().Format("2006-01-02 15:04:05"))
+		}
+	}
+	return tw.Flush()
 }

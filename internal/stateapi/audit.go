@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -154,7 +153,7 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	page := auditWriter{w: w}
+	page := pageWriter{w: w, field: "records"}
 	var last *protocol.AuditRecord
 	more := false
 	err := s.eng.ScanAudit(filter, func(a *protocol.AuditRecord) bool {
@@ -166,7 +165,7 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 			return false
 		}
 		last = a
-		return page.record(auditOf(a))
+		return page.item(auditOf(a))
 	})
 	switch {
 	case err != nil && page.n == 0:
@@ -183,52 +182,6 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 		next = &c
 	}
 	page.end(next)
-}
-
-// auditWriter writes an AuditPage one record at a time, in the layout of
-// writeJSON.
-type auditWriter struct {
-	w   http.ResponseWriter
-	n   int
-	err error
-}
-
-// record writes one record, the page's head before the first; it reports
-// whether the write succeeded.
-func (p *auditWriter) record(a auditJSON) bool {
-	b, err := json.MarshalIndent(a, "    ", "  ")
-	if err != nil {
-		p.err = err
-		return false
-	}
-	sep := ",\n    "
-	if p.n == 0 {
-		p.w.Header().Set("Content-Type", "application/json")
-		p.w.WriteHeader(http.StatusOK)
-		sep = "{\n  \"records\": [\n    "
-	}
-	p.n++
-	if _, err := io.WriteString(p.w, sep); err != nil {
-		p.err = err
-		return false
-	}
-	if _, err := p.w.Write(b); err != nil {
-		p.err = err
-		return false
-	}
-	return true
-}
-
-// end closes the page: the records array and the next cursor.
-func (p *auditWriter) end(next *string) {
-	nb, _ := json.Marshal(next)
-	if p.n == 0 {
-		p.w.Header().Set("Content-Type", "application/json")
-		p.w.WriteHeader(http.StatusOK)
-		fmt.Fprintf(p.w, "{\n  \"records\": [],\n  \"next\": %s\n}\n", nb)
-		return
-	}
-	fmt.Fprintf(p.w, "\n  ],\n  \"next\": %s\n}\n", nb)
 }
 
 func auditOf(a *protocol.AuditRecord) auditJSON {

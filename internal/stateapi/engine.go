@@ -40,4 +40,8 @@ type Engine interface {
 	// ScanTypes calls fn with every function type holding durable state
 	// until fn returns false.
 	ScanTypes(fn func(t address.TypeName) bool) error
+	// ScanIngressDeadLetters calls fn with the stored dead letters of the
+	// ingresses that f selects, in the order they were stored, until fn
+	// returns false.
+	ScanIngressDeadLetters(f store.DeadLetterFilter, fn func(store.DeadLetter) bool) error
 }

@@ -491,26 +491,30 @@ func TestOpenAPIOperations(t *testing.T) {
 		method, target, contentType, body string
 	}
 	examples := map[string]req{
-		"listNamespaces":     {"GET", "/state", "", ""},
-		"headListNamespaces": {"HEAD", "/state", "", ""},
-		"listTypes":          {"GET", "/state/test", "", ""},
-		"headListTypes":      {"HEAD", "/state/test", "", ""},
-		"listIds":            {"GET", "/state/test/fn?prefix=ops&limit=2", "", ""},
-		"headListIds":        {"HEAD", "/state/test/fn", "", ""},
-		"listEntries":        {"GET", "/state/test/fn/ops", "", ""},
-		"headListEntries":    {"HEAD", "/state/test/fn/ops", "", ""},
-		"deleteAddress":      {"DELETE", "/state/test/fn/ops-del", "", ""},
-		"getEntry":           {"GET", "/state/test/fn/ops/i32", "", ""},
-		"headGetEntry":       {"HEAD", "/state/test/fn/ops/i32", "", ""},
-		"putEntry":           {"PUT", "/state/test/fn/ops/i32", "text/plain", "43"},
-		"deleteEntry":        {"DELETE", "/state/test/fn/ops/str", "", ""},
-		"getMutation":        {"GET", "/mutations/" + seen.Mutation + "?wait=1s", "", ""},
-		"headGetMutation":    {"HEAD", "/mutations/" + seen.Mutation, "", ""},
-		"revertMutation":     {"POST", "/mutations/" + rev.Mutation + "/revert", "", ""},
-		"getAudit":           {"GET", "/audit?namespace=test&type=fn&id=ops&limit=10", "", ""},
-		"headGetAudit":       {"HEAD", "/audit", "", ""},
-		"getOpenAPI":         {"GET", "/openapi.json", "", ""},
-		"headOpenAPI":        {"HEAD", "/openapi.json", "", ""},
+		"listNamespaces":        {"GET", "/state", "", ""},
+		"headListNamespaces":    {"HEAD", "/state", "", ""},
+		"listTypes":             {"GET", "/state/test", "", ""},
+		"headListTypes":         {"HEAD", "/state/test", "", ""},
+		"listIds":               {"GET", "/state/test/fn?prefix=ops&limit=2", "", ""},
+		"headListIds":           {"HEAD", "/state/test/fn", "", ""},
+		"listEntries":           {"GET", "/state/test/fn/ops", "", ""},
+		"headListEntries":       {"HEAD", "/state/test/fn/ops", "", ""},
+		"deleteAddress":         {"DELETE", "/state/test/fn/ops-del", "", ""},
+		"getEntry":              {"GET", "/state/test/fn/ops/i32", "", ""},
+		"headGetEntry":          {"HEAD", "/state/test/fn/ops/i32", "", ""},
+		"putEntry":              {"PUT", "/state/test/fn/ops/i32", "text/plain", "43"},
+		"deleteEntry":           {"DELETE", "/state/test/fn/ops/str", "", ""},
+		"getMutation":           {"GET", "/mutations/" + seen.Mutation + "?wait=1s", "", ""},
+		"headGetMutation":       {"HEAD", "/mutations/" + seen.Mutation, "", ""},
+		"revertMutation":        {"POST", "/mutations/" + rev.Mutation + "/revert", "", ""},
+		"getAudit":              {"GET", "/audit?namespace=test&type=fn&id=ops&limit=10", "", ""},
+		"headGetAudit":          {"HEAD", "/audit", "", ""},
+		"getOpenAPI":            {"GET", "/openapi.json", "", ""},
+		"headOpenAPI":           {"HEAD", "/openapi.json", "", ""},
+		"getDeadLetterSummary":  {"GET", "/ingresses", "", ""},
+		"headDeadLetterSummary": {"HEAD", "/ingresses", "", ""},
+		"listDeadLetters":       {"GET", "/ingresses/test/in/dead-letters?topic=t&limit=10", "", ""},
+		"headListDeadLetters":   {"HEAD", "/ingresses/test/in/dead-letters", "", ""},
 	}
 	for _, op := range s.ops {
 		id := op.node["operationId"].(string)
@@ -541,7 +545,7 @@ func TestOpenAPIOperations(t *testing.T) {
 	// The methods a path documents are the ones its 405 allows.
 	for tmpl, item := range mapOf(s.raw["paths"]) {
 		target := strings.NewReplacer("{namespace}", "test", "{type}", "fn", "{id}", "ops", "{state}", "i32",
-			"{mutation}", seen.Mutation).Replace(tmpl)
+			"{mutation}", seen.Mutation, "{name}", "in").Replace(tmpl)
 		r := send(t, api, "PATCH", target, nil)
 		if r.StatusCode != http.StatusMethodNotAllowed {
 			t.Errorf("PATCH %s: %s, want 405", target, r.Status)

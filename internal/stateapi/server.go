@@ -91,6 +91,8 @@ var routes = []route{
 	{"/mutations", (*Server).serveMutations},
 	{"/mutations/", (*Server).serveMutations},
 	{"/audit", (*Server).serveAudit},
+	{"/ingresses", (*Server).serveIngresses},
+	{"/ingresses/", (*Server).serveIngresses},
 	{"/openapi.json", (*Server).serveOpenAPI},
 }
 

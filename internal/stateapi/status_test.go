@@ -570,6 +570,17 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 		{name: "400 audit since that is not a time", method: "GET", target: "/audit?since=yesterday", status: 400},
 		{name: "HEAD 400 audit until that is not a time", method: "HEAD", target: "/audit?until=2000-01-01", status: 400},
 		{name: "400 audit limit out of range", method: "GET", target: "/audit?limit=0", status: 400},
+		// Dead letters of the Kafka ingresses (deadletters_test.go has the rest).
+		{name: "GET the dead-letter summary", method: "GET", target: "/ingresses", status: 200, contains: []string{`"ingresses": []`}},
+		{name: "HEAD the dead-letter summary", method: "HEAD", target: "/ingresses", status: 200},
+		{name: "400 dead-letter summary with a query", method: "GET", target: "/ingresses?x=1", status: 400, contains: []string{"?x="}},
+		{name: "HEAD 400 dead-letter summary with a query", method: "HEAD", target: "/ingresses?x=1", status: 400},
+		{name: "GET dead letters of an ingress without any", method: "GET", target: "/ingresses/test/in/dead-letters", status: 200,
+			contains: []string{`"deadLetters": []`, `"next": null`}},
+		{name: "HEAD dead letters", method: "HEAD", target: "/ingresses/test/in/dead-letters?limit=5", status: 200},
+		{name: "400 dead letters with a bad partition", method: "GET", target: "/ingresses/test/in/dead-letters?partition=-1", status: 400, contains: []string{"?partition="}},
+		{name: "HEAD 400 dead letters with a bad limit", method: "HEAD", target: "/ingresses/test/in/dead-letters?limit=0", status: 400},
+		{name: "404 below an ingress", method: "GET", target: "/ingresses/test/in", status: 404},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -713,7 +724,7 @@ func fillTemplate(tmpl string, vals map[string]string) string {
 	})
 }
 
-var exampleVals = map[string]string{"namespace": "test", "type": "fn", "id": "a", "state": "str", "mutation": "nope"}
+var exampleVals = map[string]string{"namespace": "test", "type": "fn", "id": "a", "state": "str", "mutation": "nope", "name": "in"}
 
 // testAuthEveryOperation: every operation that needs a token answers 401
 // without one and 403 with a token that lacks its scope.
@@ -764,7 +775,7 @@ func testBadAddressEveryOperation(t *testing.T, api string) {
 			vals[k] = v
 		}
 		long := strings.Repeat("x", MaxSegmentBytes+1)
-		for _, k := range []string{"namespace", "type", "id", "state", "mutation"} {
+		for _, k := range []string{"namespace", "type", "id", "state", "mutation", "name"} {
 			if strings.Contains(op.template, "{"+k+"}") {
 				vals[k] = long
 			}
@@ -840,7 +851,7 @@ func testClosed(t *testing.T) {
 	api := serve(t, eng, Options{})
 	rc := mustPut(t, api, "/state/x/y/z/s", "application/octet-stream", "v", "Statefun-Type", "x/T")
 	eng.Close()
-	vals := map[string]string{"namespace": "x", "type": "y", "id": "z", "state": "s", "mutation": rc.Mutation}
+	vals := map[string]string{"namespace": "x", "type": "y", "id": "z", "state": "s", "mutation": rc.Mutation, "name": "n"}
 	for _, op := range theSpec(t).ops {
 		target := fillTemplate(op.template, vals)
 		if op.template == "/mutations/{mutation}" {

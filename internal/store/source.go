@@ -193,8 +193,8 @@ func appendDeadLetter(dst []byte, d *DeadLetter) []byte {
 var errBadDeadLetter = errors.New("dead letter value malformed")
 
 // decodeDeadLetter fills the fields of d its value holds; the bytes are
-// copied.
-func decodeDeadLetter(val []byte, d *DeadLetter) error {
+// copied, unless skipPayload leaves Key and Value nil.
+func decodeDeadLetter(val []byte, d *DeadLetter, skipPayload bool) error {
 	if len(val) < 9 {
 		return errBadDeadLetter
 	}
@@ -211,8 +211,10 @@ func decodeDeadLetter(val []byte, d *DeadLetter) error {
 	if w <= 0 || uint64(len(b)-w) < n {
 		return errBadDeadLetter
 	}
-	d.Key = append([]byte(nil), b[w:w+int(n)]...)
-	d.Value = append([]byte(nil), b[w+int(n):]...)
+	if !skipPayload {
+		d.Key = append([]byte(nil), b[w:w+int(n)]...)
+		d.Value = append([]byte(nil), b[w+int(n):]...)
+	}
 	return nil
 }
 
@@ -234,16 +236,32 @@ type DeadLetterFilter struct {
 	// Since keeps records stored at or after it (Unix milliseconds); 0
 	// means from the oldest.
 	Since int64
+	// Until, when not 0, keeps records stored at or before it (Unix
+	// milliseconds); the scan ends there.
+	Until int64
+	// Match, when set, is called with the fields the key holds (At,
+	// Ingress, Topic, Partition, Offset) and keeps the record when it
+	// returns true. It runs before the value is read, so a record it drops
+	// costs no read of its (possibly large) value.
+	Match func(*DeadLetter) bool
+	// SkipPayload leaves Key and Value nil (KeyNull, Reason and Timestamp
+	// are still filled): for counting without copying record bodies.
+	SkipPayload bool
 }
 
-// ScanDeadLetters calls fn with the dead letters f selects, oldest first,
-// until fn returns false.
+// ScanDeadLetters calls fn with the dead letters f selects, oldest first
+// (in key order: stored time, ingress, topic, partition, offset), until fn
+// returns false.
 func (db *DB) ScanDeadLetters(f DeadLetterFilter, fn func(DeadLetter) bool) error {
 	lower := []byte{spaceDeadLetter}
 	if f.Since != 0 {
 		lower = binary.BigEndian.AppendUint64(lower, flipSign(f.Since))
 	}
-	it, err := db.newIter(lower, []byte{spaceDeadLetter + 1})
+	upper := []byte{spaceDeadLetter + 1}
+	if f.Until != 0 && f.Until < 1<<63-1 {
+		upper = binary.BigEndian.AppendUint64([]byte{spaceDeadLetter}, flipSign(f.Until+1))
+	}
+	it, err := db.newIter(lower, upper)
 	if err != nil {
 		return err
 	}
@@ -252,14 +270,14 @@ func (db *DB) ScanDeadLetters(f DeadLetterFilter, fn func(DeadLetter) bool) erro
 		if err := decodeDeadLetterKey(it.Key(), &d); err != nil {
 			return finish(it, corrupt(it.Key(), err))
 		}
-		if f.Ingress != "" && d.Ingress != f.Ingress {
+		if f.Ingress != "" && d.Ingress != f.Ingress || f.Match != nil && !f.Match(&d) {
 			continue
 		}
 		val, err := it.ValueAndErr()
 		if err != nil {
 			return finish(it, err)
 		}
-		if err := decodeDeadLetter(val, &d); err != nil {
+		if err := decodeDeadLetter(val, &d, f.SkipPayload); err != nil {
 			return finish(it, corrupt(it.Key(), err))
 		}
 		if !fn(d) {

@@ -61,6 +61,20 @@ func TestDeadLettersScanAndRetention(t *testing.T) {
 	if err := db.ScanDeadLetters(DeadLetterFilter{Since: t0.Add(7 * time.Minute).UnixMilli()}, func(DeadLetter) bool { n++; return n < 2 }); err != nil || n != 2 {
 		t.Fatalf("since + stop: %d %v", n, err)
 	}
+	// Until bounds the stored time (inclusive); Match sees the key's fields
+	// before the value is read; SkipPayload leaves the bodies out.
+	var parts []int32
+	f := DeadLetterFilter{Since: t0.Add(2 * time.Minute).UnixMilli(), Until: t0.Add(6 * time.Minute).UnixMilli(), SkipPayload: true,
+		Match: func(d *DeadLetter) bool { return d.Partition != 4 && d.Reason == "" && d.Value == nil }}
+	if err := db.ScanDeadLetters(f, func(d DeadLetter) bool {
+		if d.Key != nil || d.Value != nil || d.Reason != "null-key" || d.Timestamp != -int64(d.Partition) {
+			t.Errorf("skip payload: %+v", d)
+		}
+		parts = append(parts, d.Partition)
+		return true
+	}); err != nil || fmt.Sprint(parts) != "[2 3 5 6]" {
+		t.Fatalf("until, match: %v %v", parts, err)
+	}
 	st, err := db.Sweep()
 	if err != nil || st.DeadLetters != 6 || st.DeletedDeadLetters != 4 {
 		t.Fatalf("count limit: %+v %v", st, err)

@@ -62,6 +62,8 @@ type Consumer struct {
 	m      *Metrics
 	badLog *limiter
 
+	reseeked map[tp]int64 // partition → offset last re-seeked to (poll goroutine only)
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	built  chan struct{} // closed once New has set cl and adm
@@ -86,7 +88,8 @@ func New(cfg Config, eng Engine) (*Consumer, error) {
 		return nil, err
 	}
 	c := &Consumer{cfg: cfg, eng: eng, routes: map[string]Route{}, log: cfg.Logger.With("ingress", cfg.ID), m: cfg.Metrics,
-		badLog: newLimiter(cfg.Now, 10*time.Second), workers: map[tp]*worker{}, durable: map[tp]int64{}, wakeCommit: make(chan struct{}, 1)}
+		badLog: newLimiter(cfg.Now, 10*time.Second), workers: map[tp]*worker{}, durable: map[tp]int64{}, wakeCommit: make(chan struct{}, 1),
+		reseeked: map[tp]int64{}}
 	topics := make([]string, 0, len(cfg.Routes))
 	for _, r := range cfg.Routes {
 		c.routes[r.Topic] = r
@@ -207,10 +210,15 @@ func (c *Consumer) poll() {
 			return
 		}
 		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				c.noteErr(fmt.Sprintf("fetching %s/%d: %v", topic, p, err))
-				c.log.Warn("kafka fetch error", "topic", topic, "partition", p, "error", err)
+			if errors.Is(err, context.Canceled) {
+				return
 			}
+			var loss *kgo.ErrDataLoss
+			if errors.As(err, &loss) && c.reseek(loss) {
+				return
+			}
+			c.noteErr(fmt.Sprintf("fetching %s/%d: %v", topic, p, err))
+			c.log.Warn("kafka fetch error", "topic", topic, "partition", p, "error", err)
 		})
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) == 0 {
@@ -225,6 +233,34 @@ func (c *Consumer) poll() {
 		})
 		c.cl.AllowRebalance()
 	}
+}
+
+// reseek undoes a forward jump of the client's fetch position. When the
+// client suspects the log was truncated under it (a leader change whose
+// epochs it cannot reconcile) and cannot find where the log diverged, it
+// resets the partition by auto.offset.reset — to the end, by default —
+// skipping records that may well still be there. For an exactly-once
+// ingress that is silent loss, so the partition is sent back to the offset
+// it had consumed to (everything below it is already queued here). If the
+// records are really gone, the next fetch is out of range and the reset
+// applies; a second jump from the same offset is accepted and logged as
+// loss. It runs on the polling goroutine before AllowRebalance, as
+// SetOffsets requires, and reports whether it re-seeked.
+func (c *Consumer) reseek(loss *kgo.ErrDataLoss) bool {
+	if loss.ResetTo <= loss.ConsumedTo {
+		return false
+	}
+	k := tp{loss.Topic, loss.Partition}
+	if c.reseeked[k] == loss.ConsumedTo {
+		c.log.Error("kafka records lost: the brokers no longer hold them", "topic", loss.Topic, "partition", loss.Partition,
+			"from", loss.ConsumedTo, "to", loss.ResetTo)
+		return false
+	}
+	c.reseeked[k] = loss.ConsumedTo
+	c.log.Warn("kafka client skipped ahead after a leader change; resuming where it had consumed to", "topic", loss.Topic,
+		"partition", loss.Partition, "consumed_to", loss.ConsumedTo, "skipped_to", loss.ResetTo)
+	c.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{loss.Topic: {loss.Partition: {Epoch: -1, Offset: loss.ConsumedTo}}})
+	return true
 }
 
 // assigned is called (kgo.AdjustFetchOffsetsFn) with newly assigned
@@ -335,6 +371,13 @@ func (c *Consumer) revoked(ctx context.Context, m map[string][]int32, clean bool
 		for _, p := range ps {
 			ks = append(ks, tp{topic, p})
 		}
+	}
+	if len(ks) == 0 {
+		// A cooperative rebalance that keeps every partition here still
+		// ends the session with an empty revocation; stopping workers now
+		// would leave the kept partitions without one (nothing assigns
+		// them again), and their records would never be consumed.
+		return
 	}
 	c.stopWorkers(ks)
 	if clean {

@@ -526,20 +526,8 @@ func (c *stateCLI) audit(args []string) error {
 		}
 		f.Namespace, f.Type = ns, name
 	}
-	now := time.Now()
-	for _, tf := range []struct {
-		name string
-		s    string
-		dst  *time.Time
-	}{{"since", since, &f.Since}, {"until", until, &f.Until}} {
-		if tf.s == "" {
-			continue
-		}
-		t, err := parseWhen(tf.s, now)
-		if err != nil {
-			return usagef("--%s %q: want an RFC 3339 time (2024-05-06T07:08:09Z) or a duration like 1h", tf.name, tf.s)
-		}
-		*tf.dst = t
+	if err := parseWindow(since, until, &f.Since, &f.Until); err != nil {
+		return err
 	}
 	if f.Limit < 0 || f.Limit > 100000 {
 		return usagef("--limit %d: want 1 to 100000", f.Limit)
@@ -683,20 +671,8 @@ func (c *stateCLI) deadLetters(args []string) error {
 	if after != "" && limit == 0 {
 		return usagef("--after applies to one page: give --limit N too")
 	}
-	now := time.Now()
-	for _, tf := range []struct {
-		name string
-		s    string
-		dst  *time.Time
-	}{{"since", since, &f.Since}, {"until", until, &f.Until}} {
-		if tf.s == "" {
-			continue
-		}
-		t, err := parseWhen(tf.s, now)
-		if err != nil {
-			return usagef("--%s %q: want an RFC 3339 time (2024-05-06T07:08:09Z) or a duration like 1h", tf.name, tf.s)
-		}
-		*tf.dst = t
+	if err := parseWindow(since, until, &f.Since, &f.Until); err != nil {
+		return err
 	}
 	if limit < 0 || limit > 1000 {
 		return usagef("--limit %d: want 1 to 1000", limit)
@@ -778,4 +754,26 @@ func (c *stateCLI) deadLetterSummary(cl *stateclient.Client, output string) erro
 		}
 	}
 	return tw.Flush()
+}
+
+// parseWindow reads the --since and --until flags (an RFC 3339 time or a
+// duration before now) into their destinations; an empty flag leaves its
+// destination zero.
+func parseWindow(since, until string, dstSince, dstUntil *time.Time) error {
+	now := time.Now()
+	for _, tf := range []struct {
+		name string
+		s    string
+		dst  *time.Time
+	}{{"since", since, dstSince}, {"until", until, dstUntil}} {
+		if tf.s == "" {
+			continue
+		}
+		t, err := parseWhen(tf.s, now)
+		if err != nil {
+			return usagef("--%s %q: want an RFC 3339 time (2024-05-06T07:08:09Z) or a duration like 1h", tf.name, tf.s)
+		}
+		*tf.dst = t
+	}
+	return nil
 }

@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"os"
-	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -107,48 +104,5 @@ func TestKafkaCrashExactlyOnce(t *testing.T) {
 
 	rt.waitCounters(want, 60*time.Second)
 	out := kcatReadUntil(t, brokers, "counts", total, 30*time.Second)
-	seen := map[string]int{}
-	for _, r := range out {
-		if r.Key == nil || r.Payload == nil {
-			t.Errorf("output record %v has no key or no value", r)
-			continue
-		}
-		if id, _, _ := strings.Cut(*r.Payload, "="); id != *r.Key {
-			t.Errorf("output record %v: the key is not the counter's id", r)
-		}
-		seen[*r.Payload]++
-	}
-	var dups, gaps []string
-	for k, n := range want {
-		for i := 1; i <= n; i++ {
-			v := fmt.Sprintf("%s=%d", k, i)
-			switch seen[v] {
-			case 0:
-				gaps = append(gaps, v)
-			case 1:
-			default:
-				dups = append(dups, fmt.Sprintf("%s ×%d", v, seen[v]))
-			}
-			delete(seen, v)
-		}
-	}
-	var extra []string
-	for v, n := range seen {
-		extra = append(extra, fmt.Sprintf("%s ×%d", v, n))
-	}
-	sort.Strings(gaps)
-	sort.Strings(dups)
-	sort.Strings(extra)
-	if len(gaps) > 0 {
-		t.Errorf("%d effects missing from the output topic: %s", len(gaps), strings.Join(first(gaps, 20), ", "))
-	}
-	if len(dups) > 0 {
-		t.Errorf("%d effects on the output topic more than once: %s", len(dups), strings.Join(first(dups, 20), ", "))
-	}
-	if len(extra) > 0 {
-		t.Errorf("%d effects on the output topic that no input caused: %s", len(extra), strings.Join(first(extra, 20), ", "))
-	}
-	if len(out) != total {
-		t.Errorf("%d records on the output topic (read_committed), want %d", len(out), total)
-	}
+	checkEffects(t, out, want, nil)
 }

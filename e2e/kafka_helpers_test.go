@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -348,8 +349,12 @@ func (r *runtime) waitReadyz(what string, timeout time.Duration, ok func(status 
 
 // counter reads kc/counter/<id>'s count through the state API: the value,
 // or -1 when the entry is empty.
-func (r *runtime) counter(id string) (int64, error) {
-	req, _ := http.NewRequest(http.MethodGet, "http://"+r.admin+"/state/kc/counter/"+url.PathEscape(id)+"/count", nil)
+func (r *runtime) counter(id string) (int64, error) { return r.stateInt("kc/counter", id, "count") }
+
+// stateInt reads an integer state of fnType/<id> through the state API:
+// the value, or -1 when the entry is empty.
+func (r *runtime) stateInt(fnType, id, state string) (int64, error) {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+r.admin+"/state/"+fnType+"/"+url.PathEscape(id)+"/"+state, nil)
 	req.Header.Set("Accept", "text/plain")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -363,19 +368,26 @@ func (r *runtime) counter(id string) (int64, error) {
 	case http.StatusNotFound:
 		return -1, nil
 	default:
-		return 0, fmt.Errorf("GET state of kc/counter/%s: %s: %s", id, resp.Status, b)
+		return 0, fmt.Errorf("GET state %s of %s/%s: %s: %s", state, fnType, id, resp.Status, b)
 	}
 }
 
-// waitCounters waits until every counter in want has its value, and fails
-// with the differences otherwise.
+// waitCounters waits until every kc/counter in want has its count, and
+// fails with the differences otherwise.
 func (r *runtime) waitCounters(want map[string]int, timeout time.Duration) {
+	r.t.Helper()
+	r.waitStates("kc/counter", "count", want, timeout)
+}
+
+// waitStates waits until the integer state of every fnType/<id> in want
+// has its value, and fails with the differences otherwise.
+func (r *runtime) waitStates(fnType, state string, want map[string]int, timeout time.Duration) {
 	r.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		var wrong []string
 		for id, n := range want {
-			got, err := r.counter(id)
+			got, err := r.stateInt(fnType, id, state)
 			if err != nil {
 				r.t.Fatal(err)
 			}
@@ -544,4 +556,62 @@ func (d *devkafka) signal(sig syscall.Signal) {
 	d.cmd.Process.Signal(sig)
 	<-d.exited
 	d.cmd = nil
+}
+
+// checkEffects asserts that out, an output topic of "<id>=<count>"
+// records, holds every count from 1 to want[id] of every id exactly once
+// and nothing else: no gap, no duplicate. A record's key is its id, or null
+// for the values in nullKey.
+func checkEffects(t testing.TB, out []kcatRecord, want map[string]int, nullKey map[string]bool) {
+	t.Helper()
+	seen := map[string]int{}
+	total := 0
+	for _, r := range out {
+		if r.Payload == nil {
+			t.Errorf("output record %v has no value", r)
+			continue
+		}
+		id, _, _ := strings.Cut(*r.Payload, "=")
+		switch {
+		case nullKey[*r.Payload] && r.Key != nil:
+			t.Errorf("output record %v: key %q, want a null key (the function sent an empty key)", r, *r.Key)
+		case !nullKey[*r.Payload] && (r.Key == nil || *r.Key != id):
+			t.Errorf("output record %v: the key is not the function's id %q", r, id)
+		}
+		seen[*r.Payload]++
+	}
+	var dups, gaps []string
+	for k, n := range want {
+		total += n
+		for i := 1; i <= n; i++ {
+			v := fmt.Sprintf("%s=%d", k, i)
+			switch seen[v] {
+			case 0:
+				gaps = append(gaps, v)
+			case 1:
+			default:
+				dups = append(dups, fmt.Sprintf("%s ×%d", v, seen[v]))
+			}
+			delete(seen, v)
+		}
+	}
+	var extra []string
+	for v, n := range seen {
+		extra = append(extra, fmt.Sprintf("%s ×%d", v, n))
+	}
+	sort.Strings(gaps)
+	sort.Strings(dups)
+	sort.Strings(extra)
+	if len(gaps) > 0 {
+		t.Errorf("%d effects missing from the output topic: %s", len(gaps), strings.Join(first(gaps, 20), ", "))
+	}
+	if len(dups) > 0 {
+		t.Errorf("%d effects on the output topic more than once: %s", len(dups), strings.Join(first(dups, 20), ", "))
+	}
+	if len(extra) > 0 {
+		t.Errorf("%d effects on the output topic that no input caused: %s", len(extra), strings.Join(first(extra, 20), ", "))
+	}
+	if len(out) != total {
+		t.Errorf("%d records on the output topic (read_committed), want %d", len(out), total)
+	}
 }

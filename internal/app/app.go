@@ -139,7 +139,7 @@ func Start(cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkKafkaIngresses(mod, fns); err != nil {
+	if err := checkKafka(mod, fns); err != nil {
 		fns.Close()
 		return nil, err
 	}

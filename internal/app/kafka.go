@@ -105,11 +105,25 @@ func keepEgress(mod *module.Module) []string {
 	return ids
 }
 
-// checkKafkaIngresses refuses, before anything is opened, a Kafka ingress
-// whose properties cannot be honoured or whose topics route to a function
-// type no endpoint serves (its records would wait forever).
-func checkKafkaIngresses(mod *module.Module, fns *functions.Router) error {
+// checkKafka refuses, before anything is opened (the store included), a
+// Kafka ingress or egress whose properties cannot be honoured, an egress
+// with an unknown delivery semantic or the playground egress's id, and an
+// ingress whose topics route to a function type no endpoint serves (its
+// records would wait forever).
+func checkKafka(mod *module.Module, fns *functions.Router) error {
 	var errs module.Errors
+	for _, eg := range mod.KafkaEgresses {
+		if _, err := kafkaclient.ForEgress(eg, nil); err != nil {
+			errs = appendModuleErrors(errs, err)
+			continue
+		}
+		if _, err := kafkaegress.ParseSemantic(string(eg.Semantic)); err != nil {
+			errs = append(errs, at(eg.Pos, module.KindKafkaEgress, "deliverySemantic", err))
+		}
+		if id := eg.ID.String(); id == egress.PlaygroundID {
+			errs = append(errs, at(eg.Pos, module.KindKafkaEgress, "id", fmt.Errorf("%s is the playground egress's id", id)))
+		}
+	}
 	for _, in := range mod.KafkaIngresses {
 		if _, err := kafkaclient.ForIngress(in, nil); err != nil {
 			errs = appendModuleErrors(errs, err)
@@ -130,7 +144,7 @@ func checkKafkaIngresses(mod *module.Module, fns *functions.Router) error {
 }
 
 // addIngresses creates a consumer per io.statefun.kafka.v1/ingress on eng
-// (checkKafkaIngresses has passed). A record's value larger than the
+// (checkKafka has passed). A record's value larger than the
 // smallest payload limit of its targets' endpoints becomes a dead letter.
 func (k *kafkaEdges) addIngresses(mod *module.Module, fns *functions.Router, eng *engine.Engine, reg prometheus.Registerer) error {
 	if len(mod.KafkaIngresses) > 0 {

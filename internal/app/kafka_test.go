@@ -201,3 +201,43 @@ func readCounts(t *testing.T, cluster *kfake.Cluster, n int) []string {
 		}
 	}
 }
+
+// TestKafkaEgressRefusedBeforeTheStore: an egress whose properties cannot
+// be honoured is refused with its file and line before the store is
+// created, like every other invalid module (no data directory is left
+// behind for a module that never ran).
+func TestKafkaEgressRefusedBeforeTheStore(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "module.yaml")
+	mod := `kind: io.statefun.endpoints.v2/http
+spec:
+  functions: kt/*
+  urlPathTemplate: http://127.0.0.1:1/statefun
+---
+kind: io.statefun.kafka.v1/egress
+spec:
+  id: kt/out
+  address: 127.0.0.1:1
+  deliverySemantic:
+    type: exactly-once
+    transactionTimeout: 1min
+  properties:
+    - acks: 1
+`
+	if err := os.WriteFile(path, []byte(mod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	a, err := Start(Config{ModulePath: path, DataDir: data, AdminAddr: "127.0.0.1:0", ListenHost: "127.0.0.1",
+		Partitions: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err == nil {
+		a.Close()
+		t.Fatal("Start accepted an exactly-once egress with acks=1")
+	}
+	if want := "module.yaml:14:7: document 2 (io.statefun.kafka.v1/egress): spec.properties.acks: acks=1 cannot be honoured under exactly-once"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q lacks %q", err, want)
+	}
+	if _, err := os.Stat(data); err == nil {
+		t.Errorf("the store %s was created for a module that was refused", data)
+	}
+}

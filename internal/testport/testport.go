@@ -55,6 +55,38 @@ func Free() (int, error) {
 	return 0, fmt.Errorf("testport: no free port in [%d, %d)", low, high)
 }
 
+// FreeRange returns the first of n consecutive loopback TCP ports, all
+// below the kernel's ephemeral range, that could be bound a moment ago and
+// that no earlier call in this process returned (for a process that takes
+// a base port and the ones after it, such as cmd/devkafka's brokers). It
+// fails only when no such range is found after many tries.
+func FreeRange(n int) (int, error) {
+	high := ephemeralLow()
+	mu.Lock()
+	defer mu.Unlock()
+try:
+	for range 1000 {
+		p := low + rand.IntN(high-low-n)
+		for q := p; q < p+n; q++ {
+			if given[q] {
+				continue try
+			}
+		}
+		for q := p; q < p+n; q++ {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", q))
+			if err != nil {
+				continue try
+			}
+			ln.Close()
+		}
+		for q := p; q < p+n; q++ {
+			given[q] = true
+		}
+		return p, nil
+	}
+	return 0, fmt.Errorf("testport: no %d consecutive free ports in [%d, %d)", n, low, high)
+}
+
 // ephemeralLow is the first port of the kernel's ephemeral range (Linux's
 // ip_local_port_range; 32768, its default, elsewhere).
 func ephemeralLow() int {

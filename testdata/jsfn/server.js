@@ -9,6 +9,11 @@
 //   jsfn/echo     no state. Each message egresses
 //                 {"topic":"js","payload":"echo:<id>:<caller>"}, where <caller>
 //                 is "namespace/name/id" or "none" without a caller.
+//   jsfn/kafka    state seen (int). Each message adds 1 to seen and writes,
+//                 with kafkaEgressMessage, the Kafka record key <id>, value
+//                 "<id>=<seen>" to topic "js-counts" of the Kafka egress
+//                 jsfn/kafka-out; the message text "nokey" gives the record
+//                 an empty key.
 //
 // Environment: PORT (default 8001; 0 picks a free port), HOST (default: all
 // interfaces), JSFN_EXIT_ON_STDIN_EOF=1 to exit when stdin closes. Once
@@ -16,7 +21,7 @@
 "use strict";
 
 const http = require("http");
-const { StateFun, messageBuilder, egressMessageBuilder } = require("apache-flink-statefun");
+const { StateFun, messageBuilder, egressMessageBuilder, kafkaEgressMessage } = require("apache-flink-statefun");
 
 const EGRESS = "io.statefun.playground/egress";
 const EgressRecordType = StateFun.jsonType("io.statefun.playground/EgressRecord");
@@ -65,6 +70,24 @@ statefun.bind({
     const caller = context.caller;
     const from = caller === null ? "none" : `${caller.namespace}/${caller.name}/${caller.id}`;
     context.send(record(`echo:${context.self.id}:${from}`));
+  },
+});
+
+statefun.bind({
+  typename: "jsfn/kafka",
+  specs: [{ name: "seen", type: StateFun.intType() }],
+  fn(context, message) {
+    const seen = (context.storage.seen || 0) + 1;
+    context.storage.seen = seen;
+    const id = context.self.id;
+    context.send(
+      kafkaEgressMessage({
+        typename: "jsfn/kafka-out",
+        topic: "js-counts",
+        key: text(message) === "nokey" ? "" : id,
+        value: `${id}=${seen}`,
+      })
+    );
   },
 });
 

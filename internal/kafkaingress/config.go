@@ -83,6 +83,15 @@ type Config struct {
 	// topics, read_committed, manual offset commits, the cooperative-sticky
 	// balancer.
 	ClientOpts []kgo.Opt
+	// InstanceID is the consumer's group.instance.id (static membership);
+	// empty means "statefun-" + ID. A runtime killed without leaving the
+	// group (SIGKILL, power loss) is then replaced at once by its restart,
+	// instead of after the group's session timeout (45 s by default), and
+	// a second runtime consuming with the same group — which embedded mode
+	// does not support, positions being local to one store — is fenced
+	// with an error instead of silently taking partitions. A
+	// group.instance.id client property (in ClientOpts) wins.
+	InstanceID string
 	// MaxBatchRecords bounds the records of one Kafka partition made
 	// durable in one engine commit. Default 500.
 	MaxBatchRecords int

@@ -99,7 +99,13 @@ func New(cfg Config, eng Engine) (*Consumer, error) {
 	if cfg.AutoOffsetReset == "earliest" {
 		reset = kgo.NewOffset().AtStart()
 	}
-	opts := append([]kgo.Opt(nil), cfg.ClientOpts...)
+	instance := cfg.InstanceID
+	if instance == "" {
+		instance = "statefun-" + cfg.ID
+	}
+	// The default instance id comes before the client properties, so
+	// that a group.instance.id property replaces it.
+	opts := append([]kgo.Opt{kgo.InstanceID(instance)}, cfg.ClientOpts...)
 	opts = append(opts,
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ConsumerGroup(cfg.GroupID),

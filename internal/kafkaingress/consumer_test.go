@@ -362,3 +362,30 @@ func TestConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// The consumer is a static member of its group by default, so that a
+// restart after SIGKILL takes the dead member's place at once; a
+// group.instance.id property replaces the default.
+func TestStaticMembershipByDefault(t *testing.T) {
+	kc := newCluster(t, "in")
+	for _, tc := range []struct {
+		opts []kgo.Opt
+		want string
+	}{
+		{nil, "statefun-test/kafka"},
+		{[]kgo.Opt{kgo.InstanceID("node-7")}, "node-7"},
+	} {
+		cfg := baseConfig(kc, "g-static", route("in", counterA))
+		cfg.ClientOpts = tc.opts
+		c, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := c.cl.OptValue(kgo.InstanceID).(string)
+		c.cancel()
+		c.cl.Close()
+		if got != tc.want {
+			t.Errorf("instance id = %q, want %q", got, tc.want)
+		}
+	}
+}

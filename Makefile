@@ -61,3 +61,4 @@ fuzz:
 soak:
 	$(MAKE) fuzz FUZZTIME=5m
 	go test ./internal/sim -run 'TestSimulation$$' -sim.seeds=1000 -sim.steps=1200 -timeout 2h
+	STATEFUN_KAFKA_SOAK=1 go test -race ./e2e -run 'TestKafkaCrashExactlyOnce$$' -timeout 30m

@@ -52,7 +52,7 @@ fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t##*:}; \
 		echo "fuzz $$pkg $$fn for $(FUZZTIME)"; \
-		go test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -parallel 2 $$pkg; \
+		.ci/fuzz $$pkg $$fn $(FUZZTIME); \
 	done
 
 # The long budget: fuzzing for minutes per target, and the deterministic

@@ -28,7 +28,7 @@ remote functions built with the official SDKs) on one binary.
 
 Usage:
   statefun run --module FILE [--data-dir DIR] [--admin-addr HOST:PORT]
-  statefun state get|put|delete|ls|edit|revert|receipt|audit|dead-letters [flags] [args]
+  statefun state get|put|delete|ls|edit|revert|receipt|audit|dead-letters|failing|inbox|pause|resume|pauses [flags] [args]
   statefun version
 
 Run "statefun run -h" for the flags of run, "statefun state -h" for the

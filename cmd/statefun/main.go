@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/app"
+	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -27,7 +28,7 @@ remote functions built with the official SDKs) on one binary.
 
 Usage:
   statefun run --module FILE [--data-dir DIR] [--admin-addr HOST:PORT]
-  statefun state get|put|delete|ls|edit|revert|receipt|audit|dead-letters [flags] [args]
+  statefun state get|put|delete|ls|edit|revert|receipt|audit|dead-letters|failing|inbox|pause|resume|pauses [flags] [args]
   statefun version
 
 Run "statefun run -h" for the flags of run, "statefun state -h" for the
@@ -207,11 +208,18 @@ func run(args []string, stderr io.Writer) int {
 	idleTimeout := fs.Duration("idle-timeout", envDuration("STATEFUN_IDLE_TIMEOUT", app.DefaultIdleTimeout), "keep-alive connections idle this long are closed, on every listener (env STATEFUN_IDLE_TIMEOUT)")
 	maxHeaderBytes := fs.Int("max-header-bytes", envInt("STATEFUN_MAX_HEADER_BYTES", app.DefaultMaxHeaderBytes), "largest request head, on every listener (env STATEFUN_MAX_HEADER_BYTES)")
 	maxCallsPerType := fs.Int("max-calls-per-type", envInt("STATEFUN_MAX_CALLS_PER_TYPE", 0), "calls in flight per function type on an endpoint; 0 means half the endpoint's pool_size for a namespace endpoint, all of it for a one-type endpoint (env STATEFUN_MAX_CALLS_PER_TYPE)")
+	pauseAfter := fs.String("pause-after", env("STATEFUN_PAUSE_AFTER", ""), "poison policy: pause an address after this many failed attempts of one batch, per function type: \"ns/type=5,ns/*=3,*=10\"; a type no rule names retries until it succeeds (env STATEFUN_PAUSE_AFTER; docs/partition.md)")
+	pauseOnViolation := fs.Bool("pause-on-violation", env("STATEFUN_PAUSE_ON_VIOLATION", "") == "true", "poison policy: pause an address at once when its function breaks the protocol (env STATEFUN_PAUSE_ON_VIOLATION=true)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if badEnv != "" {
 		fmt.Fprintf(stderr, "statefun run: %s\n", badEnv)
+		return 2
+	}
+	pausePolicy, err := engine.ParsePauseAfter(*pauseAfter)
+	if err != nil {
+		fmt.Fprintf(stderr, "statefun run: %v\n", strings.TrimPrefix(err.Error(), "engine: "))
 		return 2
 	}
 	memBytes, err := parseBytes(*memTable)
@@ -291,6 +299,9 @@ func run(args []string, stderr io.Writer) int {
 		Logger:      logger,
 		Store:       store.Options{MemTableSize: memBytes, Retention: *ret},
 		DiskReserve: reserve,
+
+		PauseAfter:       pausePolicy,
+		PauseOnViolation: *pauseOnViolation,
 		Listeners: app.ListenerLimits{
 			MaxConns:          *maxConns,
 			ReadHeaderTimeout: *readHeaderTimeout,

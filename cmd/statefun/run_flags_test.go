@@ -16,6 +16,8 @@ func TestRunRefusesBadAllowedHostsAndOrigins(t *testing.T) {
 		{[]string{"--api-allowed-origins", "console.example"}, [2]string{}, `allowed origin "console.example"`},
 		{[]string{"--api-allowed-hosts", "http://box/"}, [2]string{}, `allowed host "http://box/"`},
 		{nil, [2]string{"STATEFUN_API_ALLOWED_ORIGINS", "https://ok.example, https://bad.example/x"}, `allowed origin "https://bad.example/x"`},
+		{[]string{"--pause-after", "ns/type=0"}, [2]string{}, `--pause-after rule "ns/type=0"`},
+		{nil, [2]string{"STATEFUN_PAUSE_AFTER", "ns=3"}, `--pause-after rule "ns=3"`},
 	} {
 		if c.env[0] != "" {
 			t.Setenv(c.env[0], c.env[1])

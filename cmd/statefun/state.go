@@ -47,6 +47,12 @@ Commands:
   dead-letters                               the dead letters of every Kafka ingress, counted
   dead-letters [--topic --partition --reason --since --until --limit] <ns>/<name>
                                              one ingress's dead letters (records it could not deliver)
+  failing [<ns>/<type>]                      addresses whose batch keeps failing
+  inbox   <ns>/<type> <id>                   what an address holds: failing batch, queue, timers
+  pause   [--reason --for --until] <ns>/<type> [<id>]
+                                             hold an address (no id: every address of the type)
+  resume  [--reason] <ns>/<type> [<id>]      release it: retry the failed batch, then the queue
+  pauses  [<ns>/<type>]                      the pauses in force
 
 Global flags, before or after the command:
   --server URL       the admin listener (env STATEFUN_SERVER; default http://127.0.0.1:8070)
@@ -115,6 +121,7 @@ func (c *stateCLI) run(args []string) int {
 		"get": c.get, "put": c.put, "delete": c.delete, "ls": c.ls,
 		"edit": c.edit, "revert": c.revert, "receipt": c.receipt, "audit": c.audit,
 		"dead-letters": c.deadLetters,
+		"failing":      c.failing, "inbox": c.inbox, "pauses": c.pauses, "pause": c.pause, "resume": c.resume,
 	}
 	if name == "help" {
 		fmt.Fprint(stdout, stateUsage)

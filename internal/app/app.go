@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/admin"
 	"github.com/statefun-go/statefun/internal/connlimit"
 	"github.com/statefun-go/statefun/internal/diskguard"
@@ -48,6 +49,11 @@ type Config struct {
 	// RetryBase and RetryMax bound the backoff of failed calls (defaults
 	// 50ms and 10s).
 	RetryBase, RetryMax time.Duration
+	// PauseAfter and PauseOnViolation are the poison policy (engine.Options,
+	// engine.ParsePauseAfter); the zero values retry a failed batch until
+	// it succeeds.
+	PauseAfter       func(t address.TypeName) int
+	PauseOnViolation bool
 	// API configures the state access API served on the admin listener.
 	// Without tokens the admin listener must be on a loopback address.
 	API stateapi.Options
@@ -156,7 +162,7 @@ func Start(cfg Config) (*App, error) {
 		fns.Close()
 		return nil, err
 	}
-	eng, err := engine.New(engine.Options{
+	eopts := engine.Options{
 		Store:         db,
 		Functions:     fns,
 		MaxBatch:      fns.MaxBatch,
@@ -165,10 +171,15 @@ func Start(cfg Config) (*App, error) {
 		Egress:        routes.Route,
 		RetryBase:     cfg.RetryBase,
 		RetryMax:      cfg.RetryMax,
+		PauseAfter:    cfg.PauseAfter,
 		Logger:        cfg.Logger,
 		Metrics:       engine.NewMetrics(reg),
 		Admit:         guard.Admit,
-	})
+	}
+	if cfg.PauseOnViolation {
+		eopts.PauseOnViolation = func(address.TypeName) bool { return true }
+	}
+	eng, err := engine.New(eopts)
 	if err != nil {
 		guard.Stop()
 		db.Close()

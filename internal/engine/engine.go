@@ -53,6 +53,11 @@ type Options struct {
 	// RetryBase and RetryMax bound the backoff of failed calls. Defaults
 	// 50ms and 10s.
 	RetryBase, RetryMax time.Duration
+	// PauseAfter and PauseOnViolation are the poison policy (see
+	// partition.Config): nil keeps retrying a failed batch until it
+	// succeeds.
+	PauseAfter       func(t address.TypeName) int
+	PauseOnViolation func(t address.TypeName) bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics may be nil.

@@ -22,6 +22,7 @@ type Metrics struct {
 	ingressed       prometheus.Counter
 	ingressRejected prometheus.Counter
 	ingressReplayed prometheus.Counter
+	repair          *repairGauges
 }
 
 // NewMetrics creates the collectors and registers them with reg (nil: not
@@ -66,10 +67,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ingressReplayed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "statefun_ingress_replayed_total", Help: "Ingress requests answered from an earlier request with the same Idempotency-Key, without a new message.",
 		}),
+		repair: newRepairGauges(),
 	}
 	if reg != nil {
 		reg.MustRegister(m.invocations, m.batchSize, m.callSeconds, m.retries, m.commitSeconds,
 			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed)
+		reg.MustRegister(m.repair.collectors()...)
 	}
 	return m
 }
@@ -102,6 +105,12 @@ func (e *Engine) logFailure(p int, f partition.Failure) {
 	level := e.log.Warn
 	if f.Attempt > 3 && !f.Violation {
 		level = e.log.Error
+	}
+	if f.Paused {
+		e.log.Error("invocation failed, address paused by the poison policy (resume it through the state API)",
+			"function", f.Addr.Type.String(), "id", f.Addr.ID, "partition", p,
+			"attempt", f.Attempt, "protocol_violation", f.Violation, "error", f.Err)
+		return
 	}
 	level("invocation failed, will retry",
 		"function", f.Addr.Type.String(), "id", f.Addr.ID, "partition", p,

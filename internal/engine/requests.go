@@ -78,6 +78,7 @@ func (r *partCommit) Encode(b *store.Batch) error {
 	for t, s := range cm.Specs {
 		b.PutSpecs(t, specsToProto(s))
 	}
+	encodePauses(b, cm.Pauses)
 	for _, eg := range cm.Egress {
 		r.e.egressSeq++
 		b.PutEgress(eg.Egress, eg.Route, r.e.egressSeq, eg.Record)

@@ -43,13 +43,17 @@ func (e *Engine) restore() error {
 	}
 	e.egressSeq = seq
 	now := e.opts.Now().UnixMilli()
+	pauses, err := loadPauses(e.db, n)
+	if err != nil {
+		return err
+	}
 	pending := 0
 	for p := 0; p < n; p++ {
 		meta, err := e.db.Meta(p)
 		if err != nil {
 			return err
 		}
-		rs := partition.Restore{CommitID: meta.CommitID, VersionSeq: meta.VersionSeq, OutSeq: outSeq[p]}
+		rs := partition.Restore{CommitID: meta.CommitID, VersionSeq: meta.VersionSeq, OutSeq: outSeq[p], Pauses: pauses[p]}
 		err = e.db.ScanTimers(p, func(k store.TimerKey, env *protocol.Envelope) error {
 			rs.Timers = append(rs.Timers, partition.Timer{Key: partition.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}, Env: env})
 			return nil
@@ -66,6 +70,9 @@ func (e *Engine) restore() error {
 			Routable:      e.opts.Routable,
 			RetryBase:     durOr(e.opts.RetryBase, 50*time.Millisecond).Milliseconds(),
 			RetryMax:      durOr(e.opts.RetryMax, 10*time.Second).Milliseconds(),
+
+			PauseAfter:       e.opts.PauseAfter,
+			PauseOnViolation: e.opts.PauseOnViolation,
 		}, storeReader{db: e.db, specs: e.specs.initial}, rs)
 		pt := newPart(p, core, e, e.opts.Now)
 		for i, k := range inboxes[p] {

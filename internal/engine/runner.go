@@ -24,6 +24,9 @@ type effects interface {
 	commit(p *part, c *partition.Commit)
 	// backlog reports the core's backlog after a step.
 	backlog(p int, n int)
+	// health reports the core's failing and paused addresses when they
+	// changed.
+	health(p int, h partition.Health)
 }
 
 // part runs one partition: the only goroutine (or driver step) that touches
@@ -146,6 +149,9 @@ func (p *part) process() (bool, error) {
 		}
 		p.out.commit(p, c)
 	}
+	if h, ok := p.core.TakeHealth(); ok {
+		p.out.health(p.id, h)
+	}
 	backlog := p.core.Backlog()
 	p.queued.Store(int64(backlog))
 	p.out.backlog(p.id, backlog)
@@ -164,6 +170,7 @@ func (e *Engine) commit(p *part, c *partition.Commit) {
 	// after a restart.
 	_ = e.com.Submit(&partCommit{e: e, p: p, c: c})
 }
+func (e *Engine) health(p int, h partition.Health) { e.m.repair.report(p, h) }
 func (e *Engine) backlog(p int, n int) {
 	e.m.queueDepth.WithLabelValues(partLabel(p)).Set(float64(n))
 }

@@ -24,6 +24,7 @@ func (r *recorder) invoke(_ *part, inv partition.Invocation) {
 }
 func (r *recorder) commit(_ *part, c *partition.Commit) { r.commits = append(r.commits, c) }
 func (r *recorder) backlog(_ int, n int)                { r.queued = n }
+func (r *recorder) health(int, partition.Health)        {}
 
 // The runner steps what was posted, in order, and hands the core's effects
 // on: the invocation out, the commit to the committer, replies to waiters.

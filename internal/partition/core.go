@@ -41,6 +41,14 @@ type Config struct {
 	// RetryBase is the first backoff after a failed attempt, in ms; it
 	// doubles per attempt up to RetryMax. Defaults 50 and 10000.
 	RetryBase, RetryMax int64
+	// PauseAfter is the poison policy: after how many failed attempts of
+	// one batch an address of the type is paused (pause.go), keeping the
+	// batch at the head of its inbox. ≤ 0 or a nil func: never, the batch
+	// is retried until it succeeds.
+	PauseAfter func(t address.TypeName) int
+	// PauseOnViolation pauses an address of the type at once when its
+	// function breaks the protocol. Nil: never.
+	PauseOnViolation func(t address.TypeName) bool
 }
 
 // Restore is the durable starting point of a core: what the store held at
@@ -56,6 +64,9 @@ type Restore struct {
 	// the highest of them (ids of fired timers may be reused: their keys are
 	// gone).
 	Timers []Timer
+	// Pauses are the pauses in force: of this partition's addresses, and
+	// every type-level one (Addr.ID empty).
+	Pauses []PauseWrite
 }
 
 // versionEpoch is added to the version counter at every restore, so a
@@ -106,6 +117,16 @@ type Core struct {
 	pending  *Commit
 	stateIdx map[stateKey]int // index in pending.State
 	ready    Ready
+
+	// pauses and typePauses are the pauses in force (pause.go);
+	// pausedByType counts pauses, failingByType failing batches, per type,
+	// for the shell's gauges (healthChanged: since the last TakeHealth).
+	pauses        map[address.Address]*Pause
+	typePauses    map[address.TypeName]*Pause
+	pausedByType  map[address.TypeName]int
+	failingByType map[address.TypeName]int
+	healthChanged bool
+	autoSeq       uint64
 }
 
 type stateKey struct {
@@ -128,6 +149,8 @@ type queued struct {
 	mut *Mutation
 	// durable is set for a mutation that came through the inbox.
 	durable bool
+	// at is when the core got it (unix ms), for operators.
+	at int64
 }
 
 // mailbox is the per-address queue: at most one batch in flight, later
@@ -147,6 +170,11 @@ type batch struct {
 	waiting bool
 	// sent names the states the last request carried.
 	sent []string
+	// since is when the batch first failed, retryAt when its next attempt
+	// is due; lastErr and violation describe its last failure.
+	since, retryAt int64
+	lastErr        string
+	violation      bool
 }
 
 // New returns a core that starts from a durable restore point.
@@ -172,10 +200,18 @@ func New(cfg Config, r Reader, rs Restore) *Core {
 		commitID:   rs.CommitID,
 		versionSeq: rs.VersionSeq + versionEpoch,
 		outSeq:     rs.OutSeq,
+
+		pauses:        map[address.Address]*Pause{},
+		typePauses:    map[address.TypeName]*Pause{},
+		pausedByType:  map[address.TypeName]int{},
+		failingByType: map[address.TypeName]int{},
 	}
 	c.resetPending()
 	for _, t := range rs.Timers {
 		c.addTimer(t)
+	}
+	for _, p := range rs.Pauses {
+		c.restorePause(p)
 	}
 	return c
 }
@@ -204,6 +240,10 @@ func (c *Core) Step(now int64, ev Event) error {
 		err = c.queueMutation(nil, ev.Mutation)
 	case ReadState:
 		c.read(ev)
+	case Inspect:
+		c.inspect(ev)
+	case SetPause:
+		err = c.setPause(ev)
 	case ResultArrived:
 		err = c.onResult(ev)
 	case CommitDurable:
@@ -273,7 +313,7 @@ func (c *Core) mailbox(addr address.Address) *mailbox {
 func (c *Core) enqueue(key InboxKey, env *protocol.Envelope) error {
 	addr := toAddress(env.GetTarget())
 	mb := c.mailbox(addr)
-	mb.queue = append(mb.queue, queued{key: key, inv: &protocol.ToFunction_Invocation{
+	mb.queue = append(mb.queue, queued{key: key, at: c.now, inv: &protocol.ToFunction_Invocation{
 		Caller:   env.GetCaller(),
 		Argument: env.GetArgument(),
 	}})
@@ -288,13 +328,21 @@ func (c *Core) enqueue(key InboxKey, env *protocol.Envelope) error {
 // the head apply at once, then the messages up to the next mutation go out
 // as one batch.
 //
-// A batch sitting out a backoff after a failed call is not in flight: the
-// mutations queued right behind it apply before its retry, which then
-// carries the new state. Repairing the state that makes a function fail is
-// what an operator needs most, and nothing of the failed batch was applied.
+// A batch sitting out a backoff after a failed call is not in flight, and
+// nothing of a paused address is: there every queued mutation applies at
+// once, ahead of the messages that wait (they have not been invoked, so
+// they will see the new state), and the failed batch's retry carries it.
+// Repairing the state that makes a function fail is what an operator
+// needs most, and nothing of the failed batch was applied.
 func (c *Core) advance(addr address.Address, mb *mailbox) error {
 	if (mb.inflight != nil && !mb.inflight.waiting) || mb.parked {
 		return nil
+	}
+	paused := c.paused(addr)
+	if mb.inflight != nil || paused {
+		if err := c.applyHeldMutations(mb); err != nil {
+			return err
+		}
 	}
 	for len(mb.queue) > 0 && mb.queue[0].mut != nil {
 		q := mb.queue[0]
@@ -309,6 +357,9 @@ func (c *Core) advance(addr address.Address, mb *mailbox) error {
 	case mb.inflight != nil:
 		return nil
 	case len(mb.queue) > 0:
+		if paused {
+			return nil
+		}
 		return c.startBatch(addr, mb)
 	default:
 		delete(c.mailboxes, addr)
@@ -458,6 +509,9 @@ func (c *Core) settleResult(ev ResultArrived, mb *mailbox) error {
 		if err := c.apply(ev.Addr, mb.inflight, fx); err != nil {
 			return err
 		}
+		if mb.inflight.attempt > 0 {
+			c.failing(ev.Addr.Type, -1)
+		}
 		c.backlog -= len(mb.inflight.msgs)
 		mb.inflight = nil
 		return c.advance(ev.Addr, mb)
@@ -466,19 +520,31 @@ func (c *Core) settleResult(ev ResultArrived, mb *mailbox) error {
 
 // fail schedules a retry of b with capped exponential backoff. The batch
 // keeps its messages: nothing is lost, and the address's later messages wait.
+// When the poison policy says so, the address is paused instead, the batch
+// still at the head of its inbox; it is retried when the address resumes.
 func (c *Core) fail(addr address.Address, mb *mailbox, err error, violation bool) error {
 	b := mb.inflight
 	b.attempt++
+	if b.attempt == 1 {
+		b.since = c.now
+		c.failing(addr.Type, 1)
+	}
+	b.lastErr, b.violation = err.Error(), violation
 	backoff := c.cfg.RetryMax
 	if shift := b.attempt - 1; shift < 30 && c.cfg.RetryBase <= backoff>>shift {
 		backoff = c.cfg.RetryBase << shift
 	}
 	b.waiting = true
-	at := addSat(c.now, backoff)
-	c.schedule(&timerItem{due: at, retry: &retryRef{addr: addr, b: b}})
-	c.ready.Failures = append(c.ready.Failures, Failure{
-		Addr: addr, Attempt: b.attempt, Violation: violation, Err: err, RetryAt: at,
-	})
+	f := Failure{Addr: addr, Attempt: b.attempt, Violation: violation, Err: err}
+	if reason, ok := c.policyPauses(addr, b, err, violation); ok && !c.paused(addr) {
+		c.autoPause(addr, reason)
+		f.Paused = true
+	} else {
+		b.retryAt = addSat(c.now, backoff)
+		f.RetryAt = b.retryAt
+		c.schedule(&timerItem{due: b.retryAt, retry: &retryRef{addr: addr, b: b, attempt: b.attempt}})
+	}
+	c.ready.Failures = append(c.ready.Failures, f)
 	return c.advance(addr, mb)
 }
 

@@ -28,6 +28,10 @@ func DescribeReady(rd Ready) string {
 		if f.Violation {
 			kind = "violation"
 		}
+		if f.Paused {
+			fmt.Fprintf(&b, "failure %s attempt=%d %s, paused: %v\n", f.Addr, f.Attempt, kind, f.Err)
+			continue
+		}
 		fmt.Fprintf(&b, "failure %s attempt=%d %s, retry at %d: %v\n", f.Addr, f.Attempt, kind, f.RetryAt, f.Err)
 	}
 	for _, r := range rd.Replies {
@@ -101,13 +105,98 @@ func DescribeCommit(c *Commit) string {
 		fmt.Fprintf(&b, "  receipt %s\n", describeReceipt(r))
 	}
 	for _, a := range c.Audit {
+		if a.Op == OpPause || a.Op == OpResume {
+			fmt.Fprintf(&b, "  audit %s %s %s by %s: %s\n", a.Mutation, describePauseTarget(a.Addr), describeOp(a.Op), a.Principal, a.Reason)
+			continue
+		}
 		before := "absent"
 		if a.Before != nil {
 			before = DescribeEntry(*a.Before)
 		}
 		fmt.Fprintf(&b, "  audit %s %s %s before %s\n", a.Mutation, a.Addr, a.State, before)
 	}
+	for _, p := range c.Pauses {
+		if p.Pause == nil {
+			fmt.Fprintf(&b, "  unpause %s\n", describePauseTarget(p.Addr))
+			continue
+		}
+		fmt.Fprintf(&b, "  pause %s %s\n", describePauseTarget(p.Addr), describePause(*p.Pause))
+	}
 	return b.String()
+}
+
+func describeOp(op MutationOp) string {
+	if op == OpPause {
+		return "pause"
+	}
+	return "resume"
+}
+
+// describePauseTarget renders an address, or "type ns/name" for a
+// type-level pause.
+func describePauseTarget(a address.Address) string {
+	if a.ID == "" {
+		return "type " + a.Type.String()
+	}
+	return a.String()
+}
+
+func describePause(p Pause) string {
+	s := fmt.Sprintf("%s by %s since=%d", p.Mutation, p.Principal, p.Since)
+	if p.ExpiresAt != 0 {
+		s += fmt.Sprintf(" expires=%d", p.ExpiresAt)
+	}
+	if p.Auto {
+		s += " auto"
+	}
+	return s + ": " + p.Reason
+}
+
+// describeInspection renders the answer of an Inspect.
+func describeInspection(b *strings.Builder, in *Inspection) {
+	for _, f := range in.Failing {
+		fmt.Fprintf(b, "  failing %s since=%d attempts=%d retry=%d messages=%d queued=%d paused=%t violation=%t: %s\n",
+			f.Addr, f.Since, f.Attempts, f.RetryAt, f.Messages, f.Queued, f.Paused, f.Violation, f.LastError)
+	}
+	for _, p := range in.Pauses {
+		fmt.Fprintf(b, "  paused %s %s\n", describePauseTarget(p.Addr), describePause(*p.Pause))
+	}
+	if ib := in.Inbox; ib != nil {
+		fmt.Fprintf(b, "  inbox %s\n", ib.Addr)
+		if ib.Pause != nil {
+			fmt.Fprintf(b, "    paused %s\n", describePause(*ib.Pause))
+		}
+		if ib.TypePause != nil {
+			fmt.Fprintf(b, "    type paused %s\n", describePause(*ib.TypePause))
+		}
+		if f := ib.Inflight; f != nil {
+			fmt.Fprintf(b, "    inflight attempt=%d waiting=%t since=%d retry=%d violation=%t error=%q\n", f.Attempt, f.Waiting, f.Since, f.RetryAt, f.Violation, f.LastError)
+			for _, m := range f.Messages {
+				fmt.Fprintf(b, "      %s\n", describeInboxMessage(m))
+			}
+		}
+		for _, m := range ib.Queued {
+			fmt.Fprintf(b, "    queued %s\n", describeInboxMessage(m))
+		}
+		for _, d := range ib.Delayed {
+			from := "ingress"
+			if d.Sender != nil {
+				from = d.Sender.String()
+			}
+			fmt.Fprintf(b, "    delayed due=%d id=%d from %s token=%q %s size=%d\n", d.Key.Due, d.Key.ID, from, d.Token, d.Typename, d.Size)
+		}
+	}
+}
+
+func describeInboxMessage(m InboxMessage) string {
+	if m.Mutation != "" {
+		return fmt.Sprintf("%s mutation %s at=%d", describeKey(m.Key), m.Mutation, m.ArrivedAt)
+	}
+	from := "ingress"
+	if m.Caller != nil {
+		from = m.Caller.String()
+	}
+	return fmt.Sprintf("%s %s size=%d from %s at=%d", describeKey(m.Key), m.Typename, m.Size, from, m.ArrivedAt)
 }
 
 // DescribeEntry renders a state entry: value, version and expiry.
@@ -148,6 +237,9 @@ func describeReply(r Reply) string {
 		fmt.Fprintf(&b, " error %v", r.Err)
 	}
 	b.WriteString("\n")
+	if r.Inspection != nil {
+		describeInspection(&b, r.Inspection)
+	}
 	for _, e := range r.Entries {
 		fmt.Fprintf(&b, "  %s = %s\n", e.State, DescribeEntry(e.Entry))
 	}

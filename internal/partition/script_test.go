@@ -43,6 +43,7 @@ type script struct {
 	// Durable beyond memStore: timers, meta and inbox mutations.
 	timers     map[TimerKey]*protocol.Envelope
 	inboxMut   map[InboxKey]*Mutation
+	pauses     map[address.Address]Pause
 	commitID   uint64
 	versionSeq uint64
 
@@ -61,6 +62,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		"init": s.cmdInit, "deliver": s.cmdDeliver, "ready": s.cmdReady, "result": s.cmdResult,
 		"incomplete": s.cmdIncomplete, "fail": s.cmdFail, "tick": s.cmdTick, "mutate": s.cmdMutate,
 		"read": s.cmdRead, "durable": s.cmdDurable, "restore": s.cmdRestore, "store": s.cmdStore,
+		"pause": s.cmdPause, "resume": s.cmdPause, "inspect": s.cmdInspect,
 	}
 	h, ok := handlers[d.Cmd]
 	if !ok {
@@ -86,13 +88,20 @@ func (s *script) step(t *testing.T, ev Event) {
 //	count
 //	seen after-write=100
 func (s *script) cmdInit(t *testing.T, d *datadriven.TestData) string {
-	*s = script{store: newMemStore(), timers: map[TimerKey]*protocol.Envelope{}, inboxMut: map[InboxKey]*Mutation{}}
+	*s = script{store: newMemStore(), timers: map[TimerKey]*protocol.Envelope{}, inboxMut: map[InboxKey]*Mutation{},
+		pauses: map[address.Address]Pause{}}
 	s.cfg = Config{Partitions: 1}
 	if v, ok := intArg(t, d, "max-batch"); ok {
 		s.cfg.MaxBatch = func(address.TypeName) int { return int(v) }
 	}
 	s.cfg.RetryBase, _ = intArg(t, d, "retry-base")
 	s.cfg.RetryMax, _ = intArg(t, d, "retry-max")
+	if n, ok := intArg(t, d, "pause-after"); ok {
+		s.cfg.PauseAfter = func(address.TypeName) int { return int(n) }
+	}
+	if d.HasArg("pause-on-violation") {
+		s.cfg.PauseOnViolation = func(address.TypeName) bool { return true }
+	}
 	if names, ok := d.Arg("routable"); ok {
 		served := map[string]bool{}
 		for _, n := range names.Vals {
@@ -315,6 +324,13 @@ func (s *script) cmdDurable(t *testing.T, d *datadriven.TestData) string {
 		for _, k := range c.Consumed {
 			delete(s.inboxMut, k)
 		}
+		for _, p := range c.Pauses {
+			if p.Pause == nil {
+				delete(s.pauses, p.Addr)
+			} else {
+				s.pauses[p.Addr] = *p.Pause
+			}
+		}
 		s.commitID, s.versionSeq = c.ID, c.VersionSeq
 		s.step(t, CommitDurable{ID: c.ID})
 		done = append(done, strconv.FormatUint(c.ID, 10))
@@ -337,6 +353,11 @@ func (s *script) cmdRestore(t *testing.T, d *datadriven.TestData) string {
 		rs.Timers = append(rs.Timers, Timer{Key: k, Env: env})
 	}
 	sort.Slice(rs.Timers, func(i, j int) bool { return timerLess(rs.Timers[i].Key, rs.Timers[j].Key) })
+	for a, p := range s.pauses {
+		p := p
+		rs.Pauses = append(rs.Pauses, PauseWrite{Addr: a, Pause: &p})
+	}
+	sort.Slice(rs.Pauses, func(i, j int) bool { return addrLess(rs.Pauses[i].Addr, rs.Pauses[j].Addr) })
 	var keys []InboxKey
 	for k := range s.store.inbox {
 		keys = append(keys, k)
@@ -382,6 +403,9 @@ func (s *script) cmdStore(t *testing.T, d *datadriven.TestData) string {
 	}
 	for k, m := range s.inboxMut {
 		out = append(out, fmt.Sprintf("inbox %s mutation %s of %s", describeKey(k), m.ID, m.Addr))
+	}
+	for a, p := range s.pauses {
+		out = append(out, fmt.Sprintf("pause %s %s", describePauseTarget(a), describePause(p)))
 	}
 	sort.Strings(out)
 	if len(out) == 0 {
@@ -491,4 +515,51 @@ func intArg(t *testing.T, d *datadriven.TestData, key string) (int64, bool) {
 		t.Fatalf("%s: %s: %v", d.Pos, key, err)
 	}
 	return v, true
+}
+
+// cmdPause pauses or resumes an address (id=) or, with type, every
+// address of test/fn; an operator's, with reason and expires=<ms>. Its
+// receipt shows in ready once the commit is cut (as reply N when ack
+// applied... pauses answer at commit, so the receipt is in the commit).
+//
+//	pause id=a reason=repair expires=500
+//	pause type reason=deploy
+//	resume id=a
+func (s *script) cmdPause(t *testing.T, d *datadriven.TestData) string {
+	s.request++
+	ev := SetPause{Request: s.request, Resume: d.Cmd == "resume", Principal: "op",
+		Mutation: fmt.Sprintf("%s%d", d.Cmd[:1], s.request), Reason: argOr(d, "reason", "")}
+	if d.HasArg("type") {
+		ev.Addr = address.Address{Type: scriptType}
+	} else {
+		ev.Addr = scriptAddr(t, d)
+	}
+	if at, ok := intArg(t, d, "expires"); ok {
+		ev.ExpiresAt = at
+	}
+	s.step(t, ev)
+	return ""
+}
+
+// cmdInspect asks the core what it holds (its reply shows in ready):
+// failing addresses, an address's inbox, or the pauses.
+//
+//	inspect failing
+//	inspect inbox id=a
+//	inspect pauses
+func (s *script) cmdInspect(t *testing.T, d *datadriven.TestData) string {
+	s.request++
+	ev := Inspect{Request: s.request}
+	switch {
+	case d.HasArg("failing"):
+		ev.Kind = InspectFailing
+	case d.HasArg("inbox"):
+		ev.Kind, ev.Addr = InspectInbox, scriptAddr(t, d)
+	case d.HasArg("pauses"):
+		ev.Kind = InspectPauses
+	default:
+		t.Fatalf("%s: inspect failing, inbox or pauses", d.Pos)
+	}
+	s.step(t, ev)
+	return ""
 }

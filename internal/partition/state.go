@@ -172,7 +172,9 @@ type Reply struct {
 	// Specs are the states registered for the address's type.
 	Specs   []Spec
 	Receipt *Receipt
-	Err     error
+	// Inspection answers an Inspect (inspect.go).
+	Inspection *Inspection
+	Err        error
 }
 
 // read answers a ReadState: applied values (this core's writes not yet
@@ -238,7 +240,7 @@ func (c *Core) entries(a address.Address, state string) ([]StateEntry, error) {
 // queueMutation puts a mutation in its address's mailbox order.
 func (c *Core) queueMutation(key *InboxKey, m *Mutation) error {
 	mb := c.mailbox(m.Addr)
-	q := queued{mut: m}
+	q := queued{mut: m, at: c.now}
 	if key != nil {
 		q.key, q.durable = *key, true
 	}

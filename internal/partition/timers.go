@@ -14,12 +14,16 @@ type timerItem struct {
 	seq   uint64 // tie-break: scheduling order, so firing is deterministic
 	timer *Timer
 	retry *retryRef
+	pause *pauseRef
 	gone  bool // cancelled; dropped lazily
 }
 
+// retryRef is the end of a batch's backoff after its attempt-th failure:
+// an attempt sent earlier (a resume retries at once) makes it stale.
 type retryRef struct {
-	addr address.Address
-	b    *batch
+	addr    address.Address
+	b       *batch
+	attempt int
 }
 
 type timerHeap []*timerItem
@@ -94,9 +98,16 @@ func (c *Core) fireDue() error {
 			return nil
 		}
 		it := heap.Pop(&c.timers).(*timerItem)
+		if r := it.pause; r != nil {
+			if err := c.expire(r); err != nil {
+				return err
+			}
+			continue
+		}
 		if r := it.retry; r != nil {
 			mb := c.mailboxes[r.addr]
-			if mb != nil && mb.inflight == r.b && r.b.waiting {
+			// A paused address keeps its failed batch until it resumes.
+			if mb != nil && mb.inflight == r.b && r.b.waiting && r.b.attempt == r.attempt && !c.paused(r.addr) {
 				if err := c.send(r.addr, r.b); err != nil {
 					return err
 				}

@@ -176,13 +176,15 @@ type Commit struct {
 	// The shell publishes them to the other partitions at once, so that
 	// they need no round trip of their own to learn them.
 	Specs map[address.TypeName][]Spec
+	// Pauses set or lift pauses (pause.go), in order.
+	Pauses []PauseWrite
 }
 
 // Empty reports whether the commit writes nothing.
 func (c *Commit) Empty() bool {
 	return len(c.State) == 0 && len(c.Produced) == 0 && len(c.Consumed) == 0 &&
 		len(c.TimersAdded) == 0 && len(c.TimersRemoved) == 0 && len(c.Egress) == 0 && len(c.Specs) == 0 &&
-		len(c.Receipts) == 0 && len(c.Audit) == 0
+		len(c.Receipts) == 0 && len(c.Audit) == 0 && len(c.Pauses) == 0
 }
 
 // Failure is an attempt that did not succeed, for logs and metrics. The
@@ -194,7 +196,10 @@ type Failure struct {
 	// (its effects were refused as a whole).
 	Violation bool
 	Err       error
-	RetryAt   int64
+	// RetryAt is when the retry goes out; 0 when Paused.
+	RetryAt int64
+	// Paused is set when the poison policy paused the address instead.
+	Paused bool
 }
 
 // Ready is the effects of the steps since the last Ready.

@@ -52,7 +52,9 @@ type function struct {
 	violation int // which violation, for answerViolation
 	// failed is called with the ids of a batch answered with an error or a
 	// violation (its messages may then see mutations queued behind them).
-	failed func(ids []string)
+	failed func(addr string, ids []string)
+	// called is called with the ids of every batch the function answers.
+	called func(addr string, ids []string)
 }
 
 // message is a parsed argument: "<id>|<instruction>|...". Instructions:
@@ -93,8 +95,10 @@ func (f *function) Call(_ context.Context, _ address.TypeName, req *protocol.ToF
 		msgs[i] = parseMessage(inv.GetArgument().GetValue())
 		ids[i] = msgs[i].id
 	}
+	addr := b.GetTarget().GetId()
+	f.called(addr, ids)
 	if f.mode == answerError {
-		f.failed(ids)
+		f.failed(addr, ids)
 		return nil, errFunction
 	}
 	var logV, opV *protocol.TypedValue
@@ -138,7 +142,7 @@ func (f *function) Call(_ context.Context, _ address.TypeName, req *protocol.ToF
 		StateValue: &protocol.TypedValue{Typename: logType, HasValue: true, Value: []byte(strings.Join(log, ";"))},
 	})
 	if f.mode == answerViolation {
-		f.failed(ids)
+		f.failed(addr, ids)
 		violate(res, f.violation)
 	}
 	return &protocol.FromFunction{Response: &protocol.FromFunction_InvocationResult{InvocationResult: res}}, nil

@@ -20,6 +20,13 @@ type model struct {
 	arrivals map[string][]item      // per address, in arrival order
 	muts     map[string]*mutation
 	failed   map[string]bool // messages of a batch answered with an error or violation
+	// failedAt is, per address, how many arrivals it had at each failed
+	// attempt; calledAt, per message, how many its address had at the
+	// last call that carried it. A mutation applies at once, ahead of
+	// queued messages, while the address's failed batch waits out its
+	// backoff: these bound which messages may have seen it.
+	failedAt map[string][]failure
+	calledAt map[string]int
 	reads    []*read
 	popped   []string // egress records handed out
 	// lostPops bounds the egress records a pop may have taken with it: pops
@@ -66,6 +73,7 @@ func newModel() *model {
 		sent: map[string]sentMessage{}, acked: map[string]bool{},
 		seen: map[string]bool{}, arrivals: map[string][]item{}, muts: map[string]*mutation{},
 		failed: map[string]bool{}, lastVersion: map[string]uint64{},
+		failedAt: map[string][]failure{}, calledAt: map[string]int{},
 	}
 }
 
@@ -96,9 +104,24 @@ func (m *model) untracked(id string) bool {
 	return address.Partition(s.to, partitions) == address.Partition(to, partitions)
 }
 
-func (m *model) failedAttempt(ids []string) {
+func (m *model) failedAttempt(addr string, ids []string) {
 	for _, id := range ids {
 		m.failed[id] = true
+	}
+	m.failedAt[addr] = append(m.failedAt[addr], failure{at: len(m.arrivals[addr]), ids: ids})
+}
+
+// failure is a failed attempt: how many arrivals its address had, and
+// the batch's messages.
+type failure struct {
+	at  int
+	ids []string
+}
+
+// called notes a call of the function that carried ids.
+func (m *model) called(addr string, ids []string) {
+	for _, id := range ids {
+		m.calledAt[id] = max(m.calledAt[id], len(m.arrivals[addr]))
 	}
 }
 
@@ -376,6 +399,22 @@ func (m *model) checkOrder(w *world, a string, logIDs, ops []string) {
 				j++
 			}
 			hi[it.id] = at[j]
+		}
+		// A batch of the address failed before this message was called
+		// and was called again after it arrived: the mutations that
+		// arrived meanwhile applied at once, ahead of this message if it
+		// was still queued; at the latest, those that arrived before the
+		// call that carried it.
+		called := min(m.calledAt[it.id], len(its))
+		for _, f := range m.failedAt[a] {
+			end := 0
+			for _, id := range f.ids {
+				end = max(end, m.calledAt[id])
+			}
+			if f.at <= called && end > i {
+				hi[it.id] = max(hi[it.id], at[called])
+				break
+			}
 		}
 	}
 	for i, id := range logIDs {

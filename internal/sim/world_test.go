@@ -92,7 +92,7 @@ func newWorld(t testing.TB, seed int64, steps int) *world {
 		mem: vfs.NewCrashableMem(),
 		m:   newModel(),
 	}
-	w.fn = &function{failed: w.m.failedAttempt}
+	w.fn = &function{failed: w.m.failedAttempt, called: w.m.called}
 	w.open()
 	return w
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -191,6 +192,8 @@ func auditOf(a *protocol.AuditRecord) auditJSON {
 		State: a.GetState(), Version: versionString(a.GetVersion()), Typename: a.GetTypename()}
 	if op := int(a.GetOp()); op >= 0 && op < len(opNames) {
 		out.Op = opNames[op]
+	} else if n, ok := pauseOpNames[partition.MutationOp(op)]; ok {
+		out.Op = n
 	}
 	if a.GetHadBefore() {
 		out.Before = &auditImage{Typename: a.GetBeforeTypename(), Version: strconv.FormatUint(a.GetBeforeVersion(), 10),

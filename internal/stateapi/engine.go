@@ -44,4 +44,6 @@ type Engine interface {
 	// ingresses that f selects, in the order they were stored, until fn
 	// returns false.
 	ScanIngressDeadLetters(f store.DeadLetterFilter, fn func(store.DeadLetter) bool) error
+	// Repairer: failing addresses, inboxes, pauses (repair.go).
+	Repairer
 }

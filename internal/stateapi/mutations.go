@@ -105,6 +105,10 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 		fail(w, r, http.StatusConflict, "mutation "+id+" changed nothing to revert")
 		return
 	}
+	if _, ok := pauseOpNames[partition.MutationOp(records[0].GetOp())]; ok {
+		fail(w, r, http.StatusConflict, "mutation "+id+" is a pause or a resume; lift a pause with POST /resume/…, set one with POST /pause/…")
+		return
+	}
 	reason, err := s.reasonOf(r)
 	if err != nil {
 		fail(w, r, http.StatusBadRequest, err.Error())

@@ -486,6 +486,11 @@ func TestOpenAPIOperations(t *testing.T) {
 	mustPut(t, api, "/state/test/fn/ops-rev/i32", "text/plain", "1")
 	rev := mustPut(t, api, "/state/test/fn/ops-rev/i32", "text/plain", "2")
 	seen := mustPut(t, api, "/state/test/fn/ops/b", "text/plain", "true")
+	for _, target := range []string{"/pause/test/fn/ops-r", "/pause/test/t3"} {
+		if r := send(t, api, "POST", target, nil); r.StatusCode != 200 {
+			t.Fatalf("POST %s: %s %s", target, r.Status, r.body)
+		}
+	}
 
 	type req struct {
 		method, target, contentType, body string
@@ -515,6 +520,16 @@ func TestOpenAPIOperations(t *testing.T) {
 		"headDeadLetterSummary": {"HEAD", "/ingresses", "", ""},
 		"listDeadLetters":       {"GET", "/ingresses/test/in/dead-letters?topic=t&limit=10", "", ""},
 		"headListDeadLetters":   {"HEAD", "/ingresses/test/in/dead-letters", "", ""},
+		"listFailing":           {"GET", "/failing?type=test/fn&limit=10", "", ""},
+		"headListFailing":       {"HEAD", "/failing", "", ""},
+		"listPauses":            {"GET", "/pauses", "", ""},
+		"headListPauses":        {"HEAD", "/pauses?type=test/fn", "", ""},
+		"getInbox":              {"GET", "/inbox/test/fn/ops-r?limit=5", "", ""},
+		"headGetInbox":          {"HEAD", "/inbox/test/fn/ops-r", "", ""},
+		"pauseAddress":          {"POST", "/pause/test/fn/ops-p", "application/json", `{"reason":"look","expiresIn":"1h"}`},
+		"pauseType":             {"POST", "/pause/test/t2", "application/json", `{"reason":"deploy"}`},
+		"resumeAddress":         {"POST", "/resume/test/fn/ops-r", "", ""},
+		"resumeType":            {"POST", "/resume/test/t3", "application/json", `{"reason":"done"}`},
 	}
 	for _, op := range s.ops {
 		id := op.node["operationId"].(string)

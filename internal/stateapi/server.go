@@ -94,6 +94,11 @@ var routes = []route{
 	{"/ingresses", (*Server).serveIngresses},
 	{"/ingresses/", (*Server).serveIngresses},
 	{"/openapi.json", (*Server).serveOpenAPI},
+	{"/failing", (*Server).serveFailing},
+	{"/pauses", (*Server).servePauses},
+	{"/inbox/", (*Server).serveInbox},
+	{"/pause/", (*Server).servePause},
+	{"/resume/", (*Server).serveResume},
 }
 
 // Register mounts the API's routes on mux.

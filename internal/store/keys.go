@@ -39,6 +39,8 @@ const (
 	// spaceDeadLetter holds the records an ingress could not deliver, by
 	// the time they were stored.
 	spaceDeadLetter byte = 0x0F
+	// spacePause holds the pauses in force, by address (pauses.go).
+	spacePause byte = 0x11
 )
 
 // Names of the global meta keys (space 0x00). Part of the file format.

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/statefun-go/statefun/pkg/stateclient"
+)
+
+// The repair commands of `statefun state`: failing, inbox, pauses, pause
+// and resume (docs/state-api.md, "Repair").
+
+// target reads "<ns>/<type> [<id>]": an address, or a whole type (ID "")
+// when typeOK.
+func target(pos []string, typeOK bool) (stateclient.Address, error) {
+	want := "<namespace>/<type> <id>"
+	if typeOK {
+		want = "<namespace>/<type> [<id>]"
+	}
+	if len(pos) < 1 || len(pos) > 2 || (!typeOK && len(pos) != 2) {
+		return stateclient.Address{}, usagef("want %s", want)
+	}
+	t, err := stateclient.ParseTypeName(pos[0])
+	if err != nil {
+		return stateclient.Address{}, usagef("%q is not a function type <namespace>/<type>", pos[0])
+	}
+	a := stateclient.Address{Namespace: t.Namespace, Type: t.Type}
+	if len(pos) == 2 {
+		if pos[1] == "" {
+			return a, usagef("the id is empty")
+		}
+		a.ID = pos[1]
+	}
+	return a, nil
+}
+
+// failing prints the addresses whose batch is failing.
+func (c *stateCLI) failing(args []string) error {
+	fs := c.flagSet("statefun state failing", []string{
+		"statefun state failing [-o table|json] [<namespace>/<type>]",
+		"",
+		"Every address whose batch failed and has not succeeded yet: retrying, or held",
+		"by a pause. Every page is fetched.",
+	})
+	var output string
+	fs.StringVar(&output, "o", "table", "output: table or json")
+	fs.StringVar(&output, "output", "table", "same as -o")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if output != "table" && output != "json" {
+		return usagef("-o %q: want table or json", output)
+	}
+	var t stateclient.TypeName
+	if len(pos) > 1 {
+		return usagef("want at most one <namespace>/<type>")
+	}
+	if len(pos) == 1 {
+		if t, err = stateclient.ParseTypeName(pos[0]); err != nil {
+			return usagef("%q is not a function type <namespace>/<type>", pos[0])
+		}
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	list := []stateclient.Failing{}
+	after := ""
+	for {
+		p, err := cl.Failing(c.ctx(), t, after, 1000)
+		if err != nil {
+			return err
+		}
+		list = append(list, p.Failing...)
+		if after = p.Next; after == "" {
+			break
+		}
+	}
+	if output == "json" {
+		return writeJSON(c.stdout, list)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ADDRESS\tSINCE\tATTEMPTS\tNEXT\tQUEUED\tLAST ERROR")
+	for _, f := range list {
+		next := "-"
+		switch {
+		case f.Paused:
+			next = "paused"
+		case f.NextAttempt != nil:
+			next = f.NextAttempt.Local().Format("15:04:05.000")
+		}
+		fmt.Fprintf(tw, "%s/%s %s\t%s\t%d\t%s\t%d\t%s\n", f.Namespace, f.Type, shellQuote(f.ID),
+			f.Since.Local().Format("2006-01-02 15:04:05"), f.Attempts, next, f.Messages+f.Queued, oneLine(f.LastError))
+	}
+	return tw.Flush()
+}
+
+// inbox prints what the runtime holds for one address, as JSON.
+func (c *stateCLI) inbox(args []string) error {
+	fs := c.flagSet("statefun state inbox", []string{
+		"statefun state inbox [--limit N] <namespace>/<type> <id>",
+		"",
+		"The address's pauses, the batch in flight or failing (at the head of its inbox),",
+		"its queued messages and its pending delayed messages, as JSON.",
+	})
+	var limit int
+	fs.IntVar(&limit, "limit", 0, "list at most this many queued messages (1 to 1000; all are counted)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	a, err := target(pos, false)
+	if err != nil {
+		return err
+	}
+	if limit < 0 || limit > 1000 {
+		return usagef("--limit %d: want 1 to 1000", limit)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	in, err := cl.Inbox(c.ctx(), a, limit)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c.stdout, in)
+}
+
+// pauses prints the pauses in force.
+func (c *stateCLI) pauses(args []string) error {
+	fs := c.flagSet("statefun state pauses", []string{"statefun state pauses [-o table|json] [<namespace>/<type>]"})
+	var output string
+	fs.StringVar(&output, "o", "table", "output: table or json")
+	fs.StringVar(&output, "output", "table", "same as -o")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if output != "table" && output != "json" {
+		return usagef("-o %q: want table or json", output)
+	}
+	var t stateclient.TypeName
+	if len(pos) > 1 {
+		return usagef("want at most one <namespace>/<type>")
+	}
+	if len(pos) == 1 {
+		if t, err = stateclient.ParseTypeName(pos[0]); err != nil {
+			return usagef("%q is not a function type <namespace>/<type>", pos[0])
+		}
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	list, err := cl.Pauses(c.ctx(), t)
+	if err != nil {
+		return err
+	}
+	if output == "json" {
+		return writeJSON(c.stdout, list)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PAUSED\tSINCE\tEXPIRES\tBY\tMUTATION\tREASON")
+	for _, p := range list {
+		what := p.Namespace + "/" + p.Type + " (every address)"
+		if p.ID != nil {
+			what = p.Namespace + "/" + p.Type + " " + shellQuote(*p.ID)
+		}
+		exp := "-"
+		if p.ExpiresAt != nil {
+			exp = p.ExpiresAt.Local().Format("2006-01-02 15:04:05")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", what, p.Since.Local().Format("2006-01-02 15:04:05"), exp,
+			p.Principal, p.Mutation, oneLine(p.Reason))
+	}
+	return tw.Flush()
+}
+
+// pause pauses an address or every address of a type.
+func (c *stateCLI) pause(args []string) error {
+	fs := c.flagSet("statefun state pause", []string{
+		"statefun state pause [--reason R] [--for D | --until T] <namespace>/<type> [<id>]",
+		"",
+		"Without an id, every address of the type. Nothing of it is invoked until it is",
+		"resumed; its messages keep arriving, state reads and writes apply at once.",
+		"Prints the receipt once the pause is durable.",
+	})
+	var (
+		reason, until string
+		dur           time.Duration
+		quiet         bool
+	)
+	fs.StringVar(&reason, "reason", "", "why, recorded in the audit log")
+	fs.DurationVar(&dur, "for", 0, "lift the pause by itself after this long (e.g. 30m)")
+	fs.StringVar(&until, "until", "", "lift the pause by itself at this time (RFC 3339)")
+	fs.BoolVar(&quiet, "q", false, "print nothing on success")
+	fs.BoolVar(&quiet, "quiet", false, "same as -q")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	a, err := target(pos, true)
+	if err != nil {
+		return err
+	}
+	o := stateclient.PauseOptions{Reason: reason, ExpiresIn: dur}
+	switch {
+	case dur < 0:
+		return usagef("--for %s: want a positive duration", dur)
+	case dur != 0 && until != "":
+		return usagef("give --for or --until, not both")
+	case until != "":
+		if o.ExpiresAt, err = time.Parse(time.RFC3339Nano, until); err != nil {
+			return usagef("--until %q: want an RFC 3339 time", until)
+		}
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	rc, err := cl.Pause(c.ctx(), a, o)
+	if err != nil {
+		return err
+	}
+	return c.printReceipts(&mutationFlags{quiet: quiet}, *rc)
+}
+
+// resume lifts a pause.
+func (c *stateCLI) resume(args []string) error {
+	fs := c.flagSet("statefun state resume", []string{
+		"statefun state resume [--reason R] <namespace>/<type> [<id>]",
+		"",
+		"Lifts the address's pause (without an id: the type's). A failed batch is retried",
+		"at once, then the queued messages go out in arrival order. Exit status 1 when it",
+		"was not paused.",
+	})
+	var (
+		reason string
+		quiet  bool
+	)
+	fs.StringVar(&reason, "reason", "", "why, recorded in the audit log")
+	fs.BoolVar(&quiet, "q", false, "print nothing on success")
+	fs.BoolVar(&quiet, "quiet", false, "same as -q")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	a, err := target(pos, true)
+	if err != nil {
+		return err
+	}
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	rc, err := cl.Resume(c.ctx(), a, reason)
+	if err != nil {
+		return err
+	}
+	return c.printReceipts(&mutationFlags{quiet: quiet}, *rc)
+}

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/statefun-go/statefun/pkg/stateclient"
+)
+
+// TestStatePauseResume drives the repair commands against `statefun
+// run`'s app: pause an address and a type, a message waits in the inbox,
+// the pauses are listed, resume releases it; usage errors exit 2.
+func TestStatePauseResume(t *testing.T) {
+	rt := startRuntime(t)
+	r := rt.ok(t, "", "pause", "--reason", "look", "--for", "1h", "example/person", "bob/x")
+	var rc stateclient.Receipt
+	if err := json.Unmarshal([]byte(r.stdout), &rc); err != nil || rc.Status != "committed" {
+		t.Fatalf("pause receipt: %v %s", err, r.stdout)
+	}
+	rt.Send(t, "bob/x")
+	r = rt.ok(t, "", "inbox", "example/person", "bob/x")
+	var in stateclient.Inbox
+	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil {
+		t.Fatal(err)
+	}
+	if in.Paused == nil || in.Paused.Reason != "look" || in.Paused.ExpiresAt == nil || in.Queued.Count != 1 || in.Inflight != nil {
+		t.Fatalf("inbox: %s", r.stdout)
+	}
+	rt.ok(t, "", "pause", "--reason", "deploy", "example/person")
+	r = rt.ok(t, "", "pauses")
+	if !regexpLine(r.stdout, `^example/person \(every address\)\s.*\sanonymous\s.*\sdeploy$`) ||
+		!regexpLine(r.stdout, `^example/person bob/x\s.*\sanonymous\s.*\slook$`) {
+		t.Fatalf("pauses:\n%s", r.stdout)
+	}
+	r = rt.ok(t, "", "failing")
+	if strings.TrimSpace(r.stdout) != "ADDRESS  SINCE  ATTEMPTS  NEXT  QUEUED  LAST ERROR" {
+		t.Fatalf("failing:\n%s", r.stdout)
+	}
+	rt.ok(t, "", "resume", "-q", "example/person")
+	rt.ok(t, "", "resume", "--reason", "done", "example/person", "bob/x")
+	if r := rt.cli(t, "", "resume", "example/person", "bob/x"); r.code != 1 || !strings.Contains(r.stderr, "not paused") {
+		t.Fatalf("a second resume: %s", r)
+	}
+	for _, args := range [][]string{
+		{"inbox", "example/person"}, {"pause", "person"}, {"pause", "--for", "1h", "--until", "2099-01-01T00:00:00Z", "a/b"},
+		{"failing", "-o", "yaml"}, {"pauses", "a"},
+	} {
+		if r := rt.cli(t, "", args...); r.code != 2 {
+			t.Errorf("%q: %s, want exit 2", args, r)
+		}
+	}
+}

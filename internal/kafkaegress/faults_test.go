@@ -80,9 +80,15 @@ func TestExactlyOnceCommitAnswerLost(t *testing.T) {
 	rt := openRuntime(t, vfs.NewMem(), r.Route, nil)
 	rt.ingest(t, 0, 30, 5)
 	r.Start(rt.eng)
+	// Had the relay sent the batch again after the lost answer, both
+	// copies would be committed: waitDelivered fails on any record a
+	// read_committed consumer sees twice. (The log itself may hold more
+	// than 30 records: on a loaded machine a produce can outlast the 300 ms
+	// timeout, and that batch is aborted and sent again, invisible to
+	// read_committed consumers.)
 	waitDelivered(t, rt, c.ListenAddrs(), 30)
-	if all := readTopic(t, c.ListenAddrs(), outTopic, false); len(all) != 30 {
-		t.Fatalf("the log holds %d records, want 30: the batch whose commit answer was lost was sent again", len(all))
+	if n := testutil.ToFloat64(cfg.Metrics.transactions.WithLabelValues(egressID, "unknown")); n == 0 {
+		t.Fatal("no commit had an unknown outcome: the test did not lose a commit answer")
 	}
 }
 

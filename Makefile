@@ -32,12 +32,13 @@ bench: build
 
 # Kafka in, official-SDK counter, Kafka out (exactly-once) at 10,000 keys,
 # beside the playground-ingress run at 10,000 addresses of the same
-# invocation (docs/benchmarks.md). Flags go in BENCH_KAFKA_FLAGS, e.g.
+# invocation, both with GOGC 400 as statefun run sets it
+# (docs/benchmarks.md). Flags go in BENCH_KAFKA_FLAGS, e.g.
 # BENCH_KAFKA_FLAGS='-kafka.window=500 -load.profile=/tmp/prof'.
 bench-kafka:
 	go test -c -o bin/bench.test ./bench
 	cd bench && ../bin/bench.test -test.run '^$$' -test.benchtime 1x \
-		-test.bench 'KafkaCounter|EndToEnd' -load.addresses=10000 $(BENCH_KAFKA_FLAGS)
+		-test.bench 'KafkaCounter|EndToEnd' -load.addresses=10000 -load.gogc=400 $(BENCH_KAFKA_FLAGS)
 
 # Side by side with Restate (bench/restate, its own Go module): writes its
 # section of docs/benchmarks.md and docs/benchmarks-restate.png. Flags go

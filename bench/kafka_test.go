@@ -36,7 +36,7 @@ import (
 var (
 	flagKafkaRecords    = flag.Int("kafka.records", envInt("STATEFUN_BENCH_KAFKA_RECORDS", 100_000), "records produced to the input topic per Kafka run")
 	flagKafkaKeys       = flag.Int("kafka.keys", envInt("STATEFUN_BENCH_KAFKA_KEYS", 10_000), "distinct record keys (counter ids) of a Kafka run")
-	flagKafkaWindow     = flag.Int("kafka.window", envInt("STATEFUN_BENCH_KAFKA_WINDOW", 2_000), "records produced but not yet visible on the output topic, at most (closed loop)")
+	flagKafkaWindow     = flag.Int("kafka.window", envInt("STATEFUN_BENCH_KAFKA_WINDOW", 1_000), "records produced but not yet visible on the output topic, at most (closed loop)")
 	flagKafkaPartitions = flag.Int("kafka.partitions", envInt("STATEFUN_BENCH_KAFKA_PARTITIONS", 8), "partitions of the input and the output topic")
 	flagKafkaBrokers    = flag.Int("kafka.brokers", envInt("STATEFUN_BENCH_KAFKA_BROKERS", 1), "brokers of the kfake cluster")
 	flagKafkaMaxTime    = flag.Duration("kafka.maxtime", envDur("STATEFUN_BENCH_KAFKA_MAXTIME", 2*time.Minute), "bound on one Kafka run")

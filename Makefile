@@ -1,17 +1,25 @@
 # The two commands a newcomer needs (see README.md):
 #   make example   runs the runtime with the greeter example on the embedded store
+#   make example-kafka  the same with Kafka in and out (a development Kafka included)
 #   make test      runs every test
-.PHONY: example test build bench bench-restate deps fuzz soak
+.PHONY: example example-kafka test build bench bench-kafka bench-restate deps fuzz soak
 
 build:
 	go build -o bin/statefun ./cmd/statefun
 	go build -o bin/greeter ./examples/greeter
+	go build -o bin/kafka-greeter ./examples/kafka-greeter
+	go build -o bin/devkafka ./cmd/devkafka
 
 deps:
 	cd testdata/jsfn && npm ci --no-audit --no-fund
 
 example: build
 	./examples/greeter/run.sh
+
+# devkafka, the functions and the runtime; produces a few logins and prints
+# the greetings read back read_committed; Ctrl-C stops everything.
+example-kafka: build
+	./examples/kafka-greeter/run.sh
 
 test: deps
 	go vet ./...
@@ -21,6 +29,16 @@ test: deps
 
 bench: build
 	go test -run '^$$' -bench . -benchtime 1x ./bench/...
+
+# Kafka in, official-SDK counter, Kafka out (exactly-once) at 10,000 keys,
+# beside the playground-ingress run at 10,000 addresses of the same
+# invocation, both with GOGC 400 as statefun run sets it
+# (docs/benchmarks.md). Flags go in BENCH_KAFKA_FLAGS, e.g.
+# BENCH_KAFKA_FLAGS='-kafka.window=500 -load.profile=/tmp/prof'.
+bench-kafka:
+	go test -c -o bin/bench.test ./bench
+	cd bench && ../bin/bench.test -test.run '^$$' -test.benchtime 1x \
+		-test.bench 'KafkaCounter|EndToEnd' -load.addresses=10000 -load.gogc=400 $(BENCH_KAFKA_FLAGS)
 
 # Side by side with Restate (bench/restate, its own Go module): writes its
 # section of docs/benchmarks.md and docs/benchmarks-restate.png. Flags go

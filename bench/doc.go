@@ -29,6 +29,23 @@
 //     store is reopened and checked: one egress record per message, and the
 //     counts of all ids add up to the messages sent. The children are this
 //     test binary again (see roleEnv), so nothing is built.
+//   - BenchmarkKafkaCounter: Kafka in, Kafka out. The runtime, in this
+//     process through internal/app on a fresh synced store, consumes the
+//     topic bench-in (Kafka ingress, earliest) into bench/counter (official
+//     Go SDK, a child process), which counts per key and sends
+//     "<count> <input value>" to the exactly-once Kafka egress bench/out,
+//     topic bench-out, keyed by the key. kfake serves both topics from
+//     another child process. A third child produces -kafka.records records
+//     over -kafka.keys keys, each value its produce time, keeping at most
+//     -kafka.window records produced but not yet visible to its
+//     read_committed consumer of bench-out (a closed loop, like the HTTP
+//     clients above). records/s is the records visible on the output over
+//     the time from the first produce to the last visible record; p50-ms
+//     and p99-ms are from a record's produce to its count being visible.
+//     The consumer checks that each key's counts arrive once each (no
+//     duplicate, no count out of range, nothing more within a second), and
+//     the store is reopened to check that the counts add up. make
+//     bench-kafka runs it beside BenchmarkEndToEnd/addresses=10000.
 //   - BenchmarkLoopbackHTTP/server=inprocess|process: the load generator's
 //     client against a handler that only reads the body and answers 200,
 //     served in this process or in a child: the price of one loopback
@@ -57,7 +74,18 @@
 //	-load.profile     STATEFUN_BENCH_PROFILE     a directory: write a CPU profile of each
 //	                                             end-to-end run's measured window there
 //
-// The limit benchmarks make 2 × -load.messages requests each.
+// The limit benchmarks make 2 × -load.messages requests each. The Kafka
+// benchmark has its own:
+//
+//	-kafka.records     STATEFUN_BENCH_KAFKA_RECORDS     records per run (100000)
+//	-kafka.keys        STATEFUN_BENCH_KAFKA_KEYS        distinct keys (10000)
+//	-kafka.window      STATEFUN_BENCH_KAFKA_WINDOW      records in flight, produce to visible (1000)
+//	-kafka.partitions  STATEFUN_BENCH_KAFKA_PARTITIONS  partitions of bench-in and bench-out (8)
+//	-kafka.brokers     STATEFUN_BENCH_KAFKA_BROKERS     kfake brokers (1)
+//	-kafka.maxtime     STATEFUN_BENCH_KAFKA_MAXTIME     bound on one run (2m)
+//
+// and -load.partitions, -load.gogc and -load.profile apply to it too (the
+// profile is DIR/cpu-kafka.pprof).
 //
 // With -load.gen inprocess or -load.fn inprocess, their goroutines carry
 // the pprof label role=loadgen or role=function, so

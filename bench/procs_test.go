@@ -26,6 +26,9 @@ import (
 //	counter  serve sdktest/counter (official Go SDK)
 //	empty    serve emptyHandler
 //	load     run the load generator described by loadEnv (see runLoadChild)
+//	kafka    serve a kfake cluster (see serveKafka)
+//	kcounter serve bench/counter, the Kafka benchmark's counter
+//	kload    run the Kafka load generator (see runKafkaLoadChild)
 const roleEnv = "STATEFUN_BENCH_ROLE"
 
 // loadEnv carries a loadSpec, as JSON, to a load generator child.
@@ -42,6 +45,18 @@ func TestMain(m *testing.M) {
 	case "load":
 		if err := runLoadChild(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: load generator:", err)
+			os.Exit(1)
+		}
+	case "kafka":
+		if err := serveKafka(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: kfake:", err)
+			os.Exit(1)
+		}
+	case "kcounter":
+		serve(kafkaCounterHandler())
+	case "kload":
+		if err := runKafkaLoadChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: kafka load generator:", err)
 			os.Exit(1)
 		}
 	default:

@@ -135,6 +135,40 @@ func (e *Engine) ReadEgress(ctx context.Context, egress, route string, after uin
 	return pos, rec, true, nil
 }
 
+// EgressItem is one record ReadEgressBatch hands out, with its position.
+type EgressItem struct {
+	Pos    uint64
+	Record *protocol.EgressRecord
+}
+
+// ReadEgressBatch is ReadEgress for up to limit records at once: the
+// durable records of one egress route after the position after, in order,
+// read with a single store iterator. An empty result means there is none.
+// AckEgress then accepts positions up to the last one returned.
+func (e *Engine) ReadEgressBatch(ctx context.Context, egress, route string, after uint64, limit int) ([]EgressItem, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	q := e.egress.queue(egress, route)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var items []EgressItem
+	err := e.db.ScanEgress(egress, route, max(after, q.cursor), limit, func(seq uint64, rec *protocol.EgressRecord) bool {
+		items = append(items, EgressItem{Pos: seq, Record: rec})
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	if n := len(items); n > 0 {
+		q.read = max(q.read, items[n-1].Pos)
+	}
+	return items, nil
+}
+
 // AckEgress removes every record of one egress route at or below pos, and
 // returns once the removal is durable: the consumer has them. Acknowledging
 // again is harmless. A position beyond the highest read since the start is

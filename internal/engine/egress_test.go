@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -229,4 +230,52 @@ func (egressFn) Call(_ context.Context, _ address.TypeName, req *protocol.ToFunc
 
 func playgroundRoute(namespace, typ string, _ *protocol.TypedValue) (string, error) {
 	return "topic", nil
+}
+
+// A batch read hands out the records after a position in order, at most
+// limit of them, skips a record a pop has claimed, and lets AckEgress take
+// positions up to the last one it returned — no further.
+func TestReadEgressBatch(t *testing.T) {
+	db := openStore(t, vfs.NewMem(), 1)
+	e := newEngine(t, db, &counter{}, func(o *Options) { o.Driven = true })
+	d := e.Driver()
+	putEgress(t, e, "r1", "r2", "r3", "r4", "r5")
+	texts := func(items []EgressItem) (out []string) {
+		for _, it := range items {
+			out = append(out, string(it.Record.GetArgument().GetValue()))
+		}
+		return out
+	}
+	ctx := context.Background()
+	items, err := e.ReadEgressBatch(ctx, "io/egress", "topic", 0, 2)
+	if err != nil || fmt.Sprint(texts(items)) != "[r1 r2]" {
+		t.Fatalf("first batch = %v, %v", texts(items), err)
+	}
+	if err := e.AckEgress(ctx, "io/egress", "topic", items[1].Pos+1); !errors.Is(err, ErrNotRead) {
+		t.Fatalf("ack beyond the batch: %v, want ErrNotRead", err)
+	}
+	rest, err := e.ReadEgressBatch(ctx, "io/egress", "topic", items[1].Pos, 0)
+	if err != nil || fmt.Sprint(texts(rest)) != "[r3 r4 r5]" {
+		t.Fatalf("the rest = %v, %v", texts(rest), err)
+	}
+	if err := ackNow(t, e, items[1].Pos); err != nil {
+		t.Fatal(err)
+	}
+	// A pop in flight claims r3: batch reads skip it.
+	out := make(chan popResult, 1)
+	go pop(e, ctx, out)
+	waitFor(t, "the pop to wait for its commit", func() bool { return d.Commits() == 1 })
+	if got, _ := e.ReadEgressBatch(ctx, "io/egress", "topic", 0, 10); fmt.Sprint(texts(got)) != "[r4 r5]" {
+		t.Fatalf("batch during a pop of r3 = %v", texts(got))
+	}
+	if err := d.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	<-out
+	if err := ackNow(t, e, rest[2].Pos); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.ReadEgressBatch(ctx, "io/egress", "topic", 0, 10); len(got) != 0 {
+		t.Fatalf("records left after acknowledging all: %v", texts(got))
+	}
 }

@@ -34,6 +34,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -43,6 +44,9 @@ type Outbox interface {
 	// ReadEgress returns the first record after a position without
 	// removing it, with its position.
 	ReadEgress(ctx context.Context, egress, route string, after uint64) (uint64, *protocol.EgressRecord, bool, error)
+	// ReadEgressBatch returns up to limit records after a position, in
+	// order, without removing them.
+	ReadEgressBatch(ctx context.Context, egress, route string, after uint64, limit int) ([]engine.EgressItem, error)
 	// AckEgress removes the records up to a position, durably.
 	AckEgress(ctx context.Context, egress, route string, pos uint64) error
 }
@@ -448,19 +452,21 @@ func (r *Relay) ackThrough(ctx context.Context, out Outbox, pos uint64) error {
 // A record that does not decode is logged, counted and skipped.
 func (r *Relay) readBatch(ctx context.Context, out Outbox, pos uint64) (recs []*kgo.Record, last uint64, err error) {
 	last = pos
+	items, err := out.ReadEgressBatch(ctx, r.cfg.ID, r.cfg.ID, pos, r.cfg.BatchRecords)
+	if err != nil {
+		return nil, pos, err
+	}
 	bytes := 0
-	for len(recs) < r.cfg.BatchRecords && bytes < r.cfg.BatchBytes {
-		p, rec, ok, err := out.ReadEgress(ctx, r.cfg.ID, r.cfg.ID, last)
-		if err != nil {
-			return nil, pos, err
-		}
-		if !ok {
+	// Records past the byte bound are left for the next batch (read
+	// again then); the batch ends with the record that reached it.
+	for _, it := range items {
+		if bytes >= r.cfg.BatchBytes {
 			break
 		}
-		last = p
-		kr, err := parse(rec.GetArgument(), r.maxRecord)
+		last = it.Pos
+		kr, err := parse(it.Record.GetArgument(), r.maxRecord)
 		if err != nil {
-			r.log.Error("kafka egress: skipping an outbox record that cannot be delivered", "position", p, "error", err)
+			r.log.Error("kafka egress: skipping an outbox record that cannot be delivered", "position", it.Pos, "error", err)
 			r.metric(func(m *Metrics) { m.undeliverable.WithLabelValues(r.cfg.ID).Inc() })
 			continue
 		}

@@ -360,6 +360,38 @@ func (db *DB) NextEgress(egress, route string, afterSeq uint64) (seq uint64, rec
 	return seq, rec, true, finish(it, nil)
 }
 
+// ScanEgress calls fn with the records of one outbox whose sequence number
+// is greater than afterSeq, in order, up to limit of them (limit <= 0: no
+// limit) or until fn returns false. One iterator serves the whole scan: a
+// relay reading a batch of a thousand records pays for one seek, not a
+// thousand.
+func (db *DB) ScanEgress(egress, route string, afterSeq uint64, limit int, fn func(seq uint64, rec *protocol.EgressRecord) bool) error {
+	if afterSeq == math.MaxUint64 {
+		return nil
+	}
+	prefix := egressPrefix(nil, egress, route)
+	it, err := db.newIter(egressKey(nil, egress, route, afterSeq+1), prefixSuccessor(prefix))
+	if err != nil {
+		return err
+	}
+	n := 0
+	for valid := it.First(); valid && (limit <= 0 || n < limit); valid = it.Next() {
+		key := it.Key()
+		if len(key) != len(prefix)+8 {
+			return finish(it, corrupt(key, errBadKey))
+		}
+		rec := new(protocol.EgressRecord)
+		if err := iterValue(it, rec); err != nil {
+			return finish(it, err)
+		}
+		n++
+		if !fn(binary.BigEndian.Uint64(key[len(prefix):]), rec) {
+			break
+		}
+	}
+	return finish(it, nil)
+}
+
 // MaxEgressSeq returns the highest egress sequence number written: the
 // greater of the highest in any outbox and the one PutEgressSeq recorded
 // (0 for a store that never had a record). It visits the last key of each

@@ -133,6 +133,7 @@ func (r *partCommit) Durable() {
 	if len(cm.Specs) > 0 {
 		e.publishSpecs(r.p.id, cm.Specs)
 	}
+	e.positions.set(r.p.id, cm.ID)
 	r.p.post(partition.CommitDurable{ID: cm.ID})
 }
 

@@ -486,6 +486,8 @@ func TestOpenAPIOperations(t *testing.T) {
 	mustPut(t, api, "/state/test/fn/ops-rev/i32", "text/plain", "1")
 	rev := mustPut(t, api, "/state/test/fn/ops-rev/i32", "text/plain", "2")
 	seen := mustPut(t, api, "/state/test/fn/ops/b", "text/plain", "true")
+	first := mustPut(t, api, "/state/test/fn/ops-hist/str", "text/plain", "one")
+	mustPut(t, api, "/state/test/fn/ops-hist/str", "text/plain", "two")
 
 	type req struct {
 		method, target, contentType, body string
@@ -515,6 +517,10 @@ func TestOpenAPIOperations(t *testing.T) {
 		"headDeadLetterSummary": {"HEAD", "/ingresses", "", ""},
 		"listDeadLetters":       {"GET", "/ingresses/test/in/dead-letters?topic=t&limit=10", "", ""},
 		"headListDeadLetters":   {"HEAD", "/ingresses/test/in/dead-letters", "", ""},
+		"getHistory":            {"GET", "/state/test/fn/ops-hist/str/history?limit=1", "", ""},
+		"headGetHistory":        {"HEAD", "/state/test/fn/ops-hist/str/history", "", ""},
+		"restoreEntry":          {"POST", "/state/test/fn/ops-hist/str?asOf=" + first.Commit, "", ""},
+		"restoreAddress":        {"POST", "/state/test/fn/ops-hist?asOf=" + first.Commit, "", ""},
 	}
 	for _, op := range s.ops {
 		id := op.node["operationId"].(string)

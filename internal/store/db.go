@@ -177,11 +177,11 @@ type DB struct {
 
 	sweepMu   sync.Mutex // one sweep at a time
 	egressAge egressAges
+	stop      chan struct{}
+	sweeper   sync.WaitGroup
 	// histTouched is the entries given history records since the last
 	// sweep (history.go).
 	histTouched historyTouched
-	stop        chan struct{}
-	sweeper     sync.WaitGroup
 }
 
 // Open opens the store in dir, creating it if it does not exist.

@@ -249,8 +249,8 @@ func TestAsOfAcrossRestartThenRestoreAndRevert(t *testing.T) {
 	var past struct {
 		Complete bool `json:"complete"`
 		Entries  []struct {
-			State string          `json:"state"`
-			Known bool            `json:"known"`
+			State string           `json:"state"`
+			Known bool             `json:"known"`
 			Value *json.RawMessage `json:"value"`
 		} `json:"entries"`
 	}

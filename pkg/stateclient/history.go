@@ -188,4 +188,3 @@ func (c *Client) Restore(ctx context.Context, a Address, state string, p Point, 
 // IsGone reports whether err is a 410: the history does not reach back to
 // the point asked for.
 func IsGone(err error) bool { return StatusOf(err) == http.StatusGone }
-

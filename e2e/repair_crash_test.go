@@ -38,7 +38,7 @@ func TestPauseSurvivesSIGKILL(t *testing.T) {
 	var pauses struct {
 		Pauses []struct {
 			Namespace, Type string
-			ID          *string `json:"id"`
+			ID              *string `json:"id"`
 		} `json:"pauses"`
 	}
 	if err := json.Unmarshal(api.expect(http.StatusOK, http.MethodGet, "/pauses", "").body, &pauses); err != nil {

@@ -41,6 +41,9 @@ Commands:
   edit    <ns>/<type> <id> <state>           edit the JSON envelope in $EDITOR,
                                              write it back with If-Match
   revert  <mutation-id>                      undo a mutation
+  history <ns>/<type> <id> <state>           every committed change of an entry, with its cause
+  restore --as-of C|--as-of-time T <ns>/<type> <id> [<state>]
+                                             set an instance (or entry) back to a point in time
   receipt <mutation-id>                      a mutation's receipt (--wait 10s)
   audit   [--namespace --type --id --state --principal --mutation --since --until --limit]
                                              the audit log
@@ -120,8 +123,8 @@ func (c *stateCLI) run(args []string) int {
 	cmds := map[string]func([]string) error{
 		"get": c.get, "put": c.put, "delete": c.delete, "ls": c.ls,
 		"edit": c.edit, "revert": c.revert, "receipt": c.receipt, "audit": c.audit,
-		"dead-letters": c.deadLetters,
-		"failing":      c.failing, "inbox": c.inbox, "pauses": c.pauses, "pause": c.pause, "resume": c.resume,
+		"dead-letters": c.deadLetters, "history": c.history, "restore": c.restore,
+		"failing": c.failing, "inbox": c.inbox, "pauses": c.pauses, "pause": c.pause, "resume": c.resume,
 	}
 	if name == "help" {
 		fmt.Fprint(stdout, stateUsage)

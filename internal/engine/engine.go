@@ -137,6 +137,9 @@ type Engine struct {
 
 	waiters *waiters
 
+	// positions are the partitions' durable commit ids (history.go).
+	positions positions
+
 	errOnce sync.Once
 	err     error
 	failed  chan struct{}

@@ -74,6 +74,10 @@ func (r *partCommit) Encode(b *store.Batch) error {
 		} else {
 			b.PutState(w.Addr, w.State, store.Entry{Typename: w.Entry.Typename, Value: w.Entry.Value, Version: w.Entry.Version, ExpiresAt: w.Entry.ExpiresAt})
 		}
+		if w.Cause != nil {
+			// The change's history record, in the same batch as the change.
+			b.PutHistory(w.Addr, w.State, cm.ID, historyRecord(w))
+		}
 	}
 	for t, s := range cm.Specs {
 		b.PutSpecs(t, specsToProto(s))
@@ -130,6 +134,7 @@ func (r *partCommit) Durable() {
 	if len(cm.Specs) > 0 {
 		e.publishSpecs(r.p.id, cm.Specs)
 	}
+	e.positions.set(r.p.id, cm.ID)
 	r.p.post(partition.CommitDurable{ID: cm.ID})
 }
 

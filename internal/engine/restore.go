@@ -54,6 +54,7 @@ func (e *Engine) restore() error {
 			return err
 		}
 		rs := partition.Restore{CommitID: meta.CommitID, VersionSeq: meta.VersionSeq, OutSeq: outSeq[p], Pauses: pauses[p]}
+		e.positions.set(p, meta.CommitID)
 		err = e.db.ScanTimers(p, func(k store.TimerKey, env *protocol.Envelope) error {
 			rs.Timers = append(rs.Timers, partition.Timer{Key: partition.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}, Env: env})
 			return nil

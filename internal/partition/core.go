@@ -127,6 +127,10 @@ type Core struct {
 	failingByType map[address.TypeName]int
 	healthChanged bool
 	autoSeq       uint64
+	// cause is what the writes being applied come from (an invocation's
+	// batch, a mutation), set around apply and applyMutation; nil while a
+	// request is built (a TTL restart changes no value).
+	cause *Cause
 }
 
 type stateKey struct {
@@ -710,8 +714,13 @@ func (c *Core) write(a address.Address, state string, e Entry, del bool) {
 	id := c.commitID + 1 // the id the pending commit will get
 	c.overlay[k] = overlayEntry{entry: e, delete: del, commit: id}
 	c.byCommit[id] = append(c.byCommit[id], k)
-	w := StateWrite{Addr: a, State: state, Entry: e, Delete: del}
+	w := StateWrite{Addr: a, State: state, Entry: e, Delete: del, Cause: c.cause, At: c.now}
 	if i, ok := c.stateIdx[k]; ok {
+		if w.Cause == nil {
+			// A TTL restart after a change in the same commit: the change
+			// and its cause stand, with the new expiry.
+			w.Cause, w.At = c.pending.State[i].Cause, c.pending.State[i].At
+		}
 		c.pending.State[i] = w
 		return
 	}

@@ -208,6 +208,8 @@ func (c *Core) apply(self address.Address, b *batch, fx *effects) error {
 	}
 	c.pending.Egress = append(c.pending.Egress, fx.egress...)
 
+	c.cause = batchCause(b)
+	defer func() { c.cause = nil }()
 	specs, err := c.specsOf(self.Type)
 	if err != nil {
 		return err
@@ -242,6 +244,7 @@ func (c *Core) apply(self address.Address, b *batch, fx *effects) error {
 			return err
 		}
 		if ok && e.expired(c.now) {
+			c.cause = expiryCause
 			c.write(self, s.Name, Entry{}, true)
 		}
 	}

@@ -148,6 +148,9 @@ func (s *script) cmdReady(t *testing.T, d *datadriven.TestData) string {
 		s.unsynced = append(s.unsynced, rd.Commit)
 	}
 	out := DescribeReady(rd)
+	if d.HasArg("causes") && rd.Commit != nil {
+		out += describeCauses(rd.Commit)
+	}
 	if out == "" {
 		out = "nothing\n"
 	}
@@ -258,7 +261,8 @@ func (s *script) cmdTick(t *testing.T, d *datadriven.TestData) string {
 func (s *script) cmdMutate(t *testing.T, d *datadriven.TestData) string {
 	s.request++
 	m := &Mutation{ID: fmt.Sprintf("m%d", s.request), Request: s.request, Addr: scriptAddr(t, d),
-		State: argOr(d, "state", ""), Value: []byte(argOr(d, "value", "")), Typename: argOr(d, "type", "")}
+		State: argOr(d, "state", ""), Value: []byte(argOr(d, "value", "")), Typename: argOr(d, "type", ""),
+		Principal: argOr(d, "principal", ""), Reason: argOr(d, "reason", "")}
 	switch op := argOr(d, "op", "put"); op {
 	case "put":
 		m.Op = OpPut
@@ -266,6 +270,8 @@ func (s *script) cmdMutate(t *testing.T, d *datadriven.TestData) string {
 		m.Op = OpDelete
 	case "delete-all":
 		m.Op = OpDeleteAll
+	case "restore":
+		m.Op, m.Image = OpRestore, parseImage(t, d)
 	default:
 		t.Fatalf("%s: unknown op %q", d.Pos, op)
 	}

@@ -34,6 +34,9 @@ const (
 	OpDelete
 	// OpDeleteAll drops every entry of the address.
 	OpDeleteAll
+	// OpRestore sets the address's entries (or the one named by State)
+	// back to Image (history.go).
+	OpRestore
 )
 
 // Mutation is an operator's change to one address's state.
@@ -67,6 +70,10 @@ type Mutation struct {
 	// IfNoneMatchTags, when set, is an If-None-Match header: the mutation
 	// applies only when it does not match the entry (RFC 9110 §13.1.2).
 	IfNoneMatchTags *Condition
+	// Image is what OpRestore sets: for a whole address (State empty) every
+	// entry it should hold (the others are deleted); for one entry, that
+	// entry (absent from Image: deleted).
+	Image []RestoreEntry
 }
 
 // Condition is an If-Match or If-None-Match header as the core evaluates
@@ -260,6 +267,11 @@ func (c *Core) applyMutation(q queued) error {
 		rc.Reject, rc.Reason = code, reason
 		c.settle(rc)
 		return nil
+	}
+	c.cause = mutationCause(m)
+	defer func() { c.cause = nil }()
+	if m.Op == OpRestore {
+		return c.applyRestore(m, rc)
 	}
 	if m.Op == OpDeleteAll {
 		entries, err := c.entries(m.Addr, "")

@@ -150,6 +150,11 @@ type StateWrite struct {
 	State  string
 	Entry  Entry
 	Delete bool
+	// Cause is what made the change (the last one, when the commit changes
+	// the entry more than once); nil for a write that changes no value (a
+	// TTL restart), which the history does not record. At is when (unix ms).
+	Cause *Cause
+	At    int64
 }
 
 // Commit is one atomic, durable step of a partition. The committer must

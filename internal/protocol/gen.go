@@ -6,7 +6,7 @@
 // protoc-gen-go on PATH); the generated files are committed.
 package protocol
 
-//go:generate protoc --go_out=.. --go_opt=paths=source_relative -I.. protocol/requestreply.proto protocol/types.proto protocol/stored.proto
+//go:generate protoc --go_out=.. --go_opt=paths=source_relative -I.. protocol/requestreply.proto protocol/types.proto protocol/stored.proto protocol/history.proto
 //go:generate protoc --go_out=.. --go_opt=paths=source_relative -I.. protocol/pause.proto
 
 // The .proto files are registered under "protocol/…" rather than bare names

@@ -39,7 +39,7 @@ type auditImage struct {
 	ValueBase64 string `json:"valueBase64"`
 }
 
-var opNames = []string{"put", "delete", "delete-all"}
+var opNames = []string{"put", "delete", "delete-all", "restore"}
 
 // MaxAuditLimit caps ?limit= on GET /audit. Records are streamed, so the
 // cap bounds how long one request holds a store iterator open (pinning

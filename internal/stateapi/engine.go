@@ -46,4 +46,17 @@ type Engine interface {
 	ScanIngressDeadLetters(f store.DeadLetterFilter, fn func(store.DeadLetter) bool) error
 	// Repairer: failing addresses, inboxes, pauses (repair.go).
 	Repairer
+	// History calls fn with the durable history records of one entry,
+	// newest first (or oldest first), after the commit after (0: from the
+	// start), until fn returns false.
+	History(a address.Address, state string, oldestFirst bool, after uint64, fn func(store.HistoryRecord) bool) error
+	// HistoryAt returns what an address's entries (or one entry) held at a
+	// point of its partition's past, and whether that is all of them.
+	HistoryAt(a address.Address, state string, p store.Point) ([]store.PastEntry, bool, error)
+	// PartitionOf returns the partition that owns an address.
+	PartitionOf(a address.Address) int
+	// WaitDurable waits until commit min of partition p is durable, or ctx
+	// ends; it returns the partition's durable commit and whether it
+	// reached min.
+	WaitDurable(ctx context.Context, p int, min uint64) (uint64, bool, error)
 }

@@ -373,6 +373,9 @@ type receiptJSON struct {
 	Version         *string `json:"version"`
 	PreviousVersion *string `json:"previousVersion"`
 	Reason          string  `json:"reason,omitempty"`
+	// Commit is the position of the commit carrying the mutation,
+	// "<partition>.<commit id>", for a read's ?minCommit= (history.go).
+	Commit string `json:"commit,omitempty"`
 }
 
 // submit hands a mutation to the engine and answers with its receipt.
@@ -388,6 +391,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, m partition.Muta
 		return
 	}
 	out := receiptOf(rc)
+	out.Commit = position(s.eng.PartitionOf(rc.Addr), rc.Checkpoint)
 	if rc.Reject == partition.Applied {
 		if rc.Version != 0 {
 			w.Header().Set("ETag", etag(rc.Version))

@@ -109,7 +109,10 @@ func startEngine(t testing.TB, cfg engineConfig) *engine.Engine {
 	if cfg.fnURL == "" {
 		cfg.fnURL = "http://127.0.0.1:1/none"
 	}
-	db, err := store.Open("data", store.Options{Partitions: cfg.partitions, FS: vfs.NewMem(), Logger: quietPebble{}})
+	// One clock for the engine and the store's retention, as in the
+	// runtime: with the engine's clock held in the past and the store's on
+	// the wall clock, a sweep would find everything just written expired.
+	db, err := store.Open("data", store.Options{Partitions: cfg.partitions, FS: vfs.NewMem(), Logger: quietPebble{}, Now: cfg.now})
 	if err != nil {
 		t.Fatal(err)
 	}

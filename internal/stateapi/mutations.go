@@ -62,7 +62,9 @@ func (s *Server) serveMutations(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusNotFound, fmt.Sprintf("no receipt for mutation %s (unknown, or applied with ack=applied and not committed yet)", id))
 		return
 	}
-	writeJSON(w, http.StatusOK, storedReceipt(rc))
+	out := storedReceipt(rc)
+	out.Commit = s.receiptPosition(rc)
+	writeJSON(w, http.StatusOK, out)
 }
 
 func storedReceipt(rc *protocol.Receipt) receiptJSON {
@@ -140,7 +142,9 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 		if out.Reject != partition.Applied && rejected < 0 {
 			status, rejected = http.StatusPreconditionFailed, len(receipts)
 		}
-		receipts = append(receipts, receiptOf(out))
+		rj := receiptOf(out)
+		rj.Commit = position(s.eng.PartitionOf(out.Addr), out.Checkpoint)
+		receipts = append(receipts, rj)
 	}
 	if status != http.StatusOK {
 		rc := receipts[rejected]

@@ -491,6 +491,8 @@ func TestOpenAPIOperations(t *testing.T) {
 			t.Fatalf("POST %s: %s %s", target, r.Status, r.body)
 		}
 	}
+	first := mustPut(t, api, "/state/test/fn/ops-hist/str", "text/plain", "one")
+	mustPut(t, api, "/state/test/fn/ops-hist/str", "text/plain", "two")
 
 	type req struct {
 		method, target, contentType, body string
@@ -530,6 +532,10 @@ func TestOpenAPIOperations(t *testing.T) {
 		"pauseType":             {"POST", "/pause/test/t2", "application/json", `{"reason":"deploy"}`},
 		"resumeAddress":         {"POST", "/resume/test/fn/ops-r", "", ""},
 		"resumeType":            {"POST", "/resume/test/t3", "application/json", `{"reason":"done"}`},
+		"getHistory":            {"GET", "/state/test/fn/ops-hist/str/history?limit=1", "", ""},
+		"headGetHistory":        {"HEAD", "/state/test/fn/ops-hist/str/history", "", ""},
+		"restoreEntry":          {"POST", "/state/test/fn/ops-hist/str?asOf=" + first.Commit, "", ""},
+		"restoreAddress":        {"POST", "/state/test/fn/ops-hist?asOf=" + first.Commit, "", ""},
 	}
 	for _, op := range s.ops {
 		id := op.node["operationId"].(string)

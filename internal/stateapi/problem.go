@@ -18,6 +18,9 @@ type problem struct {
 	Available []string `json:"available,omitempty"`
 	// Receipt accompanies a rejected mutation.
 	Receipt *receiptJSON `json:"receipt,omitempty"`
+	// Position accompanies the 412 of a read whose ?minCommit= was not
+	// reached: the partition's durable commit.
+	Position *string `json:"position,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {

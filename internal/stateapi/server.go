@@ -143,6 +143,10 @@ func (s *Server) serveState(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusBadRequest, "bad address: "+err.Error())
 		return
 	}
+	history := len(segs) == 5 && segs[4] == "history"
+	if history {
+		segs = segs[:4]
+	}
 	if len(segs) > 4 {
 		fail(w, r, http.StatusBadRequest, fmt.Sprintf("bad address: the path has %d segments; the deepest is /state/<namespace>/<type>/<id>/<state> (percent-encode a '/' inside an id as %%2F)", len(segs)))
 		return
@@ -164,24 +168,42 @@ func (s *Server) serveState(w http.ResponseWriter, r *http.Request) {
 	}
 	switch len(segs) {
 	case 4:
+		if history {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				methodNotAllowed(w, r, "GET, HEAD")
+				return
+			}
+			s.getHistory(w, r, a, segs[3])
+			return
+		}
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
+			if s.readPast(w, r, a, segs[3]) {
+				return
+			}
 			s.getEntry(w, r, a, segs[3])
+		case http.MethodPost:
+			s.restore(w, r, principal, a, segs[3])
 		case http.MethodPut:
 			s.putEntry(w, r, principal, a, segs[3])
 		case http.MethodDelete:
 			s.deleteEntry(w, r, principal, a, segs[3])
 		default:
-			methodNotAllowed(w, r, "GET, HEAD, PUT, DELETE")
+			methodNotAllowed(w, r, "GET, HEAD, PUT, DELETE, POST")
 		}
 	case 3:
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
+			if s.readPast(w, r, a, "") {
+				return
+			}
 			s.listEntries(w, r, a)
 		case http.MethodDelete:
 			s.deleteAddress(w, r, principal, a)
+		case http.MethodPost:
+			s.restore(w, r, principal, a, "")
 		default:
-			methodNotAllowed(w, r, "GET, HEAD, DELETE")
+			methodNotAllowed(w, r, "GET, HEAD, DELETE, POST")
 		}
 	default:
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {

@@ -432,8 +432,9 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 		{name: "openapi.json needs no token", api: "tokens", method: "GET", target: "/openapi.json", status: 200},
 
 		// Methods.
-		{name: "405 POST an entry", method: "POST", target: "/state/test/fn/a/str", status: 405, eq: map[string]string{"Allow": "GET, HEAD, PUT, DELETE"}},
-		{name: "405 PUT an address", method: "PUT", target: "/state/test/fn/a", status: 405, eq: map[string]string{"Allow": "GET, HEAD, DELETE"}},
+		{name: "405 PATCH an entry", method: "PATCH", target: "/state/test/fn/a/str", status: 405, eq: map[string]string{"Allow": "GET, HEAD, PUT, DELETE, POST"}},
+		{name: "405 PUT an address", method: "PUT", target: "/state/test/fn/a", status: 405, eq: map[string]string{"Allow": "GET, HEAD, DELETE, POST"}},
+		{name: "405 PUT a history", method: "PUT", target: "/state/test/fn/a/str/history", status: 405, eq: map[string]string{"Allow": "GET, HEAD"}},
 		{name: "405 DELETE a namespace", method: "DELETE", target: "/state/test", status: 405, eq: map[string]string{"Allow": "GET, HEAD"}},
 		{name: "405 DELETE all", method: "DELETE", target: "/state", status: 405, eq: map[string]string{"Allow": "GET, HEAD"}},
 		{name: "405 POST the audit log", method: "POST", target: "/audit", status: 405, eq: map[string]string{"Allow": "GET, HEAD"}},

@@ -34,6 +34,9 @@ type Batch struct {
 	err error  // the first encoding error, returned by Commit
 	// stage is the scratch batch of Stage, kept for reuse.
 	stage *Batch
+	// touched lists the entries given a history record (history.go), for
+	// the retention sweep once the batch is committed.
+	touched []string
 }
 
 // NewBatch returns an empty batch. Call Close when done with it, committed
@@ -203,9 +206,12 @@ func (b *Batch) Stage(fn func(*Batch) error) error {
 	}
 	if err != nil {
 		st.err = nil
+		st.touched = st.touched[:0]
 		st.live().Reset()
 		return err
 	}
+	b.touched = append(b.touched, st.touched...)
+	st.touched = st.touched[:0]
 	if st.live().Empty() {
 		return nil
 	}
@@ -252,6 +258,9 @@ func (b *Batch) Commit(sync bool) error {
 	b.Close()
 	if err != nil {
 		return fmt.Errorf("store: commit: %w", err)
+	}
+	if len(b.touched) > 0 {
+		b.db.histTouched.add(b.touched)
 	}
 	return nil
 }

@@ -179,6 +179,9 @@ type DB struct {
 	egressAge egressAges
 	stop      chan struct{}
 	sweeper   sync.WaitGroup
+	// histTouched is the entries given history records since the last
+	// sweep (history.go).
+	histTouched historyTouched
 }
 
 // Open opens the store in dir, creating it if it does not exist.
@@ -252,6 +255,11 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	if err := db.indexAudit(); err != nil {
+		_ = db.pdb.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	if err := db.backfillHistory(); err != nil {
 		_ = db.pdb.Close()
 		_ = fsCloser.Close()
 		return nil, err

@@ -40,7 +40,7 @@ const (
 	// the time they were stored.
 	spaceDeadLetter byte = 0x0F
 	// spacePause holds the pauses in force, by address (pauses.go).
-	spacePause byte = 0x11
+	spacePause byte = 0x13
 )
 
 // Names of the global meta keys (space 0x00). Part of the file format.

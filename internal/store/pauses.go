@@ -5,7 +5,7 @@ import (
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
-// This file is the pause key space (0x11): the pauses in force, one record
+// This file is the pause key space (0x13): the pauses in force, one record
 // per paused address or function type, written by the commit of the
 // partition that decided the pause and read back at recovery.
 
@@ -13,7 +13,7 @@ import (
 // of a's type when a.ID is empty (an address id is never empty).
 //
 //	+------+----------------+-----------+---------+
-//	| 0x11 | str(namespace) | str(type) | str(id) |
+//	| 0x13 | str(namespace) | str(type) | str(id) |
 //	+------+----------------+-----------+---------+
 //
 // The value is a protocol.Pause.

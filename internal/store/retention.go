@@ -48,6 +48,11 @@ type Retention struct {
 	// from a topic full of bad records.
 	DeadLetterAge   time.Duration
 	DeadLetterCount int
+	// HistoryAge and HistoryCount bound the history of each state entry
+	// (defaults 7 days and 100 changes per entry; history.go). The newest
+	// change of an entry that has a value is kept whatever its age.
+	HistoryAge   time.Duration
+	HistoryCount int
 }
 
 // Retention defaults; docs/storage.md explains them.
@@ -78,7 +83,7 @@ func (r Retention) withDefaults() (Retention, error) {
 	for _, d := range []struct {
 		p   *time.Duration
 		def time.Duration
-	}{{&r.ReceiptAge, DefaultReceiptAge}, {&r.AuditAge, DefaultAuditAge}, {&r.EgressAge, DefaultEgressAge}, {&r.IdempotencyAge, DefaultIdempotencyAge}, {&r.DeadLetterAge, DefaultDeadLetterAge}} {
+	}{{&r.ReceiptAge, DefaultReceiptAge}, {&r.AuditAge, DefaultAuditAge}, {&r.EgressAge, DefaultEgressAge}, {&r.IdempotencyAge, DefaultIdempotencyAge}, {&r.DeadLetterAge, DefaultDeadLetterAge}, {&r.HistoryAge, DefaultHistoryAge}} {
 		if *d.p == 0 {
 			*d.p = d.def
 		}
@@ -86,7 +91,7 @@ func (r Retention) withDefaults() (Retention, error) {
 	for _, c := range []struct {
 		p   *int
 		def int
-	}{{&r.ReceiptCount, DefaultReceiptCount}, {&r.AuditCount, DefaultAuditCount}, {&r.EgressCount, DefaultEgressCount}, {&r.IdempotencyCount, DefaultIdempotencyCount}, {&r.DeadLetterCount, DefaultDeadLetterCount}} {
+	}{{&r.ReceiptCount, DefaultReceiptCount}, {&r.AuditCount, DefaultAuditCount}, {&r.EgressCount, DefaultEgressCount}, {&r.IdempotencyCount, DefaultIdempotencyCount}, {&r.DeadLetterCount, DefaultDeadLetterCount}, {&r.HistoryCount, DefaultHistoryCount}} {
 		if *c.p == 0 {
 			*c.p = c.def
 		}
@@ -118,6 +123,9 @@ type SweepStats struct {
 	Receipts, Audit, Egress, Idempotency, DeadLetters int
 	// Deleted counts the records removed, per space.
 	DeletedReceipts, DeletedAudit, DeletedEgress, DeletedIdempotency, DeletedDeadLetters int
+	// DeletedHistory counts the history records removed. (The history is
+	// not counted: it is trimmed per entry, without a scan of it all.)
+	DeletedHistory int
 }
 
 // sweepLoop runs Sweep every interval until Close.
@@ -166,6 +174,9 @@ func (db *DB) Sweep() (SweepStats, error) {
 		return st, err
 	}
 	if st.DeadLetters, st.DeletedDeadLetters, err = db.sweepDeadLetters(ageCutoff(now, r.DeadLetterAge), r.DeadLetterCount); err != nil {
+		return st, err
+	}
+	if st.DeletedHistory, err = db.sweepHistory(ageCutoff(now, r.HistoryAge), r.HistoryCount); err != nil {
 		return st, err
 	}
 	db.opts.Metrics.observe(db, st)

@@ -351,13 +351,14 @@ statefun_store_records{space="receipts"} 1
 statefun_store_retention_deleted_total{space="audit"} 1
 statefun_store_retention_deleted_total{space="dead-letters"} 0
 statefun_store_retention_deleted_total{space="egress"} 0
+statefun_store_retention_deleted_total{space="history"} 0
 statefun_store_retention_deleted_total{space="idempotency"} 0
 statefun_store_retention_deleted_total{space="receipts"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "statefun_store_records", "statefun_store_retention_deleted_total"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(reg, "statefun_store_bytes"); err != nil || n != 5 {
+	if n, err := testutil.GatherAndCount(reg, "statefun_store_bytes"); err != nil || n != 6 {
 		t.Fatalf("statefun_store_bytes: %d series, %v", n, err)
 	}
 }

@@ -157,6 +157,10 @@ type Receipt struct {
 	PreviousVersion string `json:"previousVersion,omitempty"`
 	// Reason says why a mutation was rejected or failed.
 	Reason string `json:"reason,omitempty"`
+	// Commit is the position of the commit that carries the mutation,
+	// "<partition>.<commit id>" ("" while accepted): a read with
+	// ?minCommit=<Commit> reflects at least this mutation.
+	Commit string `json:"commit,omitempty"`
 }
 
 // Entries is the listing of one function instance.

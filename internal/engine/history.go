@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// historyRecord is the stored history record of one state write of a
+// commit: the entry after it (or its deletion) and its cause.
+func historyRecord(w partition.StateWrite) *protocol.HistoryRecord {
+	r := &protocol.HistoryRecord{At: w.At, Deleted: w.Delete, Cause: causeToProto(w.Cause)}
+	if !w.Delete {
+		r.Version, r.Typename, r.Value, r.ExpiresAt = w.Entry.Version, w.Entry.Typename, w.Entry.Value, w.Entry.ExpiresAt
+	}
+	return r
+}
+
+func causeToProto(c *partition.Cause) *protocol.HistoryCause {
+	p := &protocol.HistoryCause{Kind: int32(c.Kind), MessageCount: int32(c.MessageCount),
+		Mutation: c.Mutation, Principal: c.Principal, Reason: c.Reason, Reverts: c.Reverts}
+	for _, m := range c.Messages {
+		hm := &protocol.HistoryMessage{Typename: m.Typename}
+		if m.Caller != nil {
+			hm.Caller = toProtoAddr(*m.Caller)
+		}
+		p.Messages = append(p.Messages, hm)
+	}
+	return p
+}
+
+// History calls fn with the durable history records of one entry, newest
+// first (or oldest first), after the commit after (0: from the start),
+// until fn returns false.
+func (e *Engine) History(a address.Address, state string, oldestFirst bool, after uint64, fn func(store.HistoryRecord) bool) error {
+	return e.db.ScanHistory(a, state, oldestFirst, after, fn)
+}
+
+// HistoryAt returns what the entries of an address (or one of them) held at
+// a point of its partition's past, from the durable history (see
+// store.DB.HistoryAt).
+func (e *Engine) HistoryAt(a address.Address, state string, p store.Point) ([]store.PastEntry, bool, error) {
+	return e.db.HistoryAt(a, state, p)
+}
+
+// positions are the partitions' durable commit ids, for reads that must
+// reflect at least a given commit (read your own repair).
+type positions struct {
+	mu      sync.Mutex
+	durable []uint64
+	// changed is closed and replaced whenever a commit became durable.
+	changed chan struct{}
+	// waiting counts the callers of WaitDurable waiting now.
+	waiting atomic.Int64
+}
+
+func (ps *positions) set(p int, id uint64) {
+	ps.mu.Lock()
+	for len(ps.durable) <= p {
+		ps.durable = append(ps.durable, 0)
+	}
+	if id > ps.durable[p] {
+		ps.durable[p] = id
+		if ps.changed != nil {
+			close(ps.changed)
+		}
+		ps.changed = make(chan struct{})
+	}
+	ps.mu.Unlock()
+}
+
+func (ps *positions) get(p int) (uint64, <-chan struct{}) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.changed == nil {
+		ps.changed = make(chan struct{})
+	}
+	if p >= len(ps.durable) {
+		return 0, ps.changed
+	}
+	return ps.durable[p], ps.changed
+}
+
+// Waiting returns how many callers of WaitDurable are waiting now.
+func (e *Engine) Waiting() int { return int(e.positions.waiting.Load()) }
+
+// PartitionOf returns the partition that owns an address.
+func (e *Engine) PartitionOf(a address.Address) int { return address.Partition(a.ID, len(e.parts)) }
+
+// WaitDurable waits until partition p's commit min (and every one before
+// it) is durable, or ctx ends, and returns the partition's durable commit
+// id then and whether it reached min.
+func (e *Engine) WaitDurable(ctx context.Context, p int, min uint64) (uint64, bool, error) {
+	e.positions.waiting.Add(1)
+	defer e.positions.waiting.Add(-1)
+	for {
+		cur, changed := e.positions.get(p)
+		if cur >= min {
+			return cur, true, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return cur, false, nil
+		case <-e.ctx.Done():
+			return cur, false, e.stopErr(nil)
+		}
+	}
+}

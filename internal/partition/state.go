@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/protocol"
 )
 
 // This file is the state access API's side of the core: reads of applied
@@ -67,6 +68,8 @@ type Mutation struct {
 	// IfNoneMatchTags, when set, is an If-None-Match header: the mutation
 	// applies only when it does not match the entry (RFC 9110 §13.1.2).
 	IfNoneMatchTags *Condition
+	// Repair is set for an operation on the inbox (repair.go).
+	Repair *MessageRepair
 }
 
 // Condition is an If-Match or If-None-Match header as the core evaluates
@@ -138,6 +141,10 @@ type AuditRecord struct {
 	Version uint64
 	// Typename is the stored typename after a put.
 	Typename string
+	// Messages and Timers are the messages and delayed messages a repair
+	// of the inbox took away or put back (repair.go).
+	Messages []*protocol.Envelope
+	Timers   []Timer
 }
 
 // Mutate is an operator mutation that needs no durability before it is
@@ -254,6 +261,9 @@ func (c *Core) applyMutation(q queued) error {
 	m := q.mut
 	if q.durable {
 		c.pending.Consumed = append(c.pending.Consumed, q.key)
+	}
+	if m.Repair != nil {
+		return c.applyRepair(m)
 	}
 	rc := Receipt{Mutation: m.ID, Request: m.Request, Addr: m.Addr, State: m.State, Ack: m.Ack, Checkpoint: c.commitID + 1, At: c.now}
 	reject := func(code RejectCode, reason string) error {

@@ -127,7 +127,7 @@ type Engine struct {
 	ingressSeq atomic.Uint64
 	egressSeq  uint64 // owned by the committer's goroutine (Encode)
 	arrivals   *arrivals
-	resends    resending // dead letters being re-sent (repair.go)
+	resendMu   sync.Mutex // one re-send of a dead letter at a time (repair.go)
 	egress     *egressPopper
 	once       inflight // idempotency keys being made durable
 

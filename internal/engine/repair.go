@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -126,12 +125,18 @@ func TimersFromImages(ts []*protocol.TimerImage) []partition.Timer {
 
 // MessageDeadLetter returns a skipped message by its skip's mutation id.
 func (e *Engine) MessageDeadLetter(id string) (*protocol.MessageDeadLetter, bool, error) {
+	if e.closed.Load() {
+		return nil, false, ErrClosed
+	}
 	return e.db.MessageDeadLetter(id)
 }
 
 // ScanMessageDeadLetters calls fn with the skipped messages after the id
 // after, oldest first, until fn returns false.
 func (e *Engine) ScanMessageDeadLetters(after string, fn func(*protocol.MessageDeadLetter) bool) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
 	return e.db.ScanMessageDeadLetters(after, fn)
 }
 
@@ -139,9 +144,9 @@ func (e *Engine) ScanMessageDeadLetters(after string, fn func(*protocol.MessageD
 // stored (never was, re-sent already, or removed by retention).
 var ErrNoDeadLetter = errors.New("engine: no such message dead letter")
 
-// ErrResending is returned by Resend while another re-send of the same
-// dead letter is under way.
-var ErrResending = errors.New("engine: the dead letter is being re-sent")
+// ErrNotRoutable is returned by Resend for a target whose function type
+// no endpoint serves: the message could never be delivered.
+var ErrNotRoutable = errors.New("engine: no endpoint serves the target's function type")
 
 // ResendRequest re-sends a message dead letter.
 type ResendRequest struct {
@@ -153,32 +158,6 @@ type ResendRequest struct {
 	Target    *address.Address
 	Principal string
 	Reason    string
-}
-
-// resending keeps the dead letters being re-sent, so that two concurrent
-// re-sends of one send it once.
-type resending struct {
-	mu  sync.Mutex
-	ids map[string]bool
-}
-
-func (r *resending) claim(id string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ids == nil {
-		r.ids = map[string]bool{}
-	}
-	if r.ids[id] {
-		return false
-	}
-	r.ids[id] = true
-	return true
-}
-
-func (r *resending) release(id string) {
-	r.mu.Lock()
-	delete(r.ids, id)
-	r.mu.Unlock()
 }
 
 // Resend sends a message dead letter again, as a new message at the end
@@ -193,10 +172,10 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 	if err := e.admit(); err != nil {
 		return partition.Receipt{}, partition.InboxKey{}, err
 	}
-	if !e.resends.claim(r.DeadLetter) {
-		return partition.Receipt{}, partition.InboxKey{}, ErrResending
-	}
-	defer e.resends.release(r.DeadLetter)
+	// Re-sends are rare operator actions: one at a time, so that two of
+	// one dead letter send it once (the second finds it gone).
+	e.resendMu.Lock()
+	defer e.resendMu.Unlock()
 	d, ok, err := e.db.MessageDeadLetter(r.DeadLetter)
 	if err != nil {
 		return partition.Receipt{}, partition.InboxKey{}, err
@@ -209,6 +188,9 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 		env.Target = toProtoAddr(*r.Target)
 	}
 	target := fromProtoAddr(env.Target)
+	if e.opts.Routable != nil && !e.opts.Routable(target.Type) {
+		return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: %s", ErrNotRoutable, target.Type)
+	}
 	p := e.partOf(target)
 	now := e.opts.Now().UnixMilli()
 	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}

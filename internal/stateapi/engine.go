@@ -46,4 +46,7 @@ type Engine interface {
 	ScanIngressDeadLetters(f store.DeadLetterFilter, fn func(store.DeadLetter) bool) error
 	// Repairer: failing addresses, inboxes, pauses (repair.go).
 	Repairer
+	// InboxRepairer: skip, edit, cancel, delete an address, message dead
+	// letters (inboxrepair.go).
+	InboxRepairer
 }

@@ -155,6 +155,8 @@ func retentionFlags(fs *flag.FlagSet) *store.Retention {
 	fs.IntVar(&ret.IdempotencyCount, "idempotency-max", envInt("STATEFUN_IDEMPOTENCY_MAX", store.DefaultIdempotencyCount), "most ingress Idempotency-Keys remembered; the oldest are forgotten; -1 for no limit (env STATEFUN_IDEMPOTENCY_MAX)")
 	fs.DurationVar(&ret.DeadLetterAge, "dead-letter-retention", envDuration("STATEFUN_DEAD_LETTER_RETENTION", store.DefaultDeadLetterAge), "how long records a Kafka ingress could not deliver are kept as dead letters; -1s keeps them (env STATEFUN_DEAD_LETTER_RETENTION)")
 	fs.IntVar(&ret.DeadLetterCount, "dead-letter-max", envInt("STATEFUN_DEAD_LETTER_MAX", store.DefaultDeadLetterCount), "most dead letters kept, over every ingress; the oldest are deleted; -1 for no limit (env STATEFUN_DEAD_LETTER_MAX)")
+	fs.DurationVar(&ret.MessageDeadLetterAge, "message-dead-letter-retention", envDuration("STATEFUN_MESSAGE_DEAD_LETTER_RETENTION", store.DefaultMessageDeadLetterAge), "how long messages an operator skipped out of an inbox are kept to be re-sent; -1s keeps them (env STATEFUN_MESSAGE_DEAD_LETTER_RETENTION)")
+	fs.IntVar(&ret.MessageDeadLetterCount, "message-dead-letter-max", envInt("STATEFUN_MESSAGE_DEAD_LETTER_MAX", store.DefaultMessageDeadLetterCount), "most skipped messages kept; the oldest are deleted; -1 for no limit (env STATEFUN_MESSAGE_DEAD_LETTER_MAX)")
 	return ret
 }
 
@@ -165,7 +167,7 @@ func checkRetention(ret *store.Retention) error {
 		name string
 		v    int
 	}{{"receipt-max", ret.ReceiptCount}, {"audit-max", ret.AuditCount}, {"egress-max", ret.EgressCount},
-		{"idempotency-max", ret.IdempotencyCount}, {"dead-letter-max", ret.DeadLetterCount}} {
+		{"idempotency-max", ret.IdempotencyCount}, {"dead-letter-max", ret.DeadLetterCount}, {"message-dead-letter-max", ret.MessageDeadLetterCount}} {
 		if c.v == 0 || c.v < -1 {
 			return fmt.Errorf("--%s %d: want a positive count, or -1 for no limit", c.name, c.v)
 		}
@@ -174,7 +176,7 @@ func checkRetention(ret *store.Retention) error {
 		name string
 		v    time.Duration
 	}{{"receipt-retention", ret.ReceiptAge}, {"audit-retention", ret.AuditAge}, {"egress-retention", ret.EgressAge},
-		{"idempotency-retention", ret.IdempotencyAge}, {"dead-letter-retention", ret.DeadLetterAge}} {
+		{"idempotency-retention", ret.IdempotencyAge}, {"dead-letter-retention", ret.DeadLetterAge}, {"message-dead-letter-retention", ret.MessageDeadLetterAge}} {
 		if c.v == 0 {
 			return fmt.Errorf("--%s 0: want a duration like 24h, or -1s to keep records", c.name)
 		}

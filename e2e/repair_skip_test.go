@@ -177,8 +177,16 @@ func TestSkipAndDeleteAddressSurviveSIGKILL(t *testing.T) {
 	saCommand(t, rt, b, saSeq(saIncr(), saReport("b-1")))
 
 	done := make(chan struct{}, 2)
-	go func() { api.try(http.MethodPost, "/inbox/sdktest/features/"+a+"/skip", `{"reason":"e2e"}`); done <- struct{}{} }()
-	go func() { api.try(http.MethodDelete, "/addresses/sdktest/features/"+b, `{"reason":"e2e"}`); done <- struct{}{} }()
+	go func() {
+		api.try(http.MethodPost, "/inbox/sdktest/features/"+a+"/skip", `{"reason":"e2e"}`)
+		done <- struct{}{}
+	}()
+	go func() {
+		api.try(http.MethodDelete, "/addresses/sdktest/features/"+b, `{"reason":"e2e"}`)
+		done <- struct{}{}
+	}()
+	// Jitter, not a wait: the kill lands before, between or after the
+	// two commits from one run to the next.
 	time.Sleep(time.Duration(time.Now().UnixNano()%5) * time.Millisecond)
 	rt.kill()
 	<-done

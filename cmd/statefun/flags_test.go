@@ -38,6 +38,8 @@ func TestRunRefusesBadStoreFlags(t *testing.T) {
 		{"--dead-letter-max -2", "--dead-letter-max"},
 		{"--dead-letter-retention 0s", "--dead-letter-retention"},
 		{"--dead-letter-retention week", "dead-letter-retention"},
+		{"--message-dead-letter-max 0", "--message-dead-letter-max"},
+		{"--message-dead-letter-retention 0s", "--message-dead-letter-retention"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(strings.Fields(c.args), &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
@@ -62,8 +64,12 @@ func TestDeadLetterRetentionFlags(t *testing.T) {
 		}
 		return ret
 	}
-	if r := parse(); r.DeadLetterAge != store.DefaultDeadLetterAge || r.DeadLetterCount != store.DefaultDeadLetterCount {
-		t.Errorf("defaults: %v %d", r.DeadLetterAge, r.DeadLetterCount)
+	if r := parse(); r.DeadLetterAge != store.DefaultDeadLetterAge || r.DeadLetterCount != store.DefaultDeadLetterCount ||
+		r.MessageDeadLetterAge != store.DefaultMessageDeadLetterAge || r.MessageDeadLetterCount != store.DefaultMessageDeadLetterCount {
+		t.Errorf("defaults: %v %d %v %d", r.DeadLetterAge, r.DeadLetterCount, r.MessageDeadLetterAge, r.MessageDeadLetterCount)
+	}
+	if r := parse("--message-dead-letter-retention", "48h", "--message-dead-letter-max", "7"); r.MessageDeadLetterAge != 48*time.Hour || r.MessageDeadLetterCount != 7 {
+		t.Errorf("message dead-letter flags: %v %d", r.MessageDeadLetterAge, r.MessageDeadLetterCount)
 	}
 	if r := parse("--dead-letter-retention", "36h", "--dead-letter-max", "500"); r.DeadLetterAge != 36*time.Hour || r.DeadLetterCount != 500 {
 		t.Errorf("flags: %v %d", r.DeadLetterAge, r.DeadLetterCount)

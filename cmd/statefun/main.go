@@ -157,6 +157,8 @@ func retentionFlags(fs *flag.FlagSet) *store.Retention {
 	fs.IntVar(&ret.DeadLetterCount, "dead-letter-max", envInt("STATEFUN_DEAD_LETTER_MAX", store.DefaultDeadLetterCount), "most dead letters kept, over every ingress; the oldest are deleted; -1 for no limit (env STATEFUN_DEAD_LETTER_MAX)")
 	fs.DurationVar(&ret.HistoryAge, "history-retention", envDuration("STATEFUN_HISTORY_RETENTION", store.DefaultHistoryAge), "how long the changes of a state entry are kept in its history (its latest change with a value always is); -1s keeps them (env STATEFUN_HISTORY_RETENTION)")
 	fs.IntVar(&ret.HistoryCount, "history-max", envInt("STATEFUN_HISTORY_MAX", store.DefaultHistoryCount), "most changes kept in the history of one state entry; -1 for no limit (env STATEFUN_HISTORY_MAX)")
+	fs.DurationVar(&ret.MessageDeadLetterAge, "message-dead-letter-retention", envDuration("STATEFUN_MESSAGE_DEAD_LETTER_RETENTION", store.DefaultMessageDeadLetterAge), "how long messages an operator skipped out of an inbox are kept to be re-sent; -1s keeps them (env STATEFUN_MESSAGE_DEAD_LETTER_RETENTION)")
+	fs.IntVar(&ret.MessageDeadLetterCount, "message-dead-letter-max", envInt("STATEFUN_MESSAGE_DEAD_LETTER_MAX", store.DefaultMessageDeadLetterCount), "most skipped messages kept; the oldest are deleted; -1 for no limit (env STATEFUN_MESSAGE_DEAD_LETTER_MAX)")
 	return ret
 }
 
@@ -167,7 +169,7 @@ func checkRetention(ret *store.Retention) error {
 		name string
 		v    int
 	}{{"receipt-max", ret.ReceiptCount}, {"audit-max", ret.AuditCount}, {"egress-max", ret.EgressCount},
-		{"idempotency-max", ret.IdempotencyCount}, {"dead-letter-max", ret.DeadLetterCount}, {"history-max", ret.HistoryCount}} {
+		{"idempotency-max", ret.IdempotencyCount}, {"dead-letter-max", ret.DeadLetterCount}, {"history-max", ret.HistoryCount}, {"message-dead-letter-max", ret.MessageDeadLetterCount}} {
 		if c.v == 0 || c.v < -1 {
 			return fmt.Errorf("--%s %d: want a positive count, or -1 for no limit", c.name, c.v)
 		}
@@ -176,7 +178,7 @@ func checkRetention(ret *store.Retention) error {
 		name string
 		v    time.Duration
 	}{{"receipt-retention", ret.ReceiptAge}, {"audit-retention", ret.AuditAge}, {"egress-retention", ret.EgressAge},
-		{"idempotency-retention", ret.IdempotencyAge}, {"dead-letter-retention", ret.DeadLetterAge}, {"history-retention", ret.HistoryAge}} {
+		{"idempotency-retention", ret.IdempotencyAge}, {"dead-letter-retention", ret.DeadLetterAge}, {"history-retention", ret.HistoryAge}, {"message-dead-letter-retention", ret.MessageDeadLetterAge}} {
 		if c.v == 0 {
 			return fmt.Errorf("--%s 0: want a duration like 24h, or -1s to keep records", c.name)
 		}

@@ -56,6 +56,14 @@ Commands:
                                              hold an address (no id: every address of the type)
   resume  [--reason] <ns>/<type> [<id>]      release it: retry the failed batch, then the queue
   pauses  [<ns>/<type>]                      the pauses in force
+  skip    [--key --reason] <ns>/<type> <id>  move a message (the head) to the message dead letters
+  edit-message [--key] --typename (--text | --file) <ns>/<type> <id>
+                                             replace a queued message's typename and value
+  cancel  (--key | --timer | --sender --cancellation-token) <ns>/<type> <id>
+                                             drop a queued or a delayed message (revertible)
+  delete-address [--reason] <ns>/<type> <id> drop a paused address's state, inbox and timers (revertible)
+  skipped [--type <ns>/<type>] [<id>]        the skipped messages (message dead letters)
+  resend  [--to <ns>/<type>/<id>] <id>       send a skipped message again
 
 Global flags, before or after the command:
   --server URL       the admin listener (env STATEFUN_SERVER; default http://127.0.0.1:8070)
@@ -125,6 +133,8 @@ func (c *stateCLI) run(args []string) int {
 		"edit": c.edit, "revert": c.revert, "receipt": c.receipt, "audit": c.audit,
 		"dead-letters": c.deadLetters, "history": c.history, "restore": c.restore,
 		"failing": c.failing, "inbox": c.inbox, "pauses": c.pauses, "pause": c.pause, "resume": c.resume,
+		"skip": c.skip, "edit-message": c.editMessage, "cancel": c.cancel, "delete-address": c.deleteAddress,
+		"skipped": c.skipped, "resend": c.resend,
 	}
 	if name == "help" {
 		fmt.Fprint(stdout, stateUsage)

@@ -50,5 +50,11 @@ func (a *arrivals) consume(k partition.InboxKey) (store.InboxKey, error) {
 	return store.InboxKey{Partition: k.Partition, Arrival: n, Source: k.Source, Seq: k.Seq}, nil
 }
 
+// lookup returns the store key of a message still in an inbox.
+func (a *arrivals) lookup(k partition.InboxKey) (store.InboxKey, bool) {
+	n, ok := a.keys[k]
+	return store.InboxKey{Partition: k.Partition, Arrival: n, Source: k.Source, Seq: k.Seq}, ok
+}
+
 // forget drops a message that was numbered but will not be written.
 func (a *arrivals) forget(k partition.InboxKey) { delete(a.keys, k) }

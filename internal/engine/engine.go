@@ -127,6 +127,7 @@ type Engine struct {
 	ingressSeq atomic.Uint64
 	egressSeq  uint64 // owned by the committer's goroutine (Encode)
 	arrivals   *arrivals
+	resendMu   sync.Mutex // one re-send of a dead letter at a time (repair.go)
 	egress     *egressPopper
 	once       inflight // idempotency keys being made durable
 

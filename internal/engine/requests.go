@@ -83,6 +83,9 @@ func (r *partCommit) Encode(b *store.Batch) error {
 		b.PutSpecs(t, specsToProto(s))
 	}
 	encodePauses(b, cm.Pauses)
+	if err := r.e.encodeRepairs(b, cm); err != nil {
+		return err
+	}
 	for _, eg := range cm.Egress {
 		r.e.egressSeq++
 		b.PutEgress(eg.Egress, eg.Route, r.e.egressSeq, eg.Record)

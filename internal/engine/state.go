@@ -309,6 +309,7 @@ func auditToProto(a partition.AuditRecord) *protocol.AuditRecord {
 	if b := a.Before; b != nil {
 		p.HadBefore, p.BeforeTypename, p.BeforeValue, p.BeforeVersion, p.BeforeExpiresAt = true, b.Typename, b.Value, b.Version, b.ExpiresAt
 	}
+	p.Messages, p.Timers = a.Messages, timerImages(a.Timers)
 	return p
 }
 

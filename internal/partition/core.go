@@ -248,6 +248,8 @@ func (c *Core) Step(now int64, ev Event) error {
 		c.inspect(ev)
 	case SetPause:
 		err = c.setPause(ev)
+	case DelayedRepair:
+		c.repairDelayed(ev)
 	case ResultArrived:
 		err = c.onResult(ev)
 	case CommitDurable:

@@ -109,11 +109,21 @@ func DescribeCommit(c *Commit) string {
 			fmt.Fprintf(&b, "  audit %s %s %s by %s: %s\n", a.Mutation, describePauseTarget(a.Addr), describeOp(a.Op), a.Principal, a.Reason)
 			continue
 		}
+		if a.State == "" && a.Op >= OpSkipMessage {
+			b.WriteString(describeRepairAudit(a))
+			continue
+		}
 		before := "absent"
 		if a.Before != nil {
 			before = DescribeEntry(*a.Before)
 		}
 		fmt.Fprintf(&b, "  audit %s %s %s before %s\n", a.Mutation, a.Addr, a.State, before)
+	}
+	for _, d := range c.DeadLetters {
+		fmt.Fprintf(&b, "  dead-letter %s %s attempts=%d error=%q: %s\n", d.ID, describeKey(d.Key), d.Attempts, d.LastError, DescribeValue(d.Env.GetArgument()))
+	}
+	for _, p := range c.Rewritten {
+		fmt.Fprintf(&b, "  rewrite %s -> %s: %s\n", describeKey(p.Key), describeAddr(p.Env.GetTarget()), DescribeValue(p.Env.GetArgument()))
 	}
 	for _, p := range c.Pauses {
 		if p.Pause == nil {
@@ -257,6 +267,8 @@ func describeReceipt(r Receipt) string {
 		outcome = "rejected (no typename)"
 	case RejectNotFound:
 		outcome = "rejected (not found)"
+	case RejectConflict:
+		outcome = "rejected (conflict)"
 	}
 	return fmt.Sprintf("%s %s %s checkpoint=%d version=%s", r.Mutation, r.Addr, outcome, r.Checkpoint, describeVersion(r.Version))
 }

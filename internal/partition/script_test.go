@@ -52,6 +52,8 @@ type script struct {
 	request  uint64    // reply correlation for reads and mutations
 	unsynced []*Commit // handed out by Ready, not durable yet
 	last     map[address.Address]Invocation
+	// repair is the state of the repair commands (repair_script_test.go).
+	repair repairScript
 }
 
 func (s *script) run(t *testing.T, d *datadriven.TestData) string {
@@ -63,6 +65,9 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		"incomplete": s.cmdIncomplete, "fail": s.cmdFail, "tick": s.cmdTick, "mutate": s.cmdMutate,
 		"read": s.cmdRead, "durable": s.cmdDurable, "restore": s.cmdRestore, "store": s.cmdStore,
 		"pause": s.cmdPause, "resume": s.cmdPause, "inspect": s.cmdInspect,
+	}
+	for cmd, h := range s.repairHandlers() {
+		handlers[cmd] = h
 	}
 	h, ok := handlers[d.Cmd]
 	if !ok {
@@ -141,6 +146,7 @@ func (s *script) cmdDeliver(t *testing.T, d *datadriven.TestData) string {
 //	ready
 func (s *script) cmdReady(t *testing.T, d *datadriven.TestData) string {
 	rd := s.core.Ready()
+	s.repair.saw(rd)
 	for _, inv := range rd.Invocations {
 		s.last[inv.Addr] = inv
 	}
@@ -327,9 +333,13 @@ func (s *script) cmdDurable(t *testing.T, d *datadriven.TestData) string {
 		for _, k := range c.TimersRemoved {
 			delete(s.timers, k)
 		}
+		for _, p := range c.Rewritten {
+			s.store.inbox[p.Key] = p.Env
+		}
 		for _, k := range c.Consumed {
 			delete(s.inboxMut, k)
 		}
+		s.repair.durable(c)
 		for _, p := range c.Pauses {
 			if p.Pause == nil {
 				delete(s.pauses, p.Addr)
@@ -413,6 +423,7 @@ func (s *script) cmdStore(t *testing.T, d *datadriven.TestData) string {
 	for a, p := range s.pauses {
 		out = append(out, fmt.Sprintf("pause %s %s", describePauseTarget(a), describePause(p)))
 	}
+	out = append(out, s.repair.describe()...)
 	sort.Strings(out)
 	if len(out) == 0 {
 		return "empty\n"

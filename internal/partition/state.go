@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/protocol"
 )
 
 // This file is the state access API's side of the core: reads of applied
@@ -74,6 +75,8 @@ type Mutation struct {
 	// entry it should hold (the others are deleted); for one entry, that
 	// entry (absent from Image: deleted).
 	Image []RestoreEntry
+	// Repair is set for an operation on the inbox (repair.go).
+	Repair *MessageRepair
 }
 
 // Condition is an If-Match or If-None-Match header as the core evaluates
@@ -145,6 +148,10 @@ type AuditRecord struct {
 	Version uint64
 	// Typename is the stored typename after a put.
 	Typename string
+	// Messages and Timers are the messages and delayed messages a repair
+	// of the inbox took away or put back (repair.go).
+	Messages []*protocol.Envelope
+	Timers   []Timer
 }
 
 // Mutate is an operator mutation that needs no durability before it is
@@ -262,14 +269,19 @@ func (c *Core) applyMutation(q queued) error {
 	if q.durable {
 		c.pending.Consumed = append(c.pending.Consumed, q.key)
 	}
+	// The cause first: a repair (delete-address, a revert) writes state
+	// too, and its history records name the mutation.
+	c.cause = mutationCause(m)
+	defer func() { c.cause = nil }()
+	if m.Repair != nil {
+		return c.applyRepair(m)
+	}
 	rc := Receipt{Mutation: m.ID, Request: m.Request, Addr: m.Addr, State: m.State, Ack: m.Ack, Checkpoint: c.commitID + 1, At: c.now}
 	reject := func(code RejectCode, reason string) error {
 		rc.Reject, rc.Reason = code, reason
 		c.settle(rc)
 		return nil
 	}
-	c.cause = mutationCause(m)
-	defer func() { c.cause = nil }()
 	if m.Op == OpRestore {
 		return c.applyRestore(m, rc)
 	}

@@ -183,13 +183,18 @@ type Commit struct {
 	Specs map[address.TypeName][]Spec
 	// Pauses set or lift pauses (pause.go), in order.
 	Pauses []PauseWrite
+	// DeadLetters are the messages skipped out of an inbox (repair.go);
+	// Rewritten the inbox messages an operator edited, each to be written
+	// again under its key.
+	DeadLetters []MessageDeadLetter
+	Rewritten   []Produced
 }
 
 // Empty reports whether the commit writes nothing.
 func (c *Commit) Empty() bool {
 	return len(c.State) == 0 && len(c.Produced) == 0 && len(c.Consumed) == 0 &&
 		len(c.TimersAdded) == 0 && len(c.TimersRemoved) == 0 && len(c.Egress) == 0 && len(c.Specs) == 0 &&
-		len(c.Receipts) == 0 && len(c.Audit) == 0 && len(c.Pauses) == 0
+		len(c.Receipts) == 0 && len(c.Audit) == 0 && len(c.Pauses) == 0 && len(c.DeadLetters) == 0 && len(c.Rewritten) == 0
 }
 
 // Failure is an attempt that did not succeed, for logs and metrics. The

@@ -613,8 +613,14 @@ type AuditRecord struct {
 	BeforeExpiresAt int64                  `protobuf:"varint,13,opt,name=before_expires_at,json=beforeExpiresAt,proto3" json:"before_expires_at,omitempty"`
 	Version         uint64                 `protobuf:"varint,14,opt,name=version,proto3" json:"version,omitempty"`
 	Typename        string                 `protobuf:"bytes,15,opt,name=typename,proto3" json:"typename,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// messages are the messages a repair of the inbox took away or put back
+	// (skip, cancel, delete of an address, their revert, a re-send), whole,
+	// so that a revert can put them back.
+	Messages []*Envelope `protobuf:"bytes,16,rep,name=messages,proto3" json:"messages,omitempty"`
+	// timers are the delayed messages it cancelled or put back.
+	Timers        []*TimerImage `protobuf:"bytes,17,rep,name=timers,proto3" json:"timers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditRecord) Reset() {
@@ -752,6 +758,197 @@ func (x *AuditRecord) GetTypename() string {
 	return ""
 }
 
+func (x *AuditRecord) GetMessages() []*Envelope {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *AuditRecord) GetTimers() []*TimerImage {
+	if x != nil {
+		return x.Timers
+	}
+	return nil
+}
+
+// TimerImage is a pending delayed message as an audit record keeps it.
+type TimerImage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Due           int64                  `protobuf:"varint,2,opt,name=due,proto3" json:"due,omitempty"`
+	Id            uint64                 `protobuf:"varint,3,opt,name=id,proto3" json:"id,omitempty"`
+	Envelope      *Envelope              `protobuf:"bytes,4,opt,name=envelope,proto3" json:"envelope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimerImage) Reset() {
+	*x = TimerImage{}
+	mi := &file_protocol_stored_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimerImage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimerImage) ProtoMessage() {}
+
+func (x *TimerImage) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimerImage.ProtoReflect.Descriptor instead.
+func (*TimerImage) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TimerImage) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TimerImage) GetDue() int64 {
+	if x != nil {
+		return x.Due
+	}
+	return 0
+}
+
+func (x *TimerImage) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *TimerImage) GetEnvelope() *Envelope {
+	if x != nil {
+		return x.Envelope
+	}
+	return nil
+}
+
+// MessageDeadLetter is a message an operator skipped: taken out of its
+// address's inbox, kept until it is re-sent or retention removes it.
+type MessageDeadLetter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the skip's mutation id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// at is when it was skipped (unix ms).
+	At int64 `protobuf:"varint,2,opt,name=at,proto3" json:"at,omitempty"`
+	// envelope is the message: target, caller and argument.
+	Envelope *Envelope `protobuf:"bytes,3,opt,name=envelope,proto3" json:"envelope,omitempty"`
+	// inbox_key is the message's inbox key as the inbox listed it.
+	InboxKey  string `protobuf:"bytes,4,opt,name=inbox_key,json=inboxKey,proto3" json:"inbox_key,omitempty"`
+	Principal string `protobuf:"bytes,5,opt,name=principal,proto3" json:"principal,omitempty"`
+	Reason    string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// attempts and last_error describe the failing batch it was the head
+	// of (0 and empty for a message that was only queued).
+	Attempts      int32  `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	LastError     string `protobuf:"bytes,8,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageDeadLetter) Reset() {
+	*x = MessageDeadLetter{}
+	mi := &file_protocol_stored_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageDeadLetter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageDeadLetter) ProtoMessage() {}
+
+func (x *MessageDeadLetter) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageDeadLetter.ProtoReflect.Descriptor instead.
+func (*MessageDeadLetter) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MessageDeadLetter) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MessageDeadLetter) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *MessageDeadLetter) GetEnvelope() *Envelope {
+	if x != nil {
+		return x.Envelope
+	}
+	return nil
+}
+
+func (x *MessageDeadLetter) GetInboxKey() string {
+	if x != nil {
+		return x.InboxKey
+	}
+	return ""
+}
+
+func (x *MessageDeadLetter) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *MessageDeadLetter) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *MessageDeadLetter) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *MessageDeadLetter) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 var File_protocol_stored_proto protoreflect.FileDescriptor
 
 const file_protocol_stored_proto_rawDesc = "" +
@@ -805,7 +1002,7 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"\x02at\x18\b \x01(\x03R\x02at\x127\n" +
 	"\x06target\x18\t \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x12\x14\n" +
 	"\x05state\x18\n" +
-	" \x01(\tR\x05state\"\xdc\x03\n" +
+	" \x01(\tR\x05state\"\xd8\x04\n" +
 	"\vAuditRecord\x12\x1a\n" +
 	"\bmutation\x18\x01 \x01(\tR\bmutation\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\x03R\x02at\x12\x1c\n" +
@@ -823,7 +1020,25 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"\x0ebefore_version\x18\f \x01(\x04R\rbeforeVersion\x12*\n" +
 	"\x11before_expires_at\x18\r \x01(\x03R\x0fbeforeExpiresAt\x12\x18\n" +
 	"\aversion\x18\x0e \x01(\x04R\aversion\x12\x1a\n" +
-	"\btypename\x18\x0f \x01(\tR\btypenameB3Z1github.com/statefun-go/statefun/internal/protocolb\x06proto3"
+	"\btypename\x18\x0f \x01(\tR\btypename\x12=\n" +
+	"\bmessages\x18\x10 \x03(\v2!.statefun.runtime.stored.EnvelopeR\bmessages\x12;\n" +
+	"\x06timers\x18\x11 \x03(\v2#.statefun.runtime.stored.TimerImageR\x06timers\"\x8b\x01\n" +
+	"\n" +
+	"TimerImage\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x10\n" +
+	"\x03due\x18\x02 \x01(\x03R\x03due\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\x04R\x02id\x12=\n" +
+	"\benvelope\x18\x04 \x01(\v2!.statefun.runtime.stored.EnvelopeR\benvelope\"\x80\x02\n" +
+	"\x11MessageDeadLetter\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\x03R\x02at\x12=\n" +
+	"\benvelope\x18\x03 \x01(\v2!.statefun.runtime.stored.EnvelopeR\benvelope\x12\x1b\n" +
+	"\tinbox_key\x18\x04 \x01(\tR\binboxKey\x12\x1c\n" +
+	"\tprincipal\x18\x05 \x01(\tR\tprincipal\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1a\n" +
+	"\battempts\x18\a \x01(\x05R\battempts\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\b \x01(\tR\tlastErrorB3Z1github.com/statefun-go/statefun/internal/protocolb\x06proto3"
 
 var (
 	file_protocol_stored_proto_rawDescOnce sync.Once
@@ -837,7 +1052,7 @@ func file_protocol_stored_proto_rawDescGZIP() []byte {
 	return file_protocol_stored_proto_rawDescData
 }
 
-var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_protocol_stored_proto_goTypes = []any{
 	(*Envelope)(nil),                        // 0: statefun.runtime.stored.Envelope
 	(*Specs)(nil),                           // 1: statefun.runtime.stored.Specs
@@ -847,27 +1062,33 @@ var file_protocol_stored_proto_goTypes = []any{
 	(*Condition)(nil),                       // 5: statefun.runtime.stored.Condition
 	(*Receipt)(nil),                         // 6: statefun.runtime.stored.Receipt
 	(*AuditRecord)(nil),                     // 7: statefun.runtime.stored.AuditRecord
-	(*Address)(nil),                         // 8: statefun.wire.reqreply.Address
-	(*TypedValue)(nil),                      // 9: statefun.wire.reqreply.TypedValue
-	(*FromFunction_PersistedValueSpec)(nil), // 10: statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	(*TimerImage)(nil),                      // 8: statefun.runtime.stored.TimerImage
+	(*MessageDeadLetter)(nil),               // 9: statefun.runtime.stored.MessageDeadLetter
+	(*Address)(nil),                         // 10: statefun.wire.reqreply.Address
+	(*TypedValue)(nil),                      // 11: statefun.wire.reqreply.TypedValue
+	(*FromFunction_PersistedValueSpec)(nil), // 12: statefun.wire.reqreply.FromFunction.PersistedValueSpec
 }
 var file_protocol_stored_proto_depIdxs = []int32{
-	8,  // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
-	8,  // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
-	9,  // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
+	10, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
+	10, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
+	11, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
 	4,  // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
-	10, // 4: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
-	9,  // 5: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
-	8,  // 6: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
+	12, // 4: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	11, // 5: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
+	10, // 6: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
 	5,  // 7: statefun.runtime.stored.StateMutation.if_match_tags:type_name -> statefun.runtime.stored.Condition
 	5,  // 8: statefun.runtime.stored.StateMutation.if_none_match_tags:type_name -> statefun.runtime.stored.Condition
-	8,  // 9: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
-	8,  // 10: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	10, // 9: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
+	10, // 10: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
+	0,  // 11: statefun.runtime.stored.AuditRecord.messages:type_name -> statefun.runtime.stored.Envelope
+	8,  // 12: statefun.runtime.stored.AuditRecord.timers:type_name -> statefun.runtime.stored.TimerImage
+	0,  // 13: statefun.runtime.stored.TimerImage.envelope:type_name -> statefun.runtime.stored.Envelope
+	0,  // 14: statefun.runtime.stored.MessageDeadLetter.envelope:type_name -> statefun.runtime.stored.Envelope
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_protocol_stored_proto_init() }
@@ -882,7 +1103,7 @@ func file_protocol_stored_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_stored_proto_rawDesc), len(file_protocol_stored_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

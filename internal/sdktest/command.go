@@ -3,6 +3,7 @@ package sdktest
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 )
 
@@ -71,7 +72,18 @@ const (
 	OpCancel    = "cancel"     // cancel the delayed message with Token
 	OpSeq       = "seq"        // run Commands in order
 	OpFail      = "fail"       // return an error: the SDK answers HTTP 500
+	// OpFailUnlessFixed returns an error until Fix(Tag) is called: a
+	// poisoned message, and the function's fix.
+	OpFailUnlessFixed = "fail_unless_fixed"
 )
+
+// fixed holds the tags Fix was called with (the functions run in the test
+// process, beside the test that fixes them).
+var fixed sync.Map
+
+// Fix makes the OpFailUnlessFixed commands tagged tag succeed from now
+// on, as a redeployed function would.
+func Fix(tag string) { fixed.Store(tag, true) }
 
 // Command is one instruction for FeaturesFn or StatelessFn, sent as JSON
 // with typename CommandType. Fields that an Op does not use are ignored.

@@ -156,6 +156,10 @@ func (in invocation) run(cmd Command, depth int) error {
 		}
 	case OpFail:
 		return fmt.Errorf("sdktest: failing as told (tag %q)", cmd.Tag)
+	case OpFailUnlessFixed:
+		if _, ok := fixed.Load(cmd.Tag); !ok {
+			return fmt.Errorf("sdktest: poisoned message (tag %q), not fixed yet", cmd.Tag)
+		}
 	default:
 		return fmt.Errorf("sdktest: unknown op %q", cmd.Op)
 	}

@@ -31,6 +31,10 @@ type auditJSON struct {
 	Before   *auditImage `json:"before"`
 	Version  *string     `json:"version"`
 	Typename string      `json:"typename,omitempty"`
+	// Messages and Delayed are the messages and delayed messages a repair
+	// of an inbox took away or put back (inboxrepair.go).
+	Messages []auditMessage `json:"messages,omitempty"`
+	Delayed  []auditDelayed `json:"delayed,omitempty"`
 }
 
 type auditImage struct {
@@ -194,6 +198,8 @@ func auditOf(a *protocol.AuditRecord) auditJSON {
 		out.Op = opNames[op]
 	} else if n, ok := pauseOpNames[partition.MutationOp(op)]; ok {
 		out.Op = n
+	} else {
+		addRepairImages(&out, a)
 	}
 	if a.GetHadBefore() {
 		out.Before = &auditImage{Typename: a.GetBeforeTypename(), Version: strconv.FormatUint(a.GetBeforeVersion(), 10),

@@ -59,4 +59,7 @@ type Engine interface {
 	// ends; it returns the partition's durable commit and whether it
 	// reached min.
 	WaitDurable(ctx context.Context, p int, min uint64) (uint64, bool, error)
+	// InboxRepairer: skip, edit, cancel, delete an address, message dead
+	// letters (inboxrepair.go).
+	InboxRepairer
 }

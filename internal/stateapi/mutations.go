@@ -107,6 +107,9 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 		fail(w, r, http.StatusConflict, "mutation "+id+" changed nothing to revert")
 		return
 	}
+	if s.revertRepair(w, r, principal, id, records) {
+		return
+	}
 	if _, ok := pauseOpNames[partition.MutationOp(records[0].GetOp())]; ok {
 		fail(w, r, http.StatusConflict, "mutation "+id+" is a pause or a resume; lift a pause with POST /resume/…, set one with POST /pause/…")
 		return

@@ -494,48 +494,87 @@ func TestOpenAPIOperations(t *testing.T) {
 	first := mustPut(t, api, "/state/test/fn/ops-hist/str", "text/plain", "one")
 	mustPut(t, api, "/state/test/fn/ops-hist/str", "text/plain", "two")
 
+	// The repairs of an inbox: ops-s and ops-s2 are paused with messages
+	// queued; two of ops-s2's are skipped (dead letters to read and to
+	// re-send); ops-d is paused with state.
+	for _, target := range []string{"/pause/test/fn/ops-s", "/pause/test/fn/ops-s2", "/pause/test/fn/ops-d"} {
+		if r := send(t, api, "POST", target, nil); r.StatusCode != 200 {
+			t.Fatalf("POST %s: %s %s", target, r.Status, r.body)
+		}
+	}
+	mustPut(t, api, "/state/test/fn/ops-d/str", "text/plain", "x")
+	for range 3 {
+		ingest(t, eng, "ops-s")
+		ingest(t, eng, "ops-s2")
+	}
+	var deadLetters []string
+	for range 2 {
+		r := send(t, api, "POST", "/inbox/test/fn/ops-s2/skip", nil)
+		var rc repairReceiptJSON
+		r.json(t, &rc)
+		if r.StatusCode != 200 || rc.DeadLetter == "" {
+			t.Fatalf("skip: %s %s", r.Status, r.body)
+		}
+		deadLetters = append(deadLetters, rc.DeadLetter)
+	}
+	var inbox inboxJSON
+	send(t, api, "GET", "/inbox/test/fn/ops-s", nil).json(t, &inbox)
+	if len(inbox.Queued.Messages) != 3 {
+		t.Fatalf("inbox of ops-s: %+v", inbox)
+	}
+	lastKey := inbox.Queued.Messages[2].Key
+
 	type req struct {
 		method, target, contentType, body string
 	}
 	examples := map[string]req{
-		"listNamespaces":        {"GET", "/state", "", ""},
-		"headListNamespaces":    {"HEAD", "/state", "", ""},
-		"listTypes":             {"GET", "/state/test", "", ""},
-		"headListTypes":         {"HEAD", "/state/test", "", ""},
-		"listIds":               {"GET", "/state/test/fn?prefix=ops&limit=2", "", ""},
-		"headListIds":           {"HEAD", "/state/test/fn", "", ""},
-		"listEntries":           {"GET", "/state/test/fn/ops", "", ""},
-		"headListEntries":       {"HEAD", "/state/test/fn/ops", "", ""},
-		"deleteAddress":         {"DELETE", "/state/test/fn/ops-del", "", ""},
-		"getEntry":              {"GET", "/state/test/fn/ops/i32", "", ""},
-		"headGetEntry":          {"HEAD", "/state/test/fn/ops/i32", "", ""},
-		"putEntry":              {"PUT", "/state/test/fn/ops/i32", "text/plain", "43"},
-		"deleteEntry":           {"DELETE", "/state/test/fn/ops/str", "", ""},
-		"getMutation":           {"GET", "/mutations/" + seen.Mutation + "?wait=1s", "", ""},
-		"headGetMutation":       {"HEAD", "/mutations/" + seen.Mutation, "", ""},
-		"revertMutation":        {"POST", "/mutations/" + rev.Mutation + "/revert", "", ""},
-		"getAudit":              {"GET", "/audit?namespace=test&type=fn&id=ops&limit=10", "", ""},
-		"headGetAudit":          {"HEAD", "/audit", "", ""},
-		"getOpenAPI":            {"GET", "/openapi.json", "", ""},
-		"headOpenAPI":           {"HEAD", "/openapi.json", "", ""},
-		"getDeadLetterSummary":  {"GET", "/ingresses", "", ""},
-		"headDeadLetterSummary": {"HEAD", "/ingresses", "", ""},
-		"listDeadLetters":       {"GET", "/ingresses/test/in/dead-letters?topic=t&limit=10", "", ""},
-		"headListDeadLetters":   {"HEAD", "/ingresses/test/in/dead-letters", "", ""},
-		"listFailing":           {"GET", "/failing?type=test/fn&limit=10", "", ""},
-		"headListFailing":       {"HEAD", "/failing", "", ""},
-		"listPauses":            {"GET", "/pauses", "", ""},
-		"headListPauses":        {"HEAD", "/pauses?type=test/fn", "", ""},
-		"getInbox":              {"GET", "/inbox/test/fn/ops-r?limit=5", "", ""},
-		"headGetInbox":          {"HEAD", "/inbox/test/fn/ops-r", "", ""},
-		"pauseAddress":          {"POST", "/pause/test/fn/ops-p", "application/json", `{"reason":"look","expiresIn":"1h"}`},
-		"pauseType":             {"POST", "/pause/test/t2", "application/json", `{"reason":"deploy"}`},
-		"resumeAddress":         {"POST", "/resume/test/fn/ops-r", "", ""},
-		"resumeType":            {"POST", "/resume/test/t3", "application/json", `{"reason":"done"}`},
-		"getHistory":            {"GET", "/state/test/fn/ops-hist/str/history?limit=1", "", ""},
-		"headGetHistory":        {"HEAD", "/state/test/fn/ops-hist/str/history", "", ""},
-		"restoreEntry":          {"POST", "/state/test/fn/ops-hist/str?asOf=" + first.Commit, "", ""},
-		"restoreAddress":        {"POST", "/state/test/fn/ops-hist?asOf=" + first.Commit, "", ""},
+		"listNamespaces":             {"GET", "/state", "", ""},
+		"headListNamespaces":         {"HEAD", "/state", "", ""},
+		"listTypes":                  {"GET", "/state/test", "", ""},
+		"headListTypes":              {"HEAD", "/state/test", "", ""},
+		"listIds":                    {"GET", "/state/test/fn?prefix=ops&limit=2", "", ""},
+		"headListIds":                {"HEAD", "/state/test/fn", "", ""},
+		"listEntries":                {"GET", "/state/test/fn/ops", "", ""},
+		"headListEntries":            {"HEAD", "/state/test/fn/ops", "", ""},
+		"deleteAddress":              {"DELETE", "/state/test/fn/ops-del", "", ""},
+		"getEntry":                   {"GET", "/state/test/fn/ops/i32", "", ""},
+		"headGetEntry":               {"HEAD", "/state/test/fn/ops/i32", "", ""},
+		"putEntry":                   {"PUT", "/state/test/fn/ops/i32", "text/plain", "43"},
+		"deleteEntry":                {"DELETE", "/state/test/fn/ops/str", "", ""},
+		"getMutation":                {"GET", "/mutations/" + seen.Mutation + "?wait=1s", "", ""},
+		"headGetMutation":            {"HEAD", "/mutations/" + seen.Mutation, "", ""},
+		"revertMutation":             {"POST", "/mutations/" + rev.Mutation + "/revert", "", ""},
+		"getAudit":                   {"GET", "/audit?namespace=test&type=fn&id=ops&limit=10", "", ""},
+		"headGetAudit":               {"HEAD", "/audit", "", ""},
+		"getOpenAPI":                 {"GET", "/openapi.json", "", ""},
+		"headOpenAPI":                {"HEAD", "/openapi.json", "", ""},
+		"getDeadLetterSummary":       {"GET", "/ingresses", "", ""},
+		"headDeadLetterSummary":      {"HEAD", "/ingresses", "", ""},
+		"listDeadLetters":            {"GET", "/ingresses/test/in/dead-letters?topic=t&limit=10", "", ""},
+		"headListDeadLetters":        {"HEAD", "/ingresses/test/in/dead-letters", "", ""},
+		"listFailing":                {"GET", "/failing?type=test/fn&limit=10", "", ""},
+		"headListFailing":            {"HEAD", "/failing", "", ""},
+		"listPauses":                 {"GET", "/pauses", "", ""},
+		"headListPauses":             {"HEAD", "/pauses?type=test/fn", "", ""},
+		"getInbox":                   {"GET", "/inbox/test/fn/ops-r?limit=5", "", ""},
+		"headGetInbox":               {"HEAD", "/inbox/test/fn/ops-r", "", ""},
+		"pauseAddress":               {"POST", "/pause/test/fn/ops-p", "application/json", `{"reason":"look","expiresIn":"1h"}`},
+		"pauseType":                  {"POST", "/pause/test/t2", "application/json", `{"reason":"deploy"}`},
+		"resumeAddress":              {"POST", "/resume/test/fn/ops-r", "", ""},
+		"resumeType":                 {"POST", "/resume/test/t3", "application/json", `{"reason":"done"}`},
+		"getHistory":                 {"GET", "/state/test/fn/ops-hist/str/history?limit=1", "", ""},
+		"headGetHistory":             {"HEAD", "/state/test/fn/ops-hist/str/history", "", ""},
+		"restoreEntry":               {"POST", "/state/test/fn/ops-hist/str?asOf=" + first.Commit, "", ""},
+		"restoreAddress":             {"POST", "/state/test/fn/ops-hist?asOf=" + first.Commit, "", ""},
+		"skipMessage":                {"POST", "/inbox/test/fn/ops-s/skip", "application/json", `{"reason":"poison"}`},
+		"editMessage":                {"POST", "/inbox/test/fn/ops-s/edit", "application/json", `{"typename":"io.statefun.types/string","text":"pong"}`},
+		"cancelMessage":              {"POST", "/inbox/test/fn/ops-s/cancel", "application/json", `{"key":"` + lastKey + `"}`},
+		"deleteWholeAddress":         {"DELETE", "/addresses/test/fn/ops-d", "application/json", `{"reason":"gone"}`},
+		"listMessageDeadLetters":     {"GET", "/dead-letters/messages?type=test/fn&limit=10", "", ""},
+		"headListMessageDeadLetters": {"HEAD", "/dead-letters/messages", "", ""},
+		"getMessageDeadLetter":       {"GET", "/dead-letters/messages/" + deadLetters[0], "", ""},
+		"headGetMessageDeadLetter":   {"HEAD", "/dead-letters/messages/" + deadLetters[0], "", ""},
+		"resendMessageDeadLetter":    {"POST", "/dead-letters/messages/" + deadLetters[1] + "/resend", "application/json", `{"target":{"namespace":"test","type":"fn","id":"ops-s"}}`},
 	}
 	for _, op := range s.ops {
 		id := op.node["operationId"].(string)

@@ -303,6 +303,10 @@ func (s *Server) serveInbox(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusBadRequest, "bad address: "+err.Error())
 		return
 	}
+	if len(segs) == 4 {
+		s.serveInboxAction(w, r, segs)
+		return
+	}
 	if len(segs) != 3 {
 		fail(w, r, http.StatusNotFound, "want /inbox/<namespace>/<type>/<id>")
 		return

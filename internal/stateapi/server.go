@@ -99,6 +99,8 @@ var routes = []route{
 	{"/inbox/", (*Server).serveInbox},
 	{"/pause/", (*Server).servePause},
 	{"/resume/", (*Server).serveResume},
+	{"/addresses/", (*Server).serveAddresses},
+	{"/dead-letters/", (*Server).serveDeadLetters},
 }
 
 // Register mounts the API's routes on mux.

@@ -18,7 +18,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		records: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "statefun_store_records", Help: "Records kept in a retained key space (receipts, audit, egress, idempotency, dead-letters), counted at the last retention sweep.",
+			Name: "statefun_store_records", Help: "Records kept in a retained key space (receipts, audit, egress, idempotency, dead-letters, message-dead-letters), counted at the last retention sweep.",
 		}, []string{"space"}),
 		bytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "statefun_store_bytes", Help: "Approximate disk bytes of a retained key space (audit and idempotency include their indexes), estimated at the last retention sweep.",
@@ -48,6 +48,7 @@ func (m *Metrics) observe(db *DB, st SweepStats) {
 		{"egress", st.Egress, st.DeletedEgress, spaceEgress, spaceEgress + 1},
 		{"idempotency", st.Idempotency, st.DeletedIdempotency, spaceIdempotency, spaceIdempotencyAge + 1},
 		{"dead-letters", st.DeadLetters, st.DeletedDeadLetters, spaceDeadLetter, spaceDeadLetter + 1},
+		{"message-dead-letters", st.MessageDeadLetters, st.DeletedMessageDeadLetters, spaceMessageDeadLetter, spaceMessageDeadLetter + 1},
 	} {
 		m.records.WithLabelValues(s.name).Set(float64(s.left))
 		m.bytes.WithLabelValues(s.name).Set(float64(db.spaceBytes(s.lower, s.upper)))

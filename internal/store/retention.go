@@ -53,6 +53,12 @@ type Retention struct {
 	// change of an entry that has a value is kept whatever its age.
 	HistoryAge   time.Duration
 	HistoryCount int
+	// MessageDeadLetterAge and MessageDeadLetterCount bound the messages
+	// operators skipped out of inboxes (defaults 30 days and 100,000):
+	// each is a deliberate repair, kept as long as the audit log that
+	// tells it, to be re-sent once the function is fixed.
+	MessageDeadLetterAge   time.Duration
+	MessageDeadLetterCount int
 }
 
 // Retention defaults; docs/storage.md explains them.
@@ -72,6 +78,10 @@ const (
 	// letters.
 	DefaultDeadLetterAge   = 7 * 24 * time.Hour
 	DefaultDeadLetterCount = 100_000
+	// DefaultMessageDeadLetterAge and DefaultMessageDeadLetterCount bound
+	// skipped messages.
+	DefaultMessageDeadLetterAge   = 30 * 24 * time.Hour
+	DefaultMessageDeadLetterCount = 100_000
 )
 
 // sweepBatch is the most deletions one sweep commits at once, so that a
@@ -83,7 +93,7 @@ func (r Retention) withDefaults() (Retention, error) {
 	for _, d := range []struct {
 		p   *time.Duration
 		def time.Duration
-	}{{&r.ReceiptAge, DefaultReceiptAge}, {&r.AuditAge, DefaultAuditAge}, {&r.EgressAge, DefaultEgressAge}, {&r.IdempotencyAge, DefaultIdempotencyAge}, {&r.DeadLetterAge, DefaultDeadLetterAge}, {&r.HistoryAge, DefaultHistoryAge}} {
+	}{{&r.ReceiptAge, DefaultReceiptAge}, {&r.AuditAge, DefaultAuditAge}, {&r.EgressAge, DefaultEgressAge}, {&r.IdempotencyAge, DefaultIdempotencyAge}, {&r.DeadLetterAge, DefaultDeadLetterAge}, {&r.HistoryAge, DefaultHistoryAge}, {&r.MessageDeadLetterAge, DefaultMessageDeadLetterAge}} {
 		if *d.p == 0 {
 			*d.p = d.def
 		}
@@ -91,7 +101,7 @@ func (r Retention) withDefaults() (Retention, error) {
 	for _, c := range []struct {
 		p   *int
 		def int
-	}{{&r.ReceiptCount, DefaultReceiptCount}, {&r.AuditCount, DefaultAuditCount}, {&r.EgressCount, DefaultEgressCount}, {&r.IdempotencyCount, DefaultIdempotencyCount}, {&r.DeadLetterCount, DefaultDeadLetterCount}, {&r.HistoryCount, DefaultHistoryCount}} {
+	}{{&r.ReceiptCount, DefaultReceiptCount}, {&r.AuditCount, DefaultAuditCount}, {&r.EgressCount, DefaultEgressCount}, {&r.IdempotencyCount, DefaultIdempotencyCount}, {&r.DeadLetterCount, DefaultDeadLetterCount}, {&r.HistoryCount, DefaultHistoryCount}, {&r.MessageDeadLetterCount, DefaultMessageDeadLetterCount}} {
 		if *c.p == 0 {
 			*c.p = c.def
 		}
@@ -120,9 +130,9 @@ func excess(n, limit int) int {
 type SweepStats struct {
 	// Receipts, Audit, Egress and Idempotency count the records left in
 	// each space.
-	Receipts, Audit, Egress, Idempotency, DeadLetters int
+	Receipts, Audit, Egress, Idempotency, DeadLetters, MessageDeadLetters int
 	// Deleted counts the records removed, per space.
-	DeletedReceipts, DeletedAudit, DeletedEgress, DeletedIdempotency, DeletedDeadLetters int
+	DeletedReceipts, DeletedAudit, DeletedEgress, DeletedIdempotency, DeletedDeadLetters, DeletedMessageDeadLetters int
 	// DeletedHistory counts the history records removed. (The history is
 	// not counted: it is trimmed per entry, without a scan of it all.)
 	DeletedHistory int
@@ -177,6 +187,9 @@ func (db *DB) Sweep() (SweepStats, error) {
 		return st, err
 	}
 	if st.DeletedHistory, err = db.sweepHistory(ageCutoff(now, r.HistoryAge), r.HistoryCount); err != nil {
+		return st, err
+	}
+	if st.MessageDeadLetters, st.DeletedMessageDeadLetters, err = db.sweepMessageDeadLetters(ageCutoff(now, r.MessageDeadLetterAge), r.MessageDeadLetterCount); err != nil {
 		return st, err
 	}
 	db.opts.Metrics.observe(db, st)

@@ -339,12 +339,13 @@ func TestRetentionMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP statefun_store_records Records kept in a retained key space (receipts, audit, egress, idempotency, dead-letters), counted at the last retention sweep.
+# HELP statefun_store_records Records kept in a retained key space (receipts, audit, egress, idempotency, dead-letters, message-dead-letters), counted at the last retention sweep.
 # TYPE statefun_store_records gauge
 statefun_store_records{space="audit"} 1
 statefun_store_records{space="dead-letters"} 0
 statefun_store_records{space="egress"} 0
 statefun_store_records{space="idempotency"} 1
+statefun_store_records{space="message-dead-letters"} 0
 statefun_store_records{space="receipts"} 1
 # HELP statefun_store_retention_deleted_total Records deleted by retention, per key space (an egress record deleted here was never taken by a consumer).
 # TYPE statefun_store_retention_deleted_total counter
@@ -353,12 +354,13 @@ statefun_store_retention_deleted_total{space="dead-letters"} 0
 statefun_store_retention_deleted_total{space="egress"} 0
 statefun_store_retention_deleted_total{space="history"} 0
 statefun_store_retention_deleted_total{space="idempotency"} 0
+statefun_store_retention_deleted_total{space="message-dead-letters"} 0
 statefun_store_retention_deleted_total{space="receipts"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "statefun_store_records", "statefun_store_retention_deleted_total"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(reg, "statefun_store_bytes"); err != nil || n != 6 {
+	if n, err := testutil.GatherAndCount(reg, "statefun_store_bytes"); err != nil || n != 7 {
 		t.Fatalf("statefun_store_bytes: %d series, %v", n, err)
 	}
 }

@@ -1,0 +1,232 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// This file is the engine's side of the repair of an inbox: skip, edit and
+// cancel a message, cancel a delayed message, delete an address, revert a
+// cancel or a delete (partition/repair.go decides them in the mailbox
+// order), and the message dead letters a skip leaves: read, and re-sent as
+// new messages.
+
+// Repair applies a repair mutation (m.Repair set: a skip, edit or cancel
+// of a message, a delete of an address, a reinstate) in the address's
+// mailbox order and returns its receipt once the commit that carries it is
+// durable. Like a pause, it is not refused for a full queue: repairing
+// an address is what an overloaded runtime needs.
+func (e *Engine) Repair(ctx context.Context, m partition.Mutation) (partition.Receipt, error) {
+	if e.closed.Load() {
+		return partition.Receipt{}, ErrClosed
+	}
+	if m.Repair == nil {
+		return partition.Receipt{}, errors.New("engine: a repair without its MessageRepair")
+	}
+	m.Ack = AckCommitted
+	id, ch := e.waiters.add()
+	m.Request = id
+	e.partOf(m.Addr).post(partition.Mutate{Mutation: &m})
+	r, err := e.await(ctx, id, ch)
+	if err != nil {
+		return partition.Receipt{}, err
+	}
+	if r.Receipt == nil {
+		return partition.Receipt{}, fmt.Errorf("engine: repair %s got no receipt", m.ID)
+	}
+	return *r.Receipt, nil
+}
+
+// ErrNoSuchPartition is returned by RepairDelayed for a timer key whose
+// partition the application does not have.
+var ErrNoSuchPartition = errors.New("engine: no such partition")
+
+// RepairDelayed cancels a pending delayed message (by its timer, which
+// names the partition holding it, or by its sender and token: the sender's
+// partition holds it), or puts back the delayed messages a cancel took
+// (ev.Reinstate, held by partition part). It returns the receipt once the
+// commit is durable.
+func (e *Engine) RepairDelayed(ctx context.Context, part int, ev partition.DelayedRepair) (partition.Receipt, error) {
+	if e.closed.Load() {
+		return partition.Receipt{}, ErrClosed
+	}
+	if ev.TimerID == 0 && ev.Reinstate == nil {
+		part = address.Partition(ev.Sender.ID, len(e.parts))
+	}
+	if part < 0 || part >= len(e.parts) {
+		return partition.Receipt{}, fmt.Errorf("%w: %d (the application has %d)", ErrNoSuchPartition, part, len(e.parts))
+	}
+	id, ch := e.waiters.add()
+	ev.Request = id
+	e.parts[part].post(ev)
+	r, err := e.await(ctx, id, ch)
+	if err != nil {
+		return partition.Receipt{}, err
+	}
+	if r.Receipt == nil {
+		return partition.Receipt{}, fmt.Errorf("engine: repair %s got no receipt", ev.Mutation)
+	}
+	return *r.Receipt, nil
+}
+
+// encodeRepairs writes a commit's message dead letters and edited inbox
+// messages (before its deletions: an edited message consumed in the same
+// commit is then gone).
+func (e *Engine) encodeRepairs(b *store.Batch, cm *partition.Commit) error {
+	for _, d := range cm.DeadLetters {
+		b.PutMessageDeadLetter(&protocol.MessageDeadLetter{Id: d.ID, At: d.At, Envelope: d.Env, InboxKey: FormatInboxKey(d.Key),
+			Principal: d.Principal, Reason: d.Reason, Attempts: int32(d.Attempts), LastError: d.LastError})
+	}
+	for _, p := range cm.Rewritten {
+		k, ok := e.arrivals.lookup(p.Key)
+		if !ok {
+			return fmt.Errorf("engine: partition %d edited message %s, which is not in its inbox", p.Key.Partition, FormatInboxKey(p.Key))
+		}
+		b.PutInbox(k, p.Env)
+	}
+	return nil
+}
+
+// FormatInboxKey renders an inbox key as the state API shows it:
+// "<partition>/<source>/<seq>", source "ingress" or the producing
+// partition.
+func FormatInboxKey(k partition.InboxKey) string {
+	src := strconv.FormatUint(uint64(k.Source), 10)
+	if k.Source == partition.SourceIngress {
+		src = "ingress"
+	}
+	return fmt.Sprintf("%d/%s/%d", k.Partition, src, k.Seq)
+}
+
+func timerImages(ts []partition.Timer) []*protocol.TimerImage {
+	var out []*protocol.TimerImage
+	for _, t := range ts {
+		out = append(out, &protocol.TimerImage{Partition: int32(t.Key.Partition), Due: t.Key.Due, Id: t.Key.ID, Envelope: t.Env})
+	}
+	return out
+}
+
+// TimersFromImages is the inverse of the audit log's images of delayed
+// messages.
+func TimersFromImages(ts []*protocol.TimerImage) []partition.Timer {
+	var out []partition.Timer
+	for _, t := range ts {
+		out = append(out, partition.Timer{Key: partition.TimerKey{Partition: int(t.GetPartition()), Due: t.GetDue(), ID: t.GetId()}, Env: t.GetEnvelope()})
+	}
+	return out
+}
+
+// MessageDeadLetter returns a skipped message by its skip's mutation id.
+func (e *Engine) MessageDeadLetter(id string) (*protocol.MessageDeadLetter, bool, error) {
+	if e.closed.Load() {
+		return nil, false, ErrClosed
+	}
+	return e.db.MessageDeadLetter(id)
+}
+
+// ScanMessageDeadLetters calls fn with the skipped messages after the id
+// after, oldest first, until fn returns false.
+func (e *Engine) ScanMessageDeadLetters(after string, fn func(*protocol.MessageDeadLetter) bool) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.db.ScanMessageDeadLetters(after, fn)
+}
+
+// ErrNoDeadLetter is returned by Resend for a dead letter that is not
+// stored (never was, re-sent already, or removed by retention).
+var ErrNoDeadLetter = errors.New("engine: no such message dead letter")
+
+// ErrNotRoutable is returned by Resend for a target whose function type
+// no endpoint serves: the message could never be delivered.
+var ErrNotRoutable = errors.New("engine: no endpoint serves the target's function type")
+
+// ResendRequest re-sends a message dead letter.
+type ResendRequest struct {
+	// Mutation names the re-send: its receipt and audit record.
+	Mutation string
+	// DeadLetter is the skip's mutation id.
+	DeadLetter string
+	// Target, when set, receives the message instead of its address.
+	Target    *address.Address
+	Principal string
+	Reason    string
+}
+
+// Resend sends a message dead letter again, as a new message at the end
+// of its target's inbox (its address, or r.Target), with its caller and
+// argument. One store batch writes the message, removes the dead letter
+// and writes the audit record and receipt, so it is sent once. It returns
+// once that batch is durable, with the message's new inbox key.
+func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt, partition.InboxKey, error) {
+	if e.closed.Load() {
+		return partition.Receipt{}, partition.InboxKey{}, ErrClosed
+	}
+	if err := e.admit(); err != nil {
+		return partition.Receipt{}, partition.InboxKey{}, err
+	}
+	// Re-sends are rare operator actions: one at a time, so that two of
+	// one dead letter send it once (the second finds it gone).
+	e.resendMu.Lock()
+	defer e.resendMu.Unlock()
+	d, ok, err := e.db.MessageDeadLetter(r.DeadLetter)
+	if err != nil {
+		return partition.Receipt{}, partition.InboxKey{}, err
+	}
+	if !ok {
+		return partition.Receipt{}, partition.InboxKey{}, ErrNoDeadLetter
+	}
+	env := &protocol.Envelope{Target: d.GetEnvelope().GetTarget(), Caller: d.GetEnvelope().GetCaller(), Argument: d.GetEnvelope().GetArgument()}
+	if r.Target != nil {
+		env.Target = toProtoAddr(*r.Target)
+	}
+	target := fromProtoAddr(env.Target)
+	if e.opts.Routable != nil && !e.opts.Routable(target.Type) {
+		return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: %s", ErrNotRoutable, target.Type)
+	}
+	p := e.partOf(target)
+	now := e.opts.Now().UnixMilli()
+	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
+	rc := partition.Receipt{Mutation: r.Mutation, Addr: target, Ack: AckCommitted, At: now}
+	req := &resendReq{ingressReq: ingressReq{e: e, key: key, env: env, receipt: receiptToProto(rc), done: make(chan error, 1)},
+		deadLetter: r.DeadLetter,
+		audit: auditToProto(partition.AuditRecord{Mutation: r.Mutation, At: now, Principal: r.Principal, Reason: r.Reason,
+			Reverts: r.DeadLetter, Addr: target, Op: partition.OpResendMessage, Messages: []*protocol.Envelope{env}})}
+	if err := e.submit(req); err != nil {
+		return partition.Receipt{}, partition.InboxKey{}, err
+	}
+	select {
+	case err := <-req.done:
+		if err != nil {
+			return partition.Receipt{}, partition.InboxKey{}, err
+		}
+	case <-ctx.Done():
+		// Durable or not, the batch is on its way; the caller stops waiting.
+		return partition.Receipt{}, partition.InboxKey{}, ctx.Err()
+	}
+	return rc, key, nil
+}
+
+// resendReq is a message dead letter sent again: the message, the removal
+// of the dead letter, the audit record and the receipt, in one batch.
+type resendReq struct {
+	ingressReq
+	deadLetter string
+	audit      *protocol.AuditRecord
+}
+
+func (r *resendReq) Encode(b *store.Batch) error {
+	if err := r.ingressReq.Encode(b); err != nil {
+		return err
+	}
+	b.DeleteMessageDeadLetter(r.deadLetter)
+	b.PutAudit(r.audit)
+	return nil
+}

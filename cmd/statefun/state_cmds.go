@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -511,8 +512,7 @@ func (c *stateCLI) audit(args []string) error {
 	fs.StringVar(&since, "since", "", "only records at or after this time (RFC 3339, or a duration ago like 1h)")
 	fs.StringVar(&until, "until", "", "only records at or before this time (RFC 3339, or a duration ago)")
 	fs.IntVar(&f.Limit, "limit", 0, "at most this many records (default 1000 by the server)")
-	fs.StringVar(&output, "o", "table", "output: table or json")
-	fs.StringVar(&output, "output", "table", "same as -o")
+	outputVar(fs, &output)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -531,9 +531,6 @@ func (c *stateCLI) audit(args []string) error {
 	}
 	if f.Limit < 0 || f.Limit > 100000 {
 		return usagef("--limit %d: want 1 to 100000", f.Limit)
-	}
-	if output != "table" && output != "json" {
-		return usagef("-o %q: want table or json", output)
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -628,14 +625,10 @@ func (c *stateCLI) deadLetters(args []string) error {
 	fs.StringVar(&until, "until", "", "only records stored at or before this time (RFC 3339, or a duration ago)")
 	fs.StringVar(&after, "after", "", "only records after this cursor (the next of a page)")
 	fs.IntVar(&limit, "limit", 0, "print one page of at most this many (1 to 1000)")
-	fs.StringVar(&output, "o", "table", "output: table or json")
-	fs.StringVar(&output, "output", "table", "same as -o")
+	outputVar(fs, &output)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
-	}
-	if output != "table" && output != "json" {
-		return usagef("-o %q: want table or json", output)
 	}
 	if len(pos) > 1 {
 		return usagef("want at most one ingress <namespace>/<name>, got %d arguments", len(pos))
@@ -775,5 +768,31 @@ func parseWindow(since, until string, dstSince, dstUntil *time.Time) error {
 		}
 		*tf.dst = t
 	}
+	return nil
+}
+
+// outputVar registers -o and --output on fs for p: table (the default) or
+// json, anything else refused when the flag is parsed.
+func outputVar(fs *flag.FlagSet, p *string) {
+	*p = "table"
+	fs.Var((*outputValue)(p), "o", "output: table or json")
+	fs.Var((*outputValue)(p), "output", "same as -o")
+}
+
+// outputValue is the flag.Value of -o/--output.
+type outputValue string
+
+func (o *outputValue) String() string {
+	if o == nil {
+		return ""
+	}
+	return string(*o)
+}
+
+func (o *outputValue) Set(s string) error {
+	if s != "table" && s != "json" {
+		return errors.New("want table or json")
+	}
+	*o = outputValue(s)
 	return nil
 }

@@ -213,8 +213,7 @@ func (c *stateCLI) skipped(args []string) error {
 		"fetched), or one of them as JSON.",
 	})
 	var output, typ string
-	fs.StringVar(&output, "o", "table", "output: table or json")
-	fs.StringVar(&output, "output", "table", "same as -o")
+	outputVar(fs, &output)
 	fs.StringVar(&typ, "type", "", "only those of this function type")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -233,9 +232,6 @@ func (c *stateCLI) skipped(args []string) error {
 	}
 	if len(pos) > 1 {
 		return usagef("want at most one dead letter id")
-	}
-	if output != "table" && output != "json" {
-		return usagef("-o %q: want table or json", output)
 	}
 	var t stateclient.TypeName
 	if typ != "" {

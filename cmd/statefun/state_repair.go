@@ -44,14 +44,10 @@ func (c *stateCLI) failing(args []string) error {
 		"by a pause. Every page is fetched.",
 	})
 	var output string
-	fs.StringVar(&output, "o", "table", "output: table or json")
-	fs.StringVar(&output, "output", "table", "same as -o")
+	outputVar(fs, &output)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
-	}
-	if output != "table" && output != "json" {
-		return usagef("-o %q: want table or json", output)
 	}
 	var t stateclient.TypeName
 	if len(pos) > 1 {
@@ -133,14 +129,10 @@ func (c *stateCLI) inbox(args []string) error {
 func (c *stateCLI) pauses(args []string) error {
 	fs := c.flagSet("statefun state pauses", []string{"statefun state pauses [-o table|json] [<namespace>/<type>]"})
 	var output string
-	fs.StringVar(&output, "o", "table", "output: table or json")
-	fs.StringVar(&output, "output", "table", "same as -o")
+	outputVar(fs, &output)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
-	}
-	if output != "table" && output != "json" {
-		return usagef("-o %q: want table or json", output)
 	}
 	var t stateclient.TypeName
 	if len(pos) > 1 {

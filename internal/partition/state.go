@@ -130,6 +130,9 @@ type Receipt struct {
 	Version, PreviousVersion uint64
 	// At is when it was applied (unix ms).
 	At int64
+	// Partition is the partition whose commit Checkpoint is: the
+	// address's, or for a delayed message the sender's, which holds it.
+	Partition int
 }
 
 // AuditRecord is one entry's change by a mutation, with its before-image.
@@ -380,6 +383,7 @@ func (c *Core) audit(m *Mutation, state string, before *Entry, version uint64, t
 // settle records a receipt in the commit (it becomes durable with the
 // mutation) and answers an AckApplied caller at once.
 func (c *Core) settle(rc Receipt) {
+	rc.Partition = c.cfg.ID
 	c.pending.Receipts = append(c.pending.Receipts, rc)
 	if rc.Ack == AckApplied && rc.Request != 0 {
 		r := rc

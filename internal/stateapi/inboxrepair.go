@@ -282,6 +282,7 @@ type repairReceiptJSON struct {
 // token) taken again.
 func (s *Server) answerRepair(w http.ResponseWriter, r *http.Request, rc partition.Receipt, action string) {
 	out := repairReceiptJSON{receiptJSON: receiptOf(rc)}
+	out.Commit = position(rc.Partition, rc.Checkpoint)
 	if rc.Reject == partition.Applied {
 		if action == "skip" {
 			out.DeadLetter = rc.Mutation

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -86,6 +87,13 @@ func TestSkipResumeResend(t *testing.T) {
 	r.json(t, &rc)
 	if r.StatusCode != 200 || rc.Status != "committed" || rc.DeadLetter != rc.Mutation {
 		t.Fatalf("skip: %s %s", r.Status, r.body)
+	}
+	// The receipt names its commit, and a read can ask for it.
+	if rc.Commit == "" {
+		t.Fatalf("the skip's receipt has no commit: %s", r.body)
+	}
+	if r := send(t, api, "GET", "/state/test/fn/x?minCommit="+url.QueryEscape(rc.Commit)+"&wait=1s", nil); r.StatusCode != 200 && r.StatusCode != 404 {
+		t.Fatalf("a read at least as new as the skip: %s %s", r.Status, r.body)
 	}
 	var dl messageDeadLetterJSON
 	send(t, api, "GET", "/dead-letters/messages/"+rc.DeadLetter, nil).json(t, &dl)

@@ -81,12 +81,20 @@ type histogram struct {
 	le, cum    []float64 // sorted by le; the last le is +Inf
 }
 
-func (m metrics) histogram(name string) histogram {
-	h := histogram{count: m[name+"_count"], sum: m[name+"_sum"]}
+func (m metrics) histogram(name string) histogram { return m.histogramWith(name, "") }
+
+// histogramWith is histogram for the series of a labelled histogram whose
+// other labels are exactly labels, as written (`kind="read"`).
+func (m metrics) histogramWith(name, labels string) histogram {
+	sel, prefix := "", name+`_bucket{le="`
+	if labels != "" {
+		sel, prefix = "{"+labels+"}", name+`_bucket{`+labels+`,le="`
+	}
+	h := histogram{count: m[name+"_count"+sel], sum: m[name+"_sum"+sel]}
 	type bucket struct{ le, cum float64 }
 	var bs []bucket
 	for series, v := range m {
-		rest, ok := strings.CutPrefix(series, name+`_bucket{le="`)
+		rest, ok := strings.CutPrefix(series, prefix)
 		if !ok {
 			continue
 		}
@@ -283,6 +291,47 @@ func readGoRuntime() goRuntime {
 		return 0
 	}
 	return goRuntime{gcCycles: u(0), gcCPU: f(1), userCPU: f(2), liveHeap: u(3), heapGoal: u(4), goroutines: u(5)}
+}
+
+// schedLatencies reads this process's Go scheduler latencies (how long
+// goroutines sat runnable before they ran), cumulative since start.
+func schedLatencies() *rtmetrics.Float64Histogram {
+	s := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}
+	rtmetrics.Read(s)
+	if s[0].Value.Kind() != rtmetrics.KindFloat64Histogram {
+		return &rtmetrics.Float64Histogram{}
+	}
+	h := s[0].Value.Float64Histogram()
+	return &rtmetrics.Float64Histogram{Counts: slices.Clone(h.Counts), Buckets: h.Buckets}
+}
+
+// schedQuantile returns the upper bound, in seconds, of the bucket that
+// holds the q-quantile of the scheduler latencies between before and
+// after (0 when nothing was scheduled).
+func schedQuantile(before, after *rtmetrics.Float64Histogram, q float64) float64 {
+	var total uint64
+	d := make([]uint64, len(after.Counts))
+	for i := range after.Counts {
+		d[i] = after.Counts[i]
+		if i < len(before.Counts) {
+			d[i] -= before.Counts[i]
+		}
+		total += d[i]
+	}
+	if total == 0 {
+		return 0
+	}
+	var acc uint64
+	for i, c := range d {
+		acc += c
+		if float64(acc) >= q*float64(total) {
+			if math.IsInf(after.Buckets[i+1], 1) {
+				return after.Buckets[i]
+			}
+			return after.Buckets[i+1]
+		}
+	}
+	return after.Buckets[len(after.Buckets)-1]
 }
 
 // cpuProbe measures how fast this machine runs a fixed piece of CPU work

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -22,10 +23,11 @@ var (
 	flagAPIBg  = flag.Duration("load.apibg", envDur("STATEFUN_BENCH_API_BG", 45*time.Second), "how long the function load runs beside the state API measurements")
 )
 
-// BenchmarkStateAPI measures the state access API while the function load
-// of BenchmarkEndToEnd (10,000 addresses) runs beside it: GET, PUT with
-// ack=applied and PUT with ack=committed of one key of sdktest/counter, at 1
-// and 16 concurrent clients; throughput and p50/p99 latency.
+// BenchmarkStateAPI measures the state access API on the idle runtime, then
+// while the function load of BenchmarkEndToEnd (10,000 addresses) runs
+// beside it: GET, PUT with ack=applied and PUT with ack=committed of one key
+// of sdktest/counter, at 1 and 16 concurrent clients; throughput, p50/p99
+// latency, and where the time went (see measure below).
 func BenchmarkStateAPI(b *testing.B) {
 	fn := startCounter(b)
 	ctx := b.Context()
@@ -74,21 +76,6 @@ spec:
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	// The function load beside: as BenchmarkEndToEnd at 10,000 ids, for
-	// -load.apibg; each measurement says whether it ran inside that window.
-	spec := loadSpec{IngressPrefix: ingress, Addrs: 10000, Messages: 1 << 30, Clients: *flagClients, MaxTime: *flagAPIBg}
-	bgEnd := time.Now().Add(*flagAPIBg)
-	gen := startLoad(b, spec)
-	loadDone := make(chan loadSummary, 1)
-	go func() {
-		s, err := gen.run()
-		if err != nil {
-			b.Log("bench: background load:", err)
-		}
-		loadDone <- s
-	}()
-	time.Sleep(time.Second) // let the load reach its pace
-
 	api := newLoadClient(16)
 	put := func(ack string) func(ctx context.Context, i int) (bool, error) {
 		u := entry + "?ack=" + ack
@@ -122,31 +109,90 @@ spec:
 		return false, err
 	}
 	// A committed write waits for a synced group commit, which the function
-	// load keeps busy: a tenth of the requests measure it as well.
-	for _, op := range []struct {
-		name string
-		op   func(context.Context, int) (bool, error)
-		ops  int
-	}{{"GET", get, *flagAPIOps}, {"PUT-applied", put("applied"), *flagAPIOps}, {"PUT-committed", put("committed"), max(*flagAPIOps/10, 1)}} {
-		for _, clients := range []int{1, 16} {
-			b.Run(fmt.Sprintf("%s/clients=%d", op.name, clients), func(b *testing.B) {
-				var s loadSummary
-				for range b.N {
-					r, err := drive(ctx, op.ops, clients, *flagMaxTime, op.op)
+	// load keeps busy: a tenth of the requests measure it as well. kind is
+	// the label of statefun_state_request_seconds the operation counts in.
+	ops := []struct {
+		name, kind string
+		op         func(context.Context, int) (bool, error)
+		ops        int
+	}{{"GET", "read", get, *flagAPIOps}, {"PUT-applied", "applied", put("applied"), *flagAPIOps}, {"PUT-committed", "committed", put("committed"), max(*flagAPIOps/10, 1)}}
+	metricsURL := "http://" + a.Addr("admin") + "/metrics"
+	gen := startLoad(b, loadSpec{IngressPrefix: ingress, Addrs: 10000, Messages: 1 << 30, Clients: *flagClients, MaxTime: *flagAPIBg})
+
+	// Every operation is measured twice in one run: on the idle runtime
+	// (phase idle), then beside the function load (phase load). Besides the
+	// client's latency each reports where the time went: the engine's share
+	// (statefun_state_request_seconds: from handing the request to its
+	// partition until the answer), the synced group commits, the Go
+	// scheduler's latency in this process (the runtime and the API client
+	// run here), and the cores other processes of the machine used.
+	var bgEnd time.Time
+	measure := func(phase string) {
+		for _, op := range ops {
+			for _, clients := range []int{1, 16} {
+				b.Run(fmt.Sprintf("%s/%s/clients=%d", phase, op.name, clients), func(b *testing.B) {
+					var s loadSummary
+					m0, err := scrape(ctx, mc, metricsURL)
 					if err != nil {
 						b.Fatal(err)
 					}
-					s = r.summary()
-				}
-				b.ReportMetric(s.rate(), "req/s")
-				b.ReportMetric(ms(s.P50), "p50-ms")
-				b.ReportMetric(ms(s.P99), "p99-ms")
-				if time.Now().After(bgEnd) {
-					b.Log("bench: WARNING: the function load had ended before this measurement did; raise -load.apibg")
-				}
-			})
+					sched0, mach0, start := schedLatencies(), readMachineCPU(), time.Now()
+					cpu0, cpuOK0 := cpuOf(os.Getpid(), fn.pid, gen.pid)
+					for range b.N {
+						r, err := drive(ctx, op.ops, clients, *flagMaxTime, op.op)
+						if err != nil {
+							b.Fatal(err)
+						}
+						s = r.summary()
+					}
+					wall := time.Since(start).Seconds()
+					cpu1, cpuOK1 := cpuOf(os.Getpid(), fn.pid, gen.pid)
+					mach, sched1 := readMachineCPU().minus(mach0), schedLatencies()
+					m1, err := scrape(ctx, mc, metricsURL)
+					if err != nil {
+						b.Fatal(err)
+					}
+					eng := m1.histogramWith("statefun_state_request_seconds", `kind="`+op.kind+`"`).
+						minus(m0.histogramWith("statefun_state_request_seconds", `kind="`+op.kind+`"`))
+					commits := m1.histogram("statefun_commit_seconds").minus(m0.histogram("statefun_commit_seconds"))
+					b.ReportMetric(s.rate(), "req/s")
+					b.ReportMetric(ms(s.P50), "p50-ms")
+					b.ReportMetric(ms(s.P99), "p99-ms")
+					b.ReportMetric(eng.quantile(0.5)*1000, "engine-p50-ms")
+					b.ReportMetric(eng.quantile(0.99)*1000, "engine-p99-ms")
+					b.ReportMetric(commits.quantile(0.5)*1000, "commit-p50-ms")
+					b.ReportMetric(commits.quantile(0.99)*1000, "commit-p99-ms")
+					b.ReportMetric(schedQuantile(sched0, sched1, 0.99)*1000, "sched-p99-ms")
+					if mach.ok && cpuOK0 && cpuOK1 {
+						ours := make([]time.Duration, len(cpu1))
+						for i := range cpu1 {
+							ours[i] = cpu1[i] - cpu0[i]
+						}
+						b.ReportMetric(max(mach.others(wall, ours...), 0), "other-cores")
+						b.ReportMetric(100*mach.steal/(wall*float64(runtime.NumCPU())), "steal-%")
+					}
+					if !bgEnd.IsZero() && time.Now().After(bgEnd) {
+						b.Log("bench: WARNING: the function load had ended before this measurement did; raise -load.apibg")
+					}
+				})
+			}
 		}
 	}
+	measure("idle")
+
+	// The function load beside: as BenchmarkEndToEnd at 10,000 ids, for
+	// -load.apibg; each measurement says whether it ran inside that window.
+	bgEnd = time.Now().Add(*flagAPIBg)
+	loadDone := make(chan loadSummary, 1)
+	go func() {
+		s, err := gen.run()
+		if err != nil {
+			b.Log("bench: background load:", err)
+		}
+		loadDone <- s
+	}()
+	time.Sleep(time.Second) // let the load reach its pace
+	measure("load")
 	bg := <-loadDone
 	b.Logf("bench: function load beside: %d messages in %s (%.0f/s)", bg.OK, bg.Elapsed.Round(time.Millisecond), bg.rate())
 }

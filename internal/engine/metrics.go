@@ -22,6 +22,7 @@ type Metrics struct {
 	ingressed       prometheus.Counter
 	ingressRejected prometheus.Counter
 	ingressReplayed prometheus.Counter
+	stateRequest    *prometheus.HistogramVec
 	repair          *repairGauges
 }
 
@@ -67,11 +68,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ingressReplayed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "statefun_ingress_replayed_total", Help: "Ingress requests answered from an earlier request with the same Idempotency-Key, without a new message.",
 		}),
+		// The engine's share of a state API request's latency: with the
+		// HTTP round trip measured by the client, it says whether a slow
+		// answer waited in the runtime (the partition's mailbox, the group
+		// commit) or outside it (the network, the scheduler of a loaded
+		// machine). docs/benchmarks.md uses it.
+		stateRequest: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "statefun_state_request_seconds", Help: "Time from handing a state API read or mutation to its partition until its answer, by kind (read, and a mutation's ack: accepted, applied, committed).",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 3, 10),
+		}, []string{"kind"}),
 		repair: newRepairGauges(),
 	}
 	if reg != nil {
 		reg.MustRegister(m.invocations, m.batchSize, m.callSeconds, m.retries, m.commitSeconds,
-			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed)
+			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed, m.stateRequest)
 		reg.MustRegister(m.repair.collectors()...)
 	}
 	return m
@@ -91,6 +101,12 @@ func (m *Metrics) observeCommit(d time.Duration, reqs, ops, bytes int) {
 	m.commitSeconds.Observe(d.Seconds())
 	m.commitOps.Observe(float64(ops))
 	m.commitBytes.Observe(float64(bytes))
+}
+
+// observeStateRequest records how long the engine took to answer a state
+// API request of a kind ("read" or a mutation's ack mode).
+func (m *Metrics) observeStateRequest(kind string, d time.Duration) {
+	m.stateRequest.WithLabelValues(kind).Observe(d.Seconds())
 }
 
 func partLabel(p int) string { return strconv.Itoa(p) }

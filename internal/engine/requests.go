@@ -115,20 +115,14 @@ func (r *partCommit) Encode(b *store.Batch) error {
 	return nil
 }
 
-// Durable delivers the commit's messages for other partitions, answers the
-// callers of committed-ack mutations, publishes the specs it learned and
-// tells the partition.
+// Durable delivers the commit's messages for other partitions, publishes
+// the specs it learned and its position, and tells the partition; the
+// callers of committed-ack mutations hear back in AfterGroup.
 func (r *partCommit) Durable() {
 	e, cm := r.e, r.c
 	for _, p := range cm.Produced {
 		if p.Key.Partition != r.p.id {
 			e.deliver(p.Key, p.Env)
-		}
-	}
-	for _, rc := range cm.Receipts {
-		if rc.Ack == partition.AckCommitted && rc.Request != 0 {
-			rc := rc
-			e.waiters.deliver(partition.Reply{Request: rc.Request, Receipt: &rc})
 		}
 	}
 	if len(cm.Receipts) > 0 {
@@ -139,6 +133,21 @@ func (r *partCommit) Durable() {
 	}
 	e.positions.set(r.p.id, cm.ID)
 	r.p.post(partition.CommitDurable{ID: cm.ID})
+}
+
+// AfterGroup answers the callers of the commit's committed-ack mutations,
+// once every request of the group has been told it is durable: they are
+// the latency an operator sees, the other wakes are throughput.
+func (r *partCommit) AfterGroup() bool {
+	answered := false
+	for _, rc := range r.c.Receipts {
+		if rc.Ack == partition.AckCommitted && rc.Request != 0 {
+			rc := rc
+			r.e.waiters.deliver(partition.Reply{Request: rc.Request, Receipt: &rc})
+			answered = true
+		}
+	}
+	return answered
 }
 
 // Fail stops the engine: the partition's core has moved on past a commit

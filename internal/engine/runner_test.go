@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -89,5 +90,36 @@ func TestRunnerHandsOnEffects(t *testing.T) {
 	// With nothing posted, process ticks: nothing to do, nothing stepped.
 	if stepped, err := p.process(); err != nil || stepped {
 		t.Fatalf("idle process = %v, %v", stepped, err)
+	}
+}
+
+// orderRec records the order in which a runner hands on its effects.
+type orderRec struct{ log []string }
+
+func (r *orderRec) callFailed(int, partition.Failure)  {}
+func (r *orderRec) reply(partition.Reply)              { r.log = append(r.log, "reply") }
+func (r *orderRec) invoke(*part, partition.Invocation) { r.log = append(r.log, "invoke") }
+func (r *orderRec) commit(*part, *partition.Commit)    { r.log = append(r.log, "commit") }
+func (r *orderRec) backlog(int, int)                   {}
+func (r *orderRec) health(int, partition.Health)       {}
+
+// A read and an applied mutation posted with function traffic are answered
+// after the runner handed on the invocation and the commit: the waiting
+// caller is the last goroutine it wakes, which Go runs next, instead of
+// being pushed behind the call workers and the committer it wakes after.
+func TestRunnerAnswersLast(t *testing.T) {
+	db := openStore(t, vfs.NewMem(), 1)
+	core := partition.New(partition.Config{ID: 0, Partitions: 1}, storeReader{db: db}, partition.Restore{})
+	rec := &orderRec{}
+	p := newPart(0, core, rec, (&simClock{}).Now)
+	p.post(partition.ReadState{Request: 7, Addr: addr("a")})
+	p.post(partition.Mutate{Mutation: &partition.Mutation{ID: "m1", Request: 8, Addr: addr("b"), State: "n", Op: partition.OpPut,
+		Typename: countTypename, Value: []byte("5"), Ack: partition.AckApplied}})
+	p.post(partition.MessageArrived{Key: partition.InboxKey{Source: partition.SourceIngress, Seq: 1}, Env: msg("a", "one")})
+	if _, err := p.process(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(rec.log, " "), "invoke commit reply reply"; got != want {
+		t.Fatalf("effects handed on as %q, want %q", got, want)
 	}
 }

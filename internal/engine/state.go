@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -94,9 +95,16 @@ func (e *Engine) Read(ctx context.Context, a address.Address, state string) (par
 	if e.full(p) {
 		return partition.Reply{}, ErrBusy
 	}
+	// Wall time, not Options.Now: that is the partitions' clock, which a
+	// test may hold still (or stall) while requests queue.
+	start := time.Now()
 	id, ch := e.waiters.add()
 	p.post(partition.ReadState{Request: id, Addr: a, State: state})
-	return e.await(ctx, id, ch)
+	rep, err := e.await(ctx, id, ch)
+	if err == nil {
+		e.m.observeStateRequest("read", time.Since(start))
+	}
+	return rep, err
 }
 
 // Mutate applies an operator mutation in the address's mailbox order and
@@ -105,11 +113,28 @@ func (e *Engine) Read(ctx context.Context, a address.Address, state string) (par
 // commit carrying it is durable for AckCommitted. It returns ErrBusy when
 // the partition's queue is full.
 func (e *Engine) Mutate(ctx context.Context, m partition.Mutation) (partition.Receipt, error) {
+	start := time.Now()
 	pm, err := e.mutate(m)
 	if err != nil {
 		return partition.Receipt{}, err
 	}
-	return pm.wait(ctx)
+	rc, err := pm.wait(ctx)
+	if err == nil {
+		e.m.observeStateRequest(ackKind(m.Ack), time.Since(start))
+	}
+	return rc, err
+}
+
+// ackKind names an ack mode as the API's ?ack= does, for metrics.
+func ackKind(a partition.AckMode) string {
+	switch a {
+	case AckApplied:
+		return "applied"
+	case AckAccepted:
+		return "accepted"
+	default:
+		return "committed"
+	}
 }
 
 // mutationSize is what a mutation holds in memory, roughly.

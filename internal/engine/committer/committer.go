@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -32,6 +33,24 @@ type Request interface {
 	// Fail is called instead of Durable when the request will never be made
 	// durable by this committer; err says why.
 	Fail(err error)
+}
+
+// Answerer is a Request that also answers a waiting caller once durable.
+// AfterGroup is called after the Durable calls of every request of the
+// group, on the committer's goroutine, in submission order; it reports
+// whether it woke a caller.
+//
+// Why: a caller waiting for a durable answer (a state API write with
+// ack=committed) should not wait behind the hundreds of goroutines a loaded
+// group's Durable calls wake. Go runs the goroutine the running one woke
+// last first (its "next" slot), and every later wake pushes the earlier one
+// to the back of the run queue. So the answers that matter go last, and
+// when one was given the committer yields its processor before the next
+// group (whose store commit wakes the WAL writer, which would push the
+// caller back again).
+type Answerer interface {
+	Request
+	AfterGroup() bool
 }
 
 // ErrStopped is wrapped by the error every request gets (from Fail, or from
@@ -189,6 +208,15 @@ func (c *Committer) CommitGroup() (int, error) {
 		if !contains(bad, i) {
 			r.Durable()
 		}
+	}
+	answered := false
+	for i, r := range reqs {
+		if a, ok := r.(Answerer); ok && !contains(bad, i) {
+			answered = a.AfterGroup() || answered
+		}
+	}
+	if answered {
+		runtime.Gosched()
 	}
 	return len(reqs), nil
 }

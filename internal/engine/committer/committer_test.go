@@ -195,3 +195,54 @@ func TestRunStopsWithContext(t *testing.T) {
 		t.Fatalf("Submit after stop = %v, want ErrStopped", err)
 	}
 }
+
+// logReq records its callbacks in a shared log; answer makes it an
+// Answerer, bad makes its Encode fail.
+type logReq struct {
+	name string
+	log  *[]string
+	bad  bool
+}
+
+func (r *logReq) Encode(b *store.Batch) error {
+	if r.bad {
+		return errors.New("cannot encode")
+	}
+	b.PutInbox(store.InboxKey{Source: store.SourceIngress, Seq: uint64(len(*r.log) + 1)}, &protocol.Envelope{})
+	return nil
+}
+func (r *logReq) Durable()   { *r.log = append(*r.log, "durable "+r.name) }
+func (r *logReq) Fail(error) { *r.log = append(*r.log, "fail "+r.name) }
+
+type answerReq struct{ logReq }
+
+func (r *answerReq) AfterGroup() bool { *r.log = append(*r.log, "answer "+r.name); return true }
+
+// Callers waiting for a durable answer hear back after every request of
+// the group was told it is durable, in submission order, and a request
+// that failed to encode answers nobody: under load the answers an operator
+// waits for are not queued behind the wakes of the function traffic.
+func TestAnswerersHearAfterTheGroup(t *testing.T) {
+	db := openStore(t)
+	c := New(db, Options{})
+	var log []string
+	reqs := []Request{
+		&answerReq{logReq{name: "a", log: &log}},
+		&logReq{name: "b", log: &log},
+		&answerReq{logReq{name: "c", log: &log, bad: true}},
+		&answerReq{logReq{name: "d", log: &log}},
+		&logReq{name: "e", log: &log},
+	}
+	for _, r := range reqs {
+		if err := c.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := c.CommitGroup(); err != nil || n != len(reqs) {
+		t.Fatalf("CommitGroup = %d, %v", n, err)
+	}
+	want := "fail c|durable a|durable b|durable d|durable e|answer a|answer d"
+	if got := strings.Join(log, "|"); got != want {
+		t.Fatalf("callbacks %s\nwant      %s", got, want)
+	}
+}

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -11,7 +13,7 @@ import (
 // turn into messages at all.
 
 // spaceMessageDeadLetter holds the skipped messages, by the skip's
-// mutation id. (0x10 to 0x15 are left to the entry history.)
+// mutation id. (0x10 to 0x12 are the entry history, 0x13 the pauses.)
 const spaceMessageDeadLetter byte = 0x16
 
 // messageDeadLetterKey appends the key of a skipped message.
@@ -79,36 +81,11 @@ func (db *DB) ScanMessageDeadLetters(after string, fn func(*protocol.MessageDead
 }
 
 // sweepMessageDeadLetters deletes skipped messages older than cutoff or
-// beyond limit, oldest first.
+// beyond limit, oldest first (their ids are time-ordered mutation ids).
 func (db *DB) sweepMessageDeadLetters(cutoff int64, limit int) (left, deleted int, err error) {
-	lower, upper := []byte{spaceMessageDeadLetter}, []byte{spaceMessageDeadLetter + 1}
-	n, err := db.countKeys(lower, upper)
-	if err != nil {
-		return 0, 0, err
-	}
-	drop := excess(n, limit)
-	it, err := db.newIter(lower, upper)
-	if err != nil {
-		return 0, 0, err
-	}
-	d := &deleter{db: db}
-	for valid := it.First(); valid; valid = it.Next() {
-		if d.n >= drop {
-			r := new(protocol.MessageDeadLetter)
-			if err := iterValue(it, r); err != nil {
-				return 0, 0, finish(it, err)
-			}
-			if r.GetAt() >= cutoff {
-				break
-			}
-		}
-		d.batch().delete(it.Key())
-		if err := d.done(); err != nil {
-			return 0, 0, finish(it, err)
-		}
-	}
-	if err := finish(it, d.flush()); err != nil {
-		return 0, 0, err
-	}
-	return n - d.n, d.n, nil
+	return db.sweepInAgeOrder(spaceMessageDeadLetter, cutoff, limit, func(it *pebble.Iterator) (int64, error) {
+		r := new(protocol.MessageDeadLetter)
+		err := iterValue(it, r)
+		return r.GetAt(), err
+	})
 }

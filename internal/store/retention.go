@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -244,10 +246,21 @@ func (db *DB) countKeys(lower, upper []byte) (int, error) {
 
 // sweepReceipts deletes receipts older than cutoff or beyond limit. Receipts
 // are keyed by mutation id, which the state API makes time-ordered, so key
-// order is age order: the sweep walks from the oldest and stops at the
-// first receipt it keeps.
+// order is age order.
 func (db *DB) sweepReceipts(cutoff int64, limit int) (left, deleted int, err error) {
-	lower, upper := []byte{spaceReceipt}, []byte{spaceReceipt + 1}
+	return db.sweepInAgeOrder(spaceReceipt, cutoff, limit, func(it *pebble.Iterator) (int64, error) {
+		r := new(protocol.Receipt)
+		err := iterValue(it, r)
+		return r.GetAt(), err
+	})
+}
+
+// sweepInAgeOrder deletes the records of a key space whose key order is
+// age order: first the oldest beyond limit, then those older than cutoff.
+// It walks from the oldest and stops at the first record it keeps; at
+// reads a record's time (unix ms) from its value.
+func (db *DB) sweepInAgeOrder(space byte, cutoff int64, limit int, at func(*pebble.Iterator) (int64, error)) (left, deleted int, err error) {
+	lower, upper := []byte{space}, []byte{space + 1}
 	n, err := db.countKeys(lower, upper)
 	if err != nil {
 		return 0, 0, err
@@ -260,11 +273,11 @@ func (db *DB) sweepReceipts(cutoff int64, limit int) (left, deleted int, err err
 	d := &deleter{db: db}
 	for valid := it.First(); valid; valid = it.Next() {
 		if d.n >= drop {
-			r := new(protocol.Receipt)
-			if err := iterValue(it, r); err != nil {
+			t, err := at(it)
+			if err != nil {
 				return 0, 0, finish(it, err)
 			}
-			if r.GetAt() >= cutoff {
+			if t >= cutoff {
 				break
 			}
 		}

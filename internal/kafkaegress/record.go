@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/statefun-go/statefun/internal/kafkatopic"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -89,25 +90,14 @@ func EncodeRecord(r Record) []byte {
 	return b
 }
 
-// maxTopicLen is Kafka's limit on a topic name.
-const maxTopicLen = 249
-
 // checkTopic refuses a topic name Kafka would refuse (INVALID_TOPIC_EXCEPTION
 // on every attempt): such a record could never leave the outbox.
 func checkTopic(t string) error {
-	switch {
-	case t == "":
+	if t == "" {
 		return errors.New("the KafkaProducerRecord has no topic")
-	case len(t) > maxTopicLen:
-		return fmt.Errorf("topic is %d bytes, over Kafka's limit of %d", len(t), maxTopicLen)
-	case t == "." || t == "..":
-		return fmt.Errorf("topic %q is not a valid Kafka topic name", t)
 	}
-	for i := 0; i < len(t); i++ {
-		c := t[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("topic %q is not a valid Kafka topic name (only ASCII letters, digits, '.', '_' and '-')", t)
-		}
+	if err := kafkatopic.Check(t); err != nil {
+		return fmt.Errorf("topic %s is not a valid Kafka topic name: %v", kafkatopic.Quote(t), err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/kafkatopic"
 )
 
 // Kafka ingress and egress specs, read field by field as StateFun 3.x
@@ -394,18 +395,11 @@ func checkBootstrap(s string) string {
 // checkTopic checks a Kafka topic name the way brokers do. It returns the
 // problem as text, empty when there is none.
 func checkTopic(s string) string {
-	switch {
-	case s == "":
-		return "a topic must not be empty"
-	case s == "." || s == "..":
-		return fmt.Sprintf("invalid topic %q: . and .. are not topic names", s)
-	case len(s) > 249:
-		return fmt.Sprintf("invalid topic %q: longer than 249 characters", s[:20]+"...")
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Sprintf("invalid topic %q: a topic name has only letters, digits, '.', '_' and '-'", s)
+	if err := kafkatopic.Check(s); err != nil {
+		if s == "" {
+			return err.Error()
 		}
+		return fmt.Sprintf("invalid topic %s: %v", kafkatopic.Quote(s), err)
 	}
 	return ""
 }

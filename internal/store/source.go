@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // SourcePosition is how far an ingress has consumed one partition of an
@@ -290,32 +292,11 @@ func (db *DB) ScanDeadLetters(f DeadLetterFilter, fn func(DeadLetter) bool) erro
 // sweepDeadLetters deletes dead letters older than cutoff or beyond limit,
 // oldest first (the space is keyed by time).
 func (db *DB) sweepDeadLetters(cutoff int64, limit int) (left, deleted int, err error) {
-	lower, upper := []byte{spaceDeadLetter}, []byte{spaceDeadLetter + 1}
-	n, err := db.countKeys(lower, upper)
-	if err != nil {
-		return 0, 0, err
-	}
-	drop := excess(n, limit)
-	it, err := db.newIter(lower, upper)
-	if err != nil {
-		return 0, 0, err
-	}
-	d := &deleter{db: db}
-	for valid := it.First(); valid; valid = it.Next() {
+	return db.sweepInAgeOrder(spaceDeadLetter, cutoff, limit, func(it *pebble.Iterator) (int64, error) {
 		key := it.Key()
 		if len(key) < 9 {
-			return 0, 0, finish(it, corrupt(key, errBadKey))
+			return 0, corrupt(key, errBadKey)
 		}
-		if d.n >= drop && unflipSign(binary.BigEndian.Uint64(key[1:])) >= cutoff {
-			break
-		}
-		d.batch().delete(key)
-		if err := d.done(); err != nil {
-			return 0, 0, finish(it, err)
-		}
-	}
-	if err := finish(it, d.flush()); err != nil {
-		return 0, 0, err
-	}
-	return n - d.n, d.n, nil
+		return unflipSign(binary.BigEndian.Uint64(key[1:])), nil
+	})
 }

@@ -145,7 +145,8 @@ func Start(cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkKafka(mod, fns); err != nil {
+	kplan, err := planKafka(mod, fns)
+	if err != nil {
 		fns.Close()
 		return nil, err
 	}
@@ -155,7 +156,7 @@ func Start(cfg Config) (*App, error) {
 		fns.Close()
 		return nil, err
 	}
-	kafka, routes, err := kafkaEgresses(mod, db, reg, cfg.Logger)
+	kafka, routes, err := kafkaEgresses(mod, kplan, db, reg, cfg.Logger)
 	if err != nil {
 		guard.Stop()
 		db.Close()
@@ -186,7 +187,7 @@ func Start(cfg Config) (*App, error) {
 		fns.Close()
 		return nil, err
 	}
-	if err := kafka.addIngresses(mod, fns, eng, reg); err != nil {
+	if err := kafka.addIngresses(kplan, fns, eng, reg); err != nil {
 		kafka.close()
 		eng.Close()
 		guard.Stop()

@@ -22,19 +22,32 @@ import (
 // send), the ingress consumers after it (they write into it); both start
 // once the engine runs and stop before it closes.
 type kafkaEdges struct {
-	log      *slog.Logger
-	ins      []*kafkaingress.Consumer
-	outs     []*kafkaegress.Relay
-	inSpecs  []*module.KafkaIngress
-	inM      *kafkaingress.Metrics
-	maxValue int
+	log  *slog.Logger
+	ins  []*kafkaingress.Consumer
+	outs []*kafkaegress.Relay
 }
 
-// kafkaEgresses maps every io.statefun.kafka.v1/egress of mod to a relay
-// and binds it, beside the playground egress, in the returned routes. An
-// egress whose properties cannot be honoured is refused with its file and
-// line; ignored properties are logged once.
-func kafkaEgresses(mod *module.Module, db *store.DB, reg prometheus.Registerer, log *slog.Logger) (*kafkaEdges, *egress.Routes, error) {
+// kafkaPlan is the module's Kafka ingresses and egresses with their client
+// properties mapped, checked once before anything is opened.
+type kafkaPlan struct {
+	egresses  []egressPlan
+	ingresses []ingressPlan
+}
+
+type egressPlan struct {
+	spec     *module.KafkaEgress
+	producer *kafkaclient.Producer
+	sem      kafkaegress.Semantic
+}
+
+type ingressPlan struct {
+	spec     *module.KafkaIngress
+	consumer *kafkaclient.Consumer
+}
+
+// kafkaEgresses makes a relay per planned io.statefun.kafka.v1/egress and
+// binds it, beside the playground egress, in the returned routes.
+func kafkaEgresses(mod *module.Module, plan *kafkaPlan, db *store.DB, reg prometheus.Registerer, log *slog.Logger) (*kafkaEdges, *egress.Routes, error) {
 	k := &kafkaEdges{log: log}
 	routes := egress.NewRoutes()
 	var topics []string
@@ -48,30 +61,17 @@ func kafkaEgresses(mod *module.Module, db *store.DB, reg prometheus.Registerer, 
 	}
 	var errs module.Errors
 	var em *kafkaegress.Metrics
-	if len(mod.KafkaEgresses) > 0 {
+	if len(plan.egresses) > 0 {
 		em = kafkaegress.NewMetrics(reg)
 	}
-	for _, eg := range mod.KafkaEgresses {
-		p, err := kafkaclient.ForEgress(eg, nil)
-		if err != nil {
-			errs = appendModuleErrors(errs, err)
-			continue
-		}
+	for _, ep := range plan.egresses {
+		eg, p := ep.spec, ep.producer
 		warn(log, p.Warnings)
-		sem, err := kafkaegress.ParseSemantic(string(eg.Semantic))
-		if err != nil {
-			errs = append(errs, at(eg.Pos, module.KindKafkaEgress, "deliverySemantic", err))
-			continue
-		}
 		id := eg.ID.String()
-		if id == egress.PlaygroundID {
-			errs = append(errs, at(eg.Pos, module.KindKafkaEgress, "id", fmt.Errorf("%s is the playground egress's id", id)))
-			continue
-		}
 		r, err := kafkaegress.New(kafkaegress.Config{
 			ID:                 id,
 			Brokers:            kafkaclient.Brokers(eg.Address),
-			Semantic:           sem,
+			Semantic:           ep.sem,
 			TransactionTimeout: eg.TransactionTimeout,
 			TransactionalID:    p.TransactionalID,
 			ClientOpts:         p.Opts,
@@ -105,27 +105,35 @@ func keepEgress(mod *module.Module) []string {
 	return ids
 }
 
-// checkKafka refuses, before anything is opened (the store included), a
-// Kafka ingress or egress whose properties cannot be honoured, an egress
-// with an unknown delivery semantic or the playground egress's id, and an
-// ingress whose topics route to a function type no endpoint serves (its
-// records would wait forever).
-func checkKafka(mod *module.Module, fns *functions.Router) error {
+// planKafka maps the client properties of every Kafka ingress and egress
+// once, and refuses, before anything is opened (the store included), one
+// whose properties cannot be honoured, an egress with an unknown delivery
+// semantic or the playground egress's id, and an ingress whose topics
+// route to a function type no endpoint serves (its records would wait
+// forever).
+func planKafka(mod *module.Module, fns *functions.Router) (*kafkaPlan, error) {
+	plan := &kafkaPlan{}
 	var errs module.Errors
 	for _, eg := range mod.KafkaEgresses {
-		if _, err := kafkaclient.ForEgress(eg, nil); err != nil {
+		p, err := kafkaclient.ForEgress(eg, nil)
+		if err != nil {
 			errs = appendModuleErrors(errs, err)
 			continue
 		}
-		if _, err := kafkaegress.ParseSemantic(string(eg.Semantic)); err != nil {
+		sem, err := kafkaegress.ParseSemantic(string(eg.Semantic))
+		if err != nil {
 			errs = append(errs, at(eg.Pos, module.KindKafkaEgress, "deliverySemantic", err))
+			continue
 		}
 		if id := eg.ID.String(); id == egress.PlaygroundID {
 			errs = append(errs, at(eg.Pos, module.KindKafkaEgress, "id", fmt.Errorf("%s is the playground egress's id", id)))
+			continue
 		}
+		plan.egresses = append(plan.egresses, egressPlan{spec: eg, producer: p, sem: sem})
 	}
 	for _, in := range mod.KafkaIngresses {
-		if _, err := kafkaclient.ForIngress(in, nil); err != nil {
+		c, err := kafkaclient.ForIngress(in, nil)
+		if err != nil {
 			errs = appendModuleErrors(errs, err)
 		}
 		for _, t := range in.Topics {
@@ -136,25 +144,26 @@ func checkKafka(mod *module.Module, fns *functions.Router) error {
 				}
 			}
 		}
+		if c != nil {
+			plan.ingresses = append(plan.ingresses, ingressPlan{spec: in, consumer: c})
+		}
 	}
 	if len(errs) > 0 {
-		return errs
+		return nil, errs
 	}
-	return nil
+	return plan, nil
 }
 
 // addIngresses creates a consumer per io.statefun.kafka.v1/ingress on eng
-// (checkKafka has passed). A record's value larger than the
+// (planned by planKafka). A record's value larger than the
 // smallest payload limit of its targets' endpoints becomes a dead letter.
-func (k *kafkaEdges) addIngresses(mod *module.Module, fns *functions.Router, eng *engine.Engine, reg prometheus.Registerer) error {
-	if len(mod.KafkaIngresses) > 0 {
-		k.inM = kafkaingress.NewMetrics(reg)
+func (k *kafkaEdges) addIngresses(plan *kafkaPlan, fns *functions.Router, eng *engine.Engine, reg prometheus.Registerer) error {
+	var im *kafkaingress.Metrics
+	if len(plan.ingresses) > 0 {
+		im = kafkaingress.NewMetrics(reg)
 	}
-	for _, in := range mod.KafkaIngresses {
-		c, err := kafkaclient.ForIngress(in, nil)
-		if err != nil {
-			return err
-		}
+	for _, ip := range plan.ingresses {
+		in, c := ip.spec, ip.consumer
 		warn(k.log, c.Warnings)
 		cfg := kafkaingress.Config{
 			ID:              in.ID.String(),
@@ -165,7 +174,7 @@ func (k *kafkaEdges) addIngresses(mod *module.Module, fns *functions.Router, eng
 			ClientOpts:      c.Opts,
 			MaxBatchRecords: c.MaxPollRecords,
 			Logger:          k.log,
-			Metrics:         k.inM,
+			Metrics:         im,
 		}
 		for _, t := range in.Topics {
 			cfg.Routes = append(cfg.Routes, kafkaingress.Route{Topic: t.Topic, ValueType: t.ValueType, Targets: t.Targets})
@@ -180,7 +189,6 @@ func (k *kafkaEdges) addIngresses(mod *module.Module, fns *functions.Router, eng
 			return at(in.Pos, module.KindKafkaIngress, "", err)
 		}
 		k.ins = append(k.ins, consumer)
-		k.inSpecs = append(k.inSpecs, in)
 	}
 	return nil
 }

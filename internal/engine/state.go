@@ -273,22 +273,56 @@ func (e *Engine) WaitReceipt(ctx context.Context, id string) (*protocol.Receipt,
 	}
 }
 
+// mutationToProto is the stored form of an accepted mutation: everything
+// the core needs to apply it at its turn (mutation_test.go checks that no
+// field of partition.Mutation is left out, but Request and Ack, which belong
+// to the caller waiting in this process).
 func mutationToProto(m partition.Mutation) *protocol.StateMutation {
-	return &protocol.StateMutation{
+	p := &protocol.StateMutation{
 		Id: m.ID, Target: toProtoAddr(m.Addr), State: m.State, Op: int32(m.Op), Typename: m.Typename,
 		Value: m.Value, IfMatch: m.IfMatch, IfNoneMatch: m.IfNoneMatch, Principal: m.Principal,
 		Reason: m.Reason, Reverts: m.Reverts,
 		IfMatchTags: conditionToProto(m.IfMatchTags), IfNoneMatchTags: conditionToProto(m.IfNoneMatchTags),
 	}
+	for _, e := range m.Image {
+		p.Image = append(p.Image, &protocol.RestoreEntry{State: e.State, Absent: e.Absent, Typename: e.Typename, Value: e.Value, Version: e.Version})
+	}
+	if r := m.Repair; r != nil {
+		p.Repair = &protocol.MessageRepair{Argument: r.Argument, Messages: r.Messages, Timers: timerImages(r.Timers)}
+		if r.Key != nil {
+			p.Repair.Key = &protocol.InboxKey{Partition: int32(r.Key.Partition), Source: r.Key.Source, Seq: r.Key.Seq}
+		}
+		for _, e := range r.Entries {
+			p.Repair.Entries = append(p.Repair.Entries, &protocol.EntryImage{State: e.State, Typename: e.Entry.Typename,
+				Value: e.Entry.Value, Version: e.Entry.Version, ExpiresAt: e.Entry.ExpiresAt})
+		}
+	}
+	return p
 }
 
+// mutationFromProto is the accepted mutation p stores; nobody waits for
+// its answer (Request 0, AckAccepted).
 func mutationFromProto(p *protocol.StateMutation) *partition.Mutation {
-	return &partition.Mutation{
+	m := &partition.Mutation{
 		ID: p.GetId(), Addr: fromProtoAddr(p.GetTarget()), State: p.GetState(), Op: partition.MutationOp(p.GetOp()),
 		Typename: p.GetTypename(), Value: p.GetValue(), IfMatch: p.GetIfMatch(), IfNoneMatch: p.GetIfNoneMatch(),
 		Ack: AckAccepted, Principal: p.GetPrincipal(), Reason: p.GetReason(), Reverts: p.GetReverts(),
 		IfMatchTags: conditionFromProto(p.GetIfMatchTags()), IfNoneMatchTags: conditionFromProto(p.GetIfNoneMatchTags()),
 	}
+	for _, e := range p.GetImage() {
+		m.Image = append(m.Image, partition.RestoreEntry{State: e.GetState(), Absent: e.GetAbsent(), Typename: e.GetTypename(), Value: e.GetValue(), Version: e.GetVersion()})
+	}
+	if r := p.GetRepair(); r != nil {
+		m.Repair = &partition.MessageRepair{Argument: r.GetArgument(), Messages: r.GetMessages(), Timers: TimersFromImages(r.GetTimers())}
+		if k := r.GetKey(); k != nil {
+			m.Repair.Key = &partition.InboxKey{Partition: int(k.GetPartition()), Source: k.GetSource(), Seq: k.GetSeq()}
+		}
+		for _, e := range r.GetEntries() {
+			m.Repair.Entries = append(m.Repair.Entries, partition.StateEntry{State: e.GetState(), Entry: partition.Entry{
+				Typename: e.GetTypename(), Value: e.GetValue(), Version: e.GetVersion(), ExpiresAt: e.GetExpiresAt()}})
+		}
+	}
+	return m
 }
 
 func conditionToProto(c *partition.Condition) *protocol.Condition {

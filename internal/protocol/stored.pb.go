@@ -295,8 +295,13 @@ type StateMutation struct {
 	// and if_none_match, which mutations stored before them carry.
 	IfMatchTags     *Condition `protobuf:"bytes,12,opt,name=if_match_tags,json=ifMatchTags,proto3" json:"if_match_tags,omitempty"`
 	IfNoneMatchTags *Condition `protobuf:"bytes,13,opt,name=if_none_match_tags,json=ifNoneMatchTags,proto3" json:"if_none_match_tags,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// image is what a restore (op 3) sets back (partition.RestoreEntry).
+	Image []*RestoreEntry `protobuf:"bytes,14,rep,name=image,proto3" json:"image,omitempty"`
+	// repair is set for an operation on the inbox (ops 20 to 26,
+	// partition.MessageRepair).
+	Repair        *MessageRepair `protobuf:"bytes,15,opt,name=repair,proto3" json:"repair,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StateMutation) Reset() {
@@ -420,6 +425,317 @@ func (x *StateMutation) GetIfNoneMatchTags() *Condition {
 	return nil
 }
 
+func (x *StateMutation) GetImage() []*RestoreEntry {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+func (x *StateMutation) GetRepair() *MessageRepair {
+	if x != nil {
+		return x.Repair
+	}
+	return nil
+}
+
+// RestoreEntry is one entry of a restore's image: the value it had at the
+// point restored to, or absent.
+type RestoreEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Absent        bool                   `protobuf:"varint,2,opt,name=absent,proto3" json:"absent,omitempty"`
+	Typename      string                 `protobuf:"bytes,3,opt,name=typename,proto3" json:"typename,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Version       uint64                 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreEntry) Reset() {
+	*x = RestoreEntry{}
+	mi := &file_protocol_stored_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreEntry) ProtoMessage() {}
+
+func (x *RestoreEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreEntry.ProtoReflect.Descriptor instead.
+func (*RestoreEntry) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RestoreEntry) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *RestoreEntry) GetAbsent() bool {
+	if x != nil {
+		return x.Absent
+	}
+	return false
+}
+
+func (x *RestoreEntry) GetTypename() string {
+	if x != nil {
+		return x.Typename
+	}
+	return ""
+}
+
+func (x *RestoreEntry) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *RestoreEntry) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// MessageRepair is an operation on an address's inbox.
+type MessageRepair struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key names the message; unset names the head of the inbox.
+	Key *InboxKey `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// argument replaces the message's argument (an edit).
+	Argument *TypedValue `protobuf:"bytes,2,opt,name=argument,proto3" json:"argument,omitempty"`
+	// entries, messages and timers are what a revert of a cancel or of a
+	// delete of an address puts back.
+	Entries       []*EntryImage `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	Messages      []*Envelope   `protobuf:"bytes,4,rep,name=messages,proto3" json:"messages,omitempty"`
+	Timers        []*TimerImage `protobuf:"bytes,5,rep,name=timers,proto3" json:"timers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageRepair) Reset() {
+	*x = MessageRepair{}
+	mi := &file_protocol_stored_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageRepair) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageRepair) ProtoMessage() {}
+
+func (x *MessageRepair) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageRepair.ProtoReflect.Descriptor instead.
+func (*MessageRepair) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MessageRepair) GetKey() *InboxKey {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *MessageRepair) GetArgument() *TypedValue {
+	if x != nil {
+		return x.Argument
+	}
+	return nil
+}
+
+func (x *MessageRepair) GetEntries() []*EntryImage {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *MessageRepair) GetMessages() []*Envelope {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *MessageRepair) GetTimers() []*TimerImage {
+	if x != nil {
+		return x.Timers
+	}
+	return nil
+}
+
+// InboxKey names a message in a partition's inbox (partition.InboxKey).
+type InboxKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Source        uint32                 `protobuf:"varint,2,opt,name=source,proto3" json:"source,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InboxKey) Reset() {
+	*x = InboxKey{}
+	mi := &file_protocol_stored_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InboxKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InboxKey) ProtoMessage() {}
+
+func (x *InboxKey) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InboxKey.ProtoReflect.Descriptor instead.
+func (*InboxKey) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *InboxKey) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *InboxKey) GetSource() uint32 {
+	if x != nil {
+		return x.Source
+	}
+	return 0
+}
+
+func (x *InboxKey) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// EntryImage is a state entry with its value (partition.StateEntry).
+type EntryImage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Typename      string                 `protobuf:"bytes,2,opt,name=typename,proto3" json:"typename,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	ExpiresAt     int64                  `protobuf:"varint,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EntryImage) Reset() {
+	*x = EntryImage{}
+	mi := &file_protocol_stored_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EntryImage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EntryImage) ProtoMessage() {}
+
+func (x *EntryImage) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EntryImage.ProtoReflect.Descriptor instead.
+func (*EntryImage) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *EntryImage) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *EntryImage) GetTypename() string {
+	if x != nil {
+		return x.Typename
+	}
+	return ""
+}
+
+func (x *EntryImage) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *EntryImage) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *EntryImage) GetExpiresAt() int64 {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return 0
+}
+
 // Condition is an If-Match or If-None-Match header (partition.Condition).
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -433,7 +749,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_protocol_stored_proto_msgTypes[5]
+	mi := &file_protocol_stored_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +761,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[5]
+	mi := &file_protocol_stored_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +774,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Condition) GetAny() bool {
@@ -496,7 +812,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_protocol_stored_proto_msgTypes[6]
+	mi := &file_protocol_stored_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +824,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[6]
+	mi := &file_protocol_stored_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +837,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Receipt) GetMutation() string {
@@ -625,7 +941,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_protocol_stored_proto_msgTypes[7]
+	mi := &file_protocol_stored_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +953,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[7]
+	mi := &file_protocol_stored_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +966,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{7}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AuditRecord) GetMutation() string {
@@ -785,7 +1101,7 @@ type TimerImage struct {
 
 func (x *TimerImage) Reset() {
 	*x = TimerImage{}
-	mi := &file_protocol_stored_proto_msgTypes[8]
+	mi := &file_protocol_stored_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +1113,7 @@ func (x *TimerImage) String() string {
 func (*TimerImage) ProtoMessage() {}
 
 func (x *TimerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[8]
+	mi := &file_protocol_stored_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +1126,7 @@ func (x *TimerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerImage.ProtoReflect.Descriptor instead.
 func (*TimerImage) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{8}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TimerImage) GetPartition() int32 {
@@ -865,7 +1181,7 @@ type MessageDeadLetter struct {
 
 func (x *MessageDeadLetter) Reset() {
 	*x = MessageDeadLetter{}
-	mi := &file_protocol_stored_proto_msgTypes[9]
+	mi := &file_protocol_stored_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1193,7 @@ func (x *MessageDeadLetter) String() string {
 func (*MessageDeadLetter) ProtoMessage() {}
 
 func (x *MessageDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[9]
+	mi := &file_protocol_stored_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1206,7 @@ func (x *MessageDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDeadLetter.ProtoReflect.Descriptor instead.
 func (*MessageDeadLetter) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{9}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MessageDeadLetter) GetId() string {
@@ -970,7 +1286,7 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"\rPartitionMeta\x12\x1b\n" +
 	"\tcommit_id\x18\x01 \x01(\x04R\bcommitId\x12\x1f\n" +
 	"\vversion_seq\x18\x02 \x01(\x04R\n" +
-	"versionSeq\"\xd8\x03\n" +
+	"versionSeq\"\xd5\x04\n" +
 	"\rStateMutation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x127\n" +
 	"\x06target\x18\x02 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x12\x14\n" +
@@ -985,7 +1301,33 @@ const file_protocol_stored_proto_rawDesc = "" +
 	" \x01(\tR\x06reason\x12\x18\n" +
 	"\areverts\x18\v \x01(\tR\areverts\x12F\n" +
 	"\rif_match_tags\x18\f \x01(\v2\".statefun.runtime.stored.ConditionR\vifMatchTags\x12O\n" +
-	"\x12if_none_match_tags\x18\r \x01(\v2\".statefun.runtime.stored.ConditionR\x0fifNoneMatchTags\"9\n" +
+	"\x12if_none_match_tags\x18\r \x01(\v2\".statefun.runtime.stored.ConditionR\x0fifNoneMatchTags\x12;\n" +
+	"\x05image\x18\x0e \x03(\v2%.statefun.runtime.stored.RestoreEntryR\x05image\x12>\n" +
+	"\x06repair\x18\x0f \x01(\v2&.statefun.runtime.stored.MessageRepairR\x06repair\"\x88\x01\n" +
+	"\fRestoreEntry\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x16\n" +
+	"\x06absent\x18\x02 \x01(\bR\x06absent\x12\x1a\n" +
+	"\btypename\x18\x03 \x01(\tR\btypename\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\xbf\x02\n" +
+	"\rMessageRepair\x123\n" +
+	"\x03key\x18\x01 \x01(\v2!.statefun.runtime.stored.InboxKeyR\x03key\x12>\n" +
+	"\bargument\x18\x02 \x01(\v2\".statefun.wire.reqreply.TypedValueR\bargument\x12=\n" +
+	"\aentries\x18\x03 \x03(\v2#.statefun.runtime.stored.EntryImageR\aentries\x12=\n" +
+	"\bmessages\x18\x04 \x03(\v2!.statefun.runtime.stored.EnvelopeR\bmessages\x12;\n" +
+	"\x06timers\x18\x05 \x03(\v2#.statefun.runtime.stored.TimerImageR\x06timers\"R\n" +
+	"\bInboxKey\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06source\x18\x02 \x01(\rR\x06source\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\x8d\x01\n" +
+	"\n" +
+	"EntryImage\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x1a\n" +
+	"\btypename\x18\x02 \x01(\tR\btypename\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x1d\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\x03R\texpiresAt\"9\n" +
 	"\tCondition\x12\x10\n" +
 	"\x03any\x18\x01 \x01(\bR\x03any\x12\x1a\n" +
 	"\bversions\x18\x02 \x03(\x04R\bversions\"\xb1\x02\n" +
@@ -1052,43 +1394,54 @@ func file_protocol_stored_proto_rawDescGZIP() []byte {
 	return file_protocol_stored_proto_rawDescData
 }
 
-var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_protocol_stored_proto_goTypes = []any{
 	(*Envelope)(nil),                        // 0: statefun.runtime.stored.Envelope
 	(*Specs)(nil),                           // 1: statefun.runtime.stored.Specs
 	(*EgressRecord)(nil),                    // 2: statefun.runtime.stored.EgressRecord
 	(*PartitionMeta)(nil),                   // 3: statefun.runtime.stored.PartitionMeta
 	(*StateMutation)(nil),                   // 4: statefun.runtime.stored.StateMutation
-	(*Condition)(nil),                       // 5: statefun.runtime.stored.Condition
-	(*Receipt)(nil),                         // 6: statefun.runtime.stored.Receipt
-	(*AuditRecord)(nil),                     // 7: statefun.runtime.stored.AuditRecord
-	(*TimerImage)(nil),                      // 8: statefun.runtime.stored.TimerImage
-	(*MessageDeadLetter)(nil),               // 9: statefun.runtime.stored.MessageDeadLetter
-	(*Address)(nil),                         // 10: statefun.wire.reqreply.Address
-	(*TypedValue)(nil),                      // 11: statefun.wire.reqreply.TypedValue
-	(*FromFunction_PersistedValueSpec)(nil), // 12: statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	(*RestoreEntry)(nil),                    // 5: statefun.runtime.stored.RestoreEntry
+	(*MessageRepair)(nil),                   // 6: statefun.runtime.stored.MessageRepair
+	(*InboxKey)(nil),                        // 7: statefun.runtime.stored.InboxKey
+	(*EntryImage)(nil),                      // 8: statefun.runtime.stored.EntryImage
+	(*Condition)(nil),                       // 9: statefun.runtime.stored.Condition
+	(*Receipt)(nil),                         // 10: statefun.runtime.stored.Receipt
+	(*AuditRecord)(nil),                     // 11: statefun.runtime.stored.AuditRecord
+	(*TimerImage)(nil),                      // 12: statefun.runtime.stored.TimerImage
+	(*MessageDeadLetter)(nil),               // 13: statefun.runtime.stored.MessageDeadLetter
+	(*Address)(nil),                         // 14: statefun.wire.reqreply.Address
+	(*TypedValue)(nil),                      // 15: statefun.wire.reqreply.TypedValue
+	(*FromFunction_PersistedValueSpec)(nil), // 16: statefun.wire.reqreply.FromFunction.PersistedValueSpec
 }
 var file_protocol_stored_proto_depIdxs = []int32{
-	10, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
-	10, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
-	11, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
+	14, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
+	14, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
+	15, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
 	4,  // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
-	12, // 4: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
-	11, // 5: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
-	10, // 6: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
-	5,  // 7: statefun.runtime.stored.StateMutation.if_match_tags:type_name -> statefun.runtime.stored.Condition
-	5,  // 8: statefun.runtime.stored.StateMutation.if_none_match_tags:type_name -> statefun.runtime.stored.Condition
-	10, // 9: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
-	10, // 10: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
-	0,  // 11: statefun.runtime.stored.AuditRecord.messages:type_name -> statefun.runtime.stored.Envelope
-	8,  // 12: statefun.runtime.stored.AuditRecord.timers:type_name -> statefun.runtime.stored.TimerImage
-	0,  // 13: statefun.runtime.stored.TimerImage.envelope:type_name -> statefun.runtime.stored.Envelope
-	0,  // 14: statefun.runtime.stored.MessageDeadLetter.envelope:type_name -> statefun.runtime.stored.Envelope
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	16, // 4: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	15, // 5: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
+	14, // 6: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
+	9,  // 7: statefun.runtime.stored.StateMutation.if_match_tags:type_name -> statefun.runtime.stored.Condition
+	9,  // 8: statefun.runtime.stored.StateMutation.if_none_match_tags:type_name -> statefun.runtime.stored.Condition
+	5,  // 9: statefun.runtime.stored.StateMutation.image:type_name -> statefun.runtime.stored.RestoreEntry
+	6,  // 10: statefun.runtime.stored.StateMutation.repair:type_name -> statefun.runtime.stored.MessageRepair
+	7,  // 11: statefun.runtime.stored.MessageRepair.key:type_name -> statefun.runtime.stored.InboxKey
+	15, // 12: statefun.runtime.stored.MessageRepair.argument:type_name -> statefun.wire.reqreply.TypedValue
+	8,  // 13: statefun.runtime.stored.MessageRepair.entries:type_name -> statefun.runtime.stored.EntryImage
+	0,  // 14: statefun.runtime.stored.MessageRepair.messages:type_name -> statefun.runtime.stored.Envelope
+	12, // 15: statefun.runtime.stored.MessageRepair.timers:type_name -> statefun.runtime.stored.TimerImage
+	14, // 16: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
+	14, // 17: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
+	0,  // 18: statefun.runtime.stored.AuditRecord.messages:type_name -> statefun.runtime.stored.Envelope
+	12, // 19: statefun.runtime.stored.AuditRecord.timers:type_name -> statefun.runtime.stored.TimerImage
+	0,  // 20: statefun.runtime.stored.TimerImage.envelope:type_name -> statefun.runtime.stored.Envelope
+	0,  // 21: statefun.runtime.stored.MessageDeadLetter.envelope:type_name -> statefun.runtime.stored.Envelope
+	22, // [22:22] is the sub-list for method output_type
+	22, // [22:22] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_protocol_stored_proto_init() }
@@ -1103,7 +1456,7 @@ func file_protocol_stored_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_stored_proto_rawDesc), len(file_protocol_stored_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -388,10 +388,6 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request, principal strin
 		fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	if m.Ack == partition.AckAccepted {
-		fail(w, r, http.StatusBadRequest, "?ack=accepted: a restore is applied with ack=committed or ack=applied")
-		return
-	}
 	es, complete, err := s.eng.HistoryAt(a, state, pt)
 	if err != nil {
 		engineError(w, r, err)

@@ -309,7 +309,30 @@ func TestAsOfAcrossRestartThenRestoreAndRevert(t *testing.T) {
 	if r := get("/state/test/fn/r/i32", "Accept", "text/plain"); string(r.body) != "7" {
 		t.Fatalf("restore of str touched i32: %s %q", r.Status, r.body)
 	}
-	for _, bad := range []string{"", "?asOf=1&ack=accepted"} {
+	// Accepted: durable at once, applied at its turn, the image stored with
+	// it (it survives a restart while it waits).
+	mustPut(t, api, "/state/test/fn/r/str", "text/plain", "later")
+	ra := send(t, api, "POST", "/state/test/fn/r/str?ack=accepted&asOf="+r1.Commit, nil)
+	if ra.StatusCode != 202 || ra.Header.Get("Location") == "" {
+		t.Fatalf("restore with ack=accepted: %s %s %v", ra.Status, ra.body, ra.Header)
+	}
+	var rcpt receiptJSON
+	get(ra.Header.Get("Location")+"?wait=10s").json(t, &rcpt)
+	if rcpt.Status != "committed" {
+		t.Fatalf("the accepted restore's receipt: %+v", rcpt)
+	}
+	if r := get("/state/test/fn/r/str", "Accept", "text/plain"); string(r.body) != "before" {
+		t.Fatalf("after the accepted restore str = %s %q", r.Status, r.body)
+	}
+	if r := send(t, api, "POST", "/state/test/fn/r?ack=accepted&asOf="+r1.Commit, nil); r.StatusCode != 202 {
+		t.Fatalf("address restore with ack=accepted: %s %s", r.Status, r.body)
+	} else if r := get(r.Header.Get("Location") + "?wait=10s"); !strings.Contains(string(r.body), `"committed"`) {
+		t.Fatalf("the accepted address restore's receipt: %s", r.body)
+	}
+	if r := get("/state/test/fn/r/i32"); r.StatusCode != 404 {
+		t.Fatalf("after the accepted address restore i32: %s %s, want 404", r.Status, r.body)
+	}
+	for _, bad := range []string{""} {
 		if r := send(t, api, "POST", "/state/test/fn/r"+bad, nil); r.StatusCode != 400 {
 			t.Errorf("POST address%s: %s %s, want 400", bad, r.Status, r.body)
 		}

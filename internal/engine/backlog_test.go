@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
 )
 
 // The backlog of a partition is bounded in bytes: messages held in memory
@@ -63,5 +66,44 @@ func TestReadsCountAgainstQueueLimit(t *testing.T) {
 	defer cancel3()
 	if _, err := e.Read(ctx3, addr("a"), ""); !errors.Is(err, ErrBusy) {
 		t.Fatalf("a third read = %v, want ErrBusy", err)
+	}
+}
+
+// An edited message counts in the backlog at its new size: an operator who
+// grows a queued message grows what the partition holds in memory.
+func TestEditedMessageRecountedInBacklog(t *testing.T) {
+	ctx := context.Background()
+	db := openStore(t, vfs.NewMem(), 1)
+	e := newEngine(t, db, &counter{}, func(o *Options) { o.MaxBacklogBytes = 1200 })
+	e.Start()
+	if _, err := e.Pause(ctx, PauseRequest{Mutation: "p", Addr: addr("a"), Principal: "op"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"1", "2"} {
+		if err := e.Ingest(ctx, msg("a", v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first partition.InboxKey
+	waitFor(t, "two queued messages", func() bool {
+		in, err := e.Inbox(ctx, addr("a"))
+		if err != nil || len(in.Queued) != 2 {
+			return false
+		}
+		first = in.Queued[0].Key
+		return true
+	})
+	held := e.parts[0].heldBytes.Load()
+	big := &protocol.TypedValue{Typename: "io.statefun.types/string", HasValue: true, Value: []byte(strings.Repeat("x", 1500))}
+	rc, err := e.Repair(ctx, partition.Mutation{ID: "e1", Addr: addr("a"), Op: partition.OpEditMessage, Principal: "op",
+		Repair: &partition.MessageRepair{Key: &first, Argument: big}})
+	if err != nil || rc.Reject != partition.Applied {
+		t.Fatalf("edit: %+v, %v", rc, err)
+	}
+	if now := e.parts[0].heldBytes.Load(); now < held+1500 {
+		t.Fatalf("held bytes %d before the edit, %d after it grew a message by 1500 bytes", held, now)
+	}
+	if err := e.Ingest(ctx, msg("a", "3")); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Ingest past the byte limit after the edit = %v, want ErrBusy", err)
 	}
 }

@@ -146,6 +146,13 @@ func (p *part) process() (bool, error) {
 		for _, k := range c.Consumed {
 			p.consumed(k)
 		}
+		for _, m := range c.Rewritten {
+			// An edited message is held at its new size.
+			if _, ok := p.held[m.Key]; ok {
+				p.consumed(m.Key)
+				p.hold(m.Key, proto.Size(m.Env))
+			}
+		}
 		p.out.commit(p, c)
 	}
 	if h, ok := p.core.TakeHealth(); ok {

@@ -21,6 +21,7 @@ var (
 	flagFn         = flag.String("load.fn", envStr("STATEFUN_BENCH_FN", "process"), "where sdktest/counter runs: process (a child process) or inprocess")
 	flagGen        = flag.String("load.gen", envStr("STATEFUN_BENCH_GEN", "process"), "where the load generator runs: process (a child process) or inprocess")
 	flagGOGC       = flag.Int("load.gogc", envInt("STATEFUN_BENCH_GOGC", 0), "GOGC of the runtime's process during end-to-end runs (0: leave it)")
+	flagNice       = flag.Int("load.nice", envInt("STATEFUN_BENCH_NICE", 0), "niceness of the function and load generator processes: they stand in for machines of their own, so with a positive value they take only the CPU the runtime leaves")
 	flagProfile    = flag.String("load.profile", envStr("STATEFUN_BENCH_PROFILE", ""), "directory for a CPU profile of each end-to-end run")
 )
 
@@ -66,4 +67,16 @@ func addressCounts(b *testing.B) []int {
 		out = append(out, n)
 	}
 	return out
+}
+
+func envFloat(name string, def float64) float64 {
+	v := envStr(name, "")
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(strings.ReplaceAll(v, "_", ""), 64)
+	if err != nil {
+		panic(fmt.Sprintf("bench: %s=%q is not a number", name, v))
+	}
+	return f
 }

@@ -2,9 +2,16 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
+	"log/slog"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/statefun-go/statefun/internal/app"
 	"io"
 	"log"
 	"net"
@@ -13,6 +20,7 @@ import (
 	"os/exec"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +37,7 @@ import (
 //	kafka    serve a kfake cluster (see serveKafka)
 //	kcounter serve bench/counter, the Kafka benchmark's counter
 //	kload    run the Kafka load generator (see runKafkaLoadChild)
+//	runtime  run the runtime described by runtimeEnv (see runRuntimeChild)
 const roleEnv = "STATEFUN_BENCH_ROLE"
 
 // loadEnv carries a loadSpec, as JSON, to a load generator child.
@@ -50,6 +59,11 @@ func TestMain(m *testing.M) {
 	case "kafka":
 		if err := serveKafka(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: kfake:", err)
+			os.Exit(1)
+		}
+	case "runtime":
+		if err := runRuntimeChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: runtime:", err)
 			os.Exit(1)
 		}
 	case "kcounter":
@@ -100,6 +114,10 @@ type loadSpec struct {
 	Messages      int
 	Clients       int
 	MaxTime       time.Duration
+	// Rate paces the load at this many messages per second (open loop:
+	// message i is not sent before start + i/Rate); 0 sends as fast as
+	// Clients allow (closed loop).
+	Rate float64
 }
 
 func (s loadSpec) urls() []string {
@@ -117,8 +135,46 @@ func (s loadSpec) run(ctx context.Context) (loadSummary, error) {
 	client := newLoadClient(s.Clients)
 	defer client.CloseIdleConnections()
 	urls := s.urls()
-	res, err := drive(ctx, s.Messages, s.Clients, s.MaxTime, postOp(client, func(i int) string { return urls[i%len(urls)] }, []byte("1")))
+	op := postOp(client, func(i int) string { return urls[i%len(urls)] }, []byte("1"))
+	if s.Rate > 0 {
+		op = paced(s.Rate, op)
+	}
+	res, err := drive(ctx, s.Messages, s.Clients, s.MaxTime, op)
 	return res.summary(), err
+}
+
+// paced delays op(i) until start + i/rate, start being the first call: a
+// load that keeps its pace whatever the latency, as long as the clients
+// suffice, and never catches up in a burst after a stall longer than one
+// second (the schedule then restarts from now).
+func paced(rate float64, op func(context.Context, int) (bool, error)) func(context.Context, int) (bool, error) {
+	var (
+		mu    sync.Mutex
+		start time.Time
+		base  int
+	)
+	return func(ctx context.Context, i int) (bool, error) {
+		mu.Lock()
+		now := time.Now()
+		if start.IsZero() {
+			start, base = now, i
+		}
+		at := start.Add(time.Duration(float64(i-base) / rate * float64(time.Second)))
+		if now.Sub(at) > time.Second {
+			start, base, at = now, i, now
+		}
+		mu.Unlock()
+		if d := time.Until(at); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false, ctx.Err()
+			case <-t.C:
+			}
+		}
+		return op(ctx, i)
+	}
 }
 
 // runLoadChild is the load generator process: it reads its loadSpec from
@@ -167,6 +223,10 @@ func startChild(b *testing.B, role string, env ...string) *child {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(exe)
+	if n := *flagNice; n != 0 && role != "runtime" {
+		// nice execs the test binary: the pid stays the child's.
+		cmd = exec.Command("nice", "-n", strconv.Itoa(n), exe)
+	}
 	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -288,4 +348,83 @@ func startLoad(b *testing.B, spec loadSpec) loadGen {
 	}
 	b.Fatalf("bench: -load.gen %q: want process or inprocess", *flagGen)
 	return loadGen{}
+}
+
+// runtimeEnv carries a runtimeSpec, as JSON, to a runtime child.
+const runtimeEnv = "STATEFUN_BENCH_RUNTIME"
+
+// runtimeSpec is what a runtime child runs: the module's text, the store's
+// partitions (0: the default) and GOGC (0: 400, as statefun run sets it).
+type runtimeSpec struct {
+	Module     string
+	Partitions int
+	GOGC       int
+}
+
+// runRuntimeChild is the runtime in a process of its own, as an operator's
+// client meets it: it prints "admin <addr>" and "ingress <addr>", then runs
+// until stdin closes.
+func runRuntimeChild() error {
+	var spec runtimeSpec
+	if err := json.Unmarshal([]byte(os.Getenv(runtimeEnv)), &spec); err != nil {
+		return err
+	}
+	debug.SetGCPercent(cmp.Or(spec.GOGC, 400))
+	dir, err := os.MkdirTemp("", "statefun-bench-runtime-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	modPath := filepath.Join(dir, "module.yaml")
+	if err := os.WriteFile(modPath, []byte(spec.Module), 0o644); err != nil {
+		return err
+	}
+	a, err := app.Start(app.Config{ModulePath: modPath, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
+		Partitions: spec.Partitions, ListenHost: "127.0.0.1",
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("admin %s\n", a.Addr("admin"))
+	fmt.Printf("ingress %s\n", a.Addr("ingress0"))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return a.Close()
+}
+
+// benchRuntime is a runtime under measurement: in a child process (pid
+// set) or in this one.
+type benchRuntime struct {
+	admin, ingress string // host:port
+	pid            int    // 0 when in this process
+}
+
+// startRuntime runs the module as -load.runtime says.
+func startRuntime(b *testing.B, module string) benchRuntime {
+	b.Helper()
+	switch *flagRuntime {
+	case "process":
+		js, err := json.Marshal(runtimeSpec{Module: module, Partitions: *flagPartitions, GOGC: *flagGOGC})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := startChild(b, "runtime", runtimeEnv+"="+string(js))
+		admin := c.expect(b, "admin ", time.Minute)
+		return benchRuntime{admin: admin, ingress: c.expect(b, "ingress ", time.Minute), pid: c.pid}
+	case "inprocess":
+		dir := b.TempDir()
+		modPath := filepath.Join(dir, "module.yaml")
+		if err := os.WriteFile(modPath, []byte(module), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		a, err := app.Start(app.Config{ModulePath: modPath, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
+			Partitions: *flagPartitions, ListenHost: "127.0.0.1",
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { a.Close() })
+		return benchRuntime{admin: a.Addr("admin"), ingress: a.Addr("ingress0")}
+	}
+	b.Fatalf("bench: -load.runtime %q: want process or inprocess", *flagRuntime)
+	return benchRuntime{}
 }

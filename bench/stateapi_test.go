@@ -5,22 +5,21 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/statefun-go/statefun/internal/app"
 	"github.com/statefun-go/statefun/internal/sdktest"
 )
 
 var (
-	flagAPIOps = flag.Int("load.apiops", envInt("STATEFUN_BENCH_API_OPS", 3000), "state API requests per measured operation and client count")
-	flagAPIBg  = flag.Duration("load.apibg", envDur("STATEFUN_BENCH_API_BG", 45*time.Second), "how long the function load runs beside the state API measurements")
+	flagAPIOps  = flag.Int("load.apiops", envInt("STATEFUN_BENCH_API_OPS", 3000), "state API requests per measured operation and client count")
+	flagAPIRate = flag.Float64("load.apirate", envFloat("STATEFUN_BENCH_API_RATE", 8000), "messages/s of the function load beside the state API measurements (0: as fast as -load.clients allow)")
+	flagRuntime = flag.String("load.runtime", envStr("STATEFUN_BENCH_RUNTIME_IN", "process"), "where the runtime of the state API benchmark runs: process (a child, as an operator's client meets it) or inprocess")
+	flagAPIBg   = flag.Duration("load.apibg", envDur("STATEFUN_BENCH_API_BG", 45*time.Second), "how long the function load runs beside the state API measurements")
 )
 
 // BenchmarkStateAPI measures the state access API on the idle runtime, then
@@ -31,7 +30,6 @@ var (
 func BenchmarkStateAPI(b *testing.B) {
 	fn := startCounter(b)
 	ctx := b.Context()
-	dir := b.TempDir()
 	ingressPort, egressPort := freePort(b), freePort(b)
 	module := fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
 spec:
@@ -47,19 +45,9 @@ spec:
   port: %d
   topics: [%s]
 `, fn.url, ingressPort, egressPort, sdktest.CounterTopic)
-	modPath := filepath.Join(dir, "module.yaml")
-	if err := os.WriteFile(modPath, []byte(module), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	a, err := app.Start(app.Config{ModulePath: modPath, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
-		Partitions: *flagPartitions, ListenHost: "127.0.0.1",
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
-	ingress := "http://" + a.Addr("ingress0") + "/" + sdktest.CounterFn + "/"
-	entry := "http://" + a.Addr("admin") + "/state/" + sdktest.CounterFn + "/api-key/" + sdktest.CounterState
+	rt := startRuntime(b, module)
+	ingress := "http://" + rt.ingress + "/" + sdktest.CounterFn + "/"
+	entry := "http://" + rt.admin + "/state/" + sdktest.CounterFn + "/api-key/" + sdktest.CounterState
 	mc := &http.Client{Timeout: 10 * time.Second}
 	if st, err := roundTrip(mc, mustRequest(ctx, ingress+"api-key")); err != nil || st != http.StatusOK {
 		b.Fatalf("bench: warm-up message: status %d, %v", st, err)
@@ -116,16 +104,18 @@ spec:
 		op         func(context.Context, int) (bool, error)
 		ops        int
 	}{{"GET", "read", get, *flagAPIOps}, {"PUT-applied", "applied", put("applied"), *flagAPIOps}, {"PUT-committed", "committed", put("committed"), max(*flagAPIOps/10, 1)}}
-	metricsURL := "http://" + a.Addr("admin") + "/metrics"
-	gen := startLoad(b, loadSpec{IngressPrefix: ingress, Addrs: 10000, Messages: 1 << 30, Clients: *flagClients, MaxTime: *flagAPIBg})
+	metricsURL := "http://" + rt.admin + "/metrics"
+	gen := startLoad(b, loadSpec{IngressPrefix: ingress, Addrs: 10000, Messages: 1 << 30, Clients: *flagClients, MaxTime: *flagAPIBg, Rate: *flagAPIRate})
 
 	// Every operation is measured twice in one run: on the idle runtime
 	// (phase idle), then beside the function load (phase load). Besides the
 	// client's latency each reports where the time went: the engine's share
 	// (statefun_state_request_seconds: from handing the request to its
 	// partition until the answer), the synced group commits, the Go
-	// scheduler's latency in this process (the runtime and the API client
-	// run here), and the cores other processes of the machine used.
+	// scheduler's latency in the runtime (sched: how long its goroutines
+	// waited for a CPU) and in the API client's process (client-sched: the
+	// same process as the runtime with -load.runtime=inprocess), and the
+	// cores other processes of the machine used.
 	var bgEnd time.Time
 	measure := func(phase string) {
 		for _, op := range ops {
@@ -137,7 +127,7 @@ spec:
 						b.Fatal(err)
 					}
 					sched0, mach0, start := schedLatencies(), readMachineCPU(), time.Now()
-					cpu0, cpuOK0 := cpuOf(os.Getpid(), fn.pid, gen.pid)
+					cpu0, cpuOK0 := cpuOf(os.Getpid(), rt.pid, fn.pid, gen.pid)
 					for range b.N {
 						r, err := drive(ctx, op.ops, clients, *flagMaxTime, op.op)
 						if err != nil {
@@ -146,7 +136,7 @@ spec:
 						s = r.summary()
 					}
 					wall := time.Since(start).Seconds()
-					cpu1, cpuOK1 := cpuOf(os.Getpid(), fn.pid, gen.pid)
+					cpu1, cpuOK1 := cpuOf(os.Getpid(), rt.pid, fn.pid, gen.pid)
 					mach, sched1 := readMachineCPU().minus(mach0), schedLatencies()
 					m1, err := scrape(ctx, mc, metricsURL)
 					if err != nil {
@@ -162,7 +152,9 @@ spec:
 					b.ReportMetric(eng.quantile(0.99)*1000, "engine-p99-ms")
 					b.ReportMetric(commits.quantile(0.5)*1000, "commit-p50-ms")
 					b.ReportMetric(commits.quantile(0.99)*1000, "commit-p99-ms")
-					b.ReportMetric(schedQuantile(sched0, sched1, 0.99)*1000, "sched-p99-ms")
+					rsched := m1.histogram("go_sched_latencies_seconds").minus(m0.histogram("go_sched_latencies_seconds"))
+					b.ReportMetric(rsched.quantile(0.99)*1000, "sched-p99-ms")
+					b.ReportMetric(schedQuantile(sched0, sched1, 0.99)*1000, "client-sched-p99-ms")
 					if mach.ok && cpuOK0 && cpuOK1 {
 						ours := make([]time.Duration, len(cpu1))
 						for i := range cpu1 {

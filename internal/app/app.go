@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -140,7 +141,12 @@ func Start(cfg Config) (*App, error) {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Besides the default Go metrics, the scheduler's latency histogram
+	// (go_sched_latencies_seconds): how long goroutines wait for a CPU,
+	// which is where an operator request's time goes on a saturated host.
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	fns, err := functions.New(mod, functions.Options{MaxCallsPerType: cfg.MaxCallsPerType, Metrics: functions.NewMetrics(reg)})
 	if err != nil {
 		return nil, err

@@ -23,6 +23,7 @@ type Metrics struct {
 	ingressRejected prometheus.Counter
 	ingressReplayed prometheus.Counter
 	stateRequest    *prometheus.HistogramVec
+	stateReads      *prometheus.CounterVec
 	repair          *repairGauges
 }
 
@@ -73,6 +74,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		// answer waited in the runtime (the partition's mailbox, the group
 		// commit) or outside it (the network, the scheduler of a loaded
 		// machine). docs/benchmarks.md uses it.
+		stateReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "statefun_state_reads_total", Help: "State API reads by the path that answered: store (the address had no write waiting for durability) or mailbox (in the partition's order, after its applied writes).",
+		}, []string{"path"}),
 		stateRequest: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "statefun_state_request_seconds", Help: "Time from handing a state API read or mutation to its partition until its answer, by kind (read, and a mutation's ack: accepted, applied, committed).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 3, 10),
@@ -81,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.invocations, m.batchSize, m.callSeconds, m.retries, m.commitSeconds,
-			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed, m.stateRequest)
+			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed, m.stateRequest, m.stateReads)
 		reg.MustRegister(m.repair.collectors()...)
 	}
 	return m

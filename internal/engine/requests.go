@@ -120,6 +120,7 @@ func (r *partCommit) Encode(b *store.Batch) error {
 // callers of committed-ack mutations hear back in AfterGroup.
 func (r *partCommit) Durable() {
 	e, cm := r.e, r.c
+	r.p.pending.durable(cm)
 	for _, p := range cm.Produced {
 		if p.Key.Partition != r.p.id {
 			e.deliver(p.Key, p.Env)

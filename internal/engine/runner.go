@@ -48,10 +48,12 @@ type part struct {
 	// runner touches held.
 	held      map[partition.InboxKey]int
 	heldBytes atomic.Int64
+	// pending is the addresses with applied writes not yet durable.
+	pending *pendingWrites
 }
 
 func newPart(id int, core *partition.Core, out effects, now func() time.Time) *part {
-	return &part{id: id, core: core, mb: mailbox.New[partition.Event](), out: out, now: now, held: map[partition.InboxKey]int{}}
+	return &part{id: id, core: core, mb: mailbox.New[partition.Event](), out: out, now: now, held: map[partition.InboxKey]int{}, pending: newPendingWrites()}
 }
 
 // full reports whether the partition's queue is at its limit of events or
@@ -153,6 +155,7 @@ func (p *part) process() (bool, error) {
 				p.hold(m.Key, proto.Size(m.Env))
 			}
 		}
+		p.pending.mark(c)
 		p.out.commit(p, c)
 	}
 	if h, ok := p.core.TakeHealth(); ok {

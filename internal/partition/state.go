@@ -197,15 +197,26 @@ type Reply struct {
 // read answers a ReadState: applied values (this core's writes not yet
 // durable included), expired ones left out.
 func (c *Core) read(r ReadState) {
-	rep := Reply{Request: r.Request}
-	specs, err := c.specsOf(r.Addr.Type)
+	rep := ReadFrom(appliedReader{c}, c.now, r.Addr, r.State)
+	rep.Request = r.Request
+	c.ready.Replies = append(c.ready.Replies, rep)
+}
+
+// ReadFrom answers a read of one state of a (or all of them, state empty)
+// from what r holds at now (unix ms): the entries with a live value, each
+// with its spec when registered, and the type's specs. The core reads
+// through its applied writes; the engine reads the durable store this way
+// for an address with no applied write waiting for durability, without
+// a turn in the partition's mailbox.
+func ReadFrom(r Reader, now int64, a address.Address, state string) Reply {
+	var rep Reply
+	specs, err := r.Specs(a.Type)
 	if err != nil {
 		rep.Err = err
-		c.ready.Replies = append(c.ready.Replies, rep)
-		return
+		return rep
 	}
 	rep.Specs = specs
-	entries, err := c.entries(r.Addr, r.State)
+	entries, err := liveEntries(r, now, a, state)
 	if err != nil {
 		rep.Err = err
 	}
@@ -217,24 +228,25 @@ func (c *Core) read(r ReadState) {
 		}
 		rep.Entries = append(rep.Entries, se)
 	}
-	c.ready.Replies = append(c.ready.Replies, rep)
+	return rep
 }
 
-// entries returns the live entries of one state, or of every state of the
-// address when state is empty.
-func (c *Core) entries(a address.Address, state string) ([]StateEntry, error) {
-	if state != "" {
-		e, ok, err := c.get(a, state)
-		if err != nil || !ok {
-			return nil, err
-		}
-		return []StateEntry{{State: state, Entry: e}}, nil
-	}
-	all, err := c.r.AddressState(a)
+// appliedReader is the core's view: its applied writes over the durable
+// store, and the specs it knows.
+type appliedReader struct{ c *Core }
+
+func (r appliedReader) State(a address.Address, state string) (Entry, bool, error) {
+	return r.c.getRaw(a, state)
+}
+
+func (r appliedReader) Specs(t address.TypeName) ([]Spec, error) { return r.c.specsOf(t) }
+
+func (r appliedReader) AddressState(a address.Address) (map[string]Entry, error) {
+	all, err := r.c.r.AddressState(a)
 	if err != nil {
 		return nil, err
 	}
-	for k, o := range c.overlay {
+	for k, o := range r.c.overlay {
 		if k.addr != a {
 			continue
 		}
@@ -244,9 +256,32 @@ func (c *Core) entries(a address.Address, state string) ([]StateEntry, error) {
 			all[k.state] = o.entry
 		}
 	}
+	return all, nil
+}
+
+// entries returns the live entries of one state, or of every state of the
+// address when state is empty.
+func (c *Core) entries(a address.Address, state string) ([]StateEntry, error) {
+	return liveEntries(appliedReader{c}, c.now, a, state)
+}
+
+// liveEntries returns the entries of one state (or all, state empty) of a
+// that have a value at now, in state-name order.
+func liveEntries(r Reader, now int64, a address.Address, state string) ([]StateEntry, error) {
+	if state != "" {
+		e, ok, err := r.State(a, state)
+		if err != nil || !ok || e.expired(now) {
+			return nil, err
+		}
+		return []StateEntry{{State: state, Entry: e}}, nil
+	}
+	all, err := r.AddressState(a)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]StateEntry, 0, len(all))
 	for name, e := range all {
-		if !e.expired(c.now) {
+		if !e.expired(now) {
 			out = append(out, StateEntry{State: name, Entry: e})
 		}
 	}

@@ -62,8 +62,12 @@ type mutation struct {
 
 // read is a read of "op" posted when pos items had arrived at its address.
 type read struct {
-	addr         string
-	pos, epoch   int
+	addr       string
+	pos, epoch int
+	// after is the arrival index of the last mutation of addr whose caller
+	// had heard it applied when the read was sent (-1: none): the read
+	// must see it (read your writes).
+	after        int
 	done, exists bool
 	value        string
 }
@@ -444,7 +448,11 @@ func (m *model) checkOrder(w *world, a string, logIDs, ops []string) {
 			v = rd.value
 		}
 		okRead := false
-		for j := 0; j <= at[min(rd.pos, len(at)-1)]; j++ {
+		from := 0
+		if rd.after >= 0 && rd.epoch == m.epoch {
+			from = at[rd.after+1] // the state that mutation left, or later
+		}
+		for j := from; j <= at[min(rd.pos, len(at)-1)]; j++ {
 			if states[j] == v {
 				okRead = true
 			}
@@ -455,7 +463,7 @@ func (m *model) checkOrder(w *world, a string, logIDs, ops []string) {
 			}
 		}
 		if !okRead {
-			w.fail("read of op at %s after %d arrivals saw %q; states %v", a, rd.pos, v, states)
+			w.fail("read of op at %s after %d arrivals (and mutation arrival %d heard applied) saw %q; states %v", a, rd.pos, rd.after, v, states)
 		}
 	}
 }

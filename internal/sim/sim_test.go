@@ -245,7 +245,12 @@ func (w *world) mutate() {
 
 func (w *world) read() {
 	to := w.pick()
-	rd := &read{addr: to, pos: len(w.m.arrivals[to]), epoch: w.m.epoch}
+	rd := &read{addr: to, pos: len(w.m.arrivals[to]), epoch: w.m.epoch, after: -1}
+	for i, it := range w.m.arrivals[to] {
+		if mu := w.m.muts[it.id]; it.mut && mu != nil && mu.acked != nil && mu.ack != partition.AckAccepted {
+			rd.after = i
+		}
+	}
 	f, err := w.d.Read(addrOf(to), "op")
 	w.must(err, "read")
 	w.m.reads = append(w.m.reads, rd)

@@ -815,14 +815,18 @@ func testBusy(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // the partition goes idle
 
 	stall.Store(true)
-	read := make(chan *response, 1)
-	go func() { read <- send(t, api, "GET", "/state/x/y/z/s", nil) }()
+	// A write fills the queue (a read of an address with nothing waiting
+	// is answered from the store, without a turn in the queue).
+	held := make(chan *response, 1)
+	go func() {
+		held <- send(t, api, "PUT", "/state/x/y/held/s?ack=applied", []byte("h"), "Content-Type", "application/octet-stream", "Statefun-Type", "x/T")
+	}()
 	select {
 	case <-stalled:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the partition never took the read")
+		t.Fatal("the partition never took the held write")
 	}
-	time.Sleep(20 * time.Millisecond) // the read is queued (it is what woke the partition)
+	time.Sleep(20 * time.Millisecond) // the write is queued (it is what woke the partition)
 	for _, c := range []statusCase{
 		{method: "PUT", target: "/state/x/y/z/s", body: "w", hdr: []string{"Statefun-Type", "x/T"}, status: 503,
 			eq: map[string]string{"Retry-After": "1"}, contains: []string{"queue is full"}},
@@ -835,14 +839,17 @@ func testBusy(t *testing.T) {
 	}
 	stall.Store(false)
 	close(release)
-	if r := <-read; r.StatusCode != 200 || string(r.body) != "v" {
-		t.Errorf("the held read: %s %q", r.Status, r.body)
+	if r := <-held; r.StatusCode != 200 {
+		t.Errorf("the held write: %s %s", r.Status, r.body)
 	}
-	// Nothing was applied.
+	// Nothing refused was applied.
 	var audit struct{ Records []auditJSON }
 	send(t, api, "GET", "/audit", nil).json(t, &audit)
-	if len(audit.Records) != 1 {
-		t.Errorf("%d audit records, want the first PUT's only", len(audit.Records))
+	if len(audit.Records) != 2 {
+		t.Errorf("%d audit records, want the first PUT's and the held one's only", len(audit.Records))
+	}
+	if r := send(t, api, "GET", "/state/x/y/z/s", nil); r.StatusCode != 200 || string(r.body) != "v" {
+		t.Errorf("after the refused writes: %s %q", r.Status, r.body)
 	}
 }
 

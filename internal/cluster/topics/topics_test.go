@@ -447,3 +447,25 @@ func TestMetaReaderPassesTransactionMarkers(t *testing.T) {
 		t.Errorf("keys %q", keys)
 	}
 }
+
+// The client properties reach every client Ensure opens (admin, meta
+// reader and writer): against a Kafka that requires SASL, Ensure works
+// with the credentials as properties.
+func TestEnsureWithSASLProperties(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "bob", "pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg := config(c, "node-a", 2)
+	props, err := clusterconfig.ParseProperties("client.properties", []byte("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"+
+		"sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n  username=\"bob\" password=\"pw\";\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Properties = props
+	app, err := Ensure(ctx(t), cfg, nil)
+	if err != nil || app.Partitions != 2 {
+		t.Fatalf("%+v %v", app, err)
+	}
+}

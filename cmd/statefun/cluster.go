@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -121,7 +122,7 @@ func (c *clusterFlags) config() (*clusterconfig.Config, error) {
 }
 
 // printErrors prints each line of err after prefix.
-func printErrors(w interface{ Write([]byte) (int, error) }, prefix string, err error) {
+func printErrors(w io.Writer, prefix string, err error) {
 	for _, line := range strings.Split(err.Error(), "\n") {
 		fmt.Fprintf(w, "%s%s\n", prefix, strings.TrimPrefix(line, "cluster: "))
 	}

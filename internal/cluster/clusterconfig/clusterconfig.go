@@ -171,9 +171,6 @@ func (c *Config) Validate() error {
 	case err != nil:
 		bad("cluster-node-id", "%s: %v; it is the consumer group's instance id and part of the transactional id", quote(c.NodeID), err)
 	}
-	if c.AppID != "" && c.NodeID != "" && len(c.TransactionalID()) > 32767 {
-		bad("cluster-node-id", "too long together with the application id")
-	}
 	if c.Advertise == "" {
 		bad("cluster-advertise", "required: the URL other nodes reach this node's admin listener at, e.g. http://statefun-0.statefun:8070")
 	} else if err := checkAdvertise(c.Advertise); err != nil {

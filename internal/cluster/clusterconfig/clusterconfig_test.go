@@ -119,12 +119,15 @@ func TestProperties(t *testing.T) {
 		t.Errorf("bad file: %v", err)
 	}
 
+	if _, err := ParsePropertyFlag("sasl.password"); err == nil || !strings.Contains(err.Error(), "(value hidden)") {
+		t.Errorf("a sensitive argument without '=': %v", err)
+	}
 	p, err := ParsePropertyFlag("sasl.jaas.config=a b=c;")
 	if err != nil || p.Key != "sasl.jaas.config" || p.Value != "a b=c;" || p.Pos.File != PropertyFlag {
 		t.Errorf("flag: %+v %v", p, err)
 	}
-	for _, bad := range []string{"acks", "=x", ""} {
-		if _, err := ParsePropertyFlag(bad); err == nil || !strings.Contains(err.Error(), "want key=value") {
+	for _, bad := range []string{"acks", "=x", "", "sasl.jaas.config org.apache required password=hunter2"} {
+		if _, err := ParsePropertyFlag(bad); err == nil || !strings.Contains(err.Error(), "want key=value") || strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("flag %q: %v", bad, err)
 		}
 	}

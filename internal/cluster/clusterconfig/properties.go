@@ -18,10 +18,15 @@ const PropertyFlag = "--cluster-property"
 func ParsePropertyFlag(s string) (module.KafkaProperty, error) {
 	k, v, ok := strings.Cut(s, "=")
 	k = strings.TrimSpace(k)
-	if !ok || k == "" {
-		shown := strconv.Quote(s)
-		if ok && kafkaclient.Sensitive(k) {
-			shown = "(value hidden)"
+	if !ok || k == "" || strings.ContainsAny(k, " \t:") {
+		// Only what comes before '=' is shown: the value may be a secret,
+		// and so may a whole argument that has no '='.
+		shown := strconv.Quote(k)
+		if !ok {
+			shown = strconv.Quote(s)
+			if kafkaclient.Sensitive(s) {
+				shown = "(value hidden)"
+			}
 		}
 		return module.KafkaProperty{}, fmt.Errorf("cluster: %s %s: want key=value with a Kafka client property name, e.g. security.protocol=SASL_SSL", PropertyFlag, shown)
 	}

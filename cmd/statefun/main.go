@@ -28,6 +28,7 @@ remote functions built with the official SDKs) on one binary.
 
 Usage:
   statefun run --module FILE [--data-dir DIR] [--admin-addr HOST:PORT]
+               [--cluster-brokers HOST:PORT,... --cluster-app-id ID --cluster-node-id ID --cluster-advertise URL]
   statefun state get|put|delete|ls|edit|revert|receipt|audit|dead-letters|failing|inbox|pause|resume|pauses [flags] [args]
   statefun version
 
@@ -205,6 +206,7 @@ func run(args []string, stderr io.Writer) int {
 	memTable := fs.String("store-memtable-size", env("STATEFUN_STORE_MEMTABLE_SIZE", "8MiB"), "size of one memtable of the store: larger absorbs bigger bursts, smaller keeps a small store small (env STATEFUN_STORE_MEMTABLE_SIZE; docs/storage.md)")
 	diskReserve := fs.String("disk-reserve", env("STATEFUN_DISK_RESERVE", "auto"), "free disk space below which new work is refused with 503; the runtime does not start below half of it; auto is 4 x memtable + 16MiB, off disables (env STATEFUN_DISK_RESERVE)")
 	ret := retentionFlags(fs)
+	cluster := registerClusterFlags(fs)
 	maxConns := fs.Int("max-conns", envInt("STATEFUN_MAX_CONNS", 0), "connections each listener serves at once; over it the longest-idle one is closed or the new one answered 503; 0 derives it from the file-descriptor limit, at most 4096 (env STATEFUN_MAX_CONNS; docs/limits.md)")
 	readHeaderTimeout := fs.Duration("read-header-timeout", envDuration("STATEFUN_READ_HEADER_TIMEOUT", app.DefaultReadHeaderTimeout), "time a client has to send a request's head, on every listener (env STATEFUN_READ_HEADER_TIMEOUT)")
 	readTimeout := fs.Duration("read-timeout", envDuration("STATEFUN_READ_TIMEOUT", app.DefaultReadTimeout), "time a client has to send a whole request, on every listener (env STATEFUN_READ_TIMEOUT)")
@@ -219,6 +221,15 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if badEnv != "" {
 		fmt.Fprintf(stderr, "statefun run: %s\n", badEnv)
+		return 2
+	}
+	clusterCfg, err := cluster.config()
+	if err != nil {
+		printErrors(stderr, "statefun run: ", err)
+		return 2
+	}
+	if clusterCfg != nil && *partitions != 0 {
+		fmt.Fprintf(stderr, "statefun run: --partitions is the embedded store's; in cluster mode P is the application's: use --cluster-partitions\n")
 		return 2
 	}
 	pausePolicy, err := engine.ParsePauseAfter(*pauseAfter)
@@ -315,6 +326,7 @@ func run(args []string, stderr io.Writer) int {
 			MaxHeaderBytes:    *maxHeaderBytes,
 		},
 		MaxCallsPerType: *maxCallsPerType,
+		Cluster:         clusterCfg,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "statefun: %v\n", err)

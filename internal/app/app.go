@@ -22,6 +22,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/admin"
+	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/connlimit"
 	"github.com/statefun-go/statefun/internal/diskguard"
 	"github.com/statefun-go/statefun/internal/egress"
@@ -78,7 +79,15 @@ type Config struct {
 	// Listeners bounds the connections and timeouts of every listener
 	// (docs/limits.md).
 	Listeners ListenerLimits
+	// Cluster, when set, runs the application in cluster mode on Kafka
+	// (docs/cluster.md); nil runs it embedded. Until the cluster engine
+	// exists, Start validates it and refuses to start (ErrClusterNotBuilt).
+	Cluster *clusterconfig.Config
 }
+
+// ErrClusterNotBuilt is Start's answer to a valid cluster configuration
+// while the cluster engine is not built: there is no pretend mode.
+var ErrClusterNotBuilt = errors.New("cluster mode: the cluster engine is not built yet; see docs/cluster.md")
 
 // App is a running runtime.
 type App struct {
@@ -108,6 +117,14 @@ type App struct {
 // starts every listener. Errors name what was wrong (a module error carries
 // file, line and field).
 func Start(cfg Config) (*App, error) {
+	if cfg.Cluster != nil {
+		// Refused before the module is read or a store created, so a
+		// refused start leaves nothing behind.
+		if err := cfg.Cluster.Validate(); err != nil {
+			return nil, err
+		}
+		return nil, ErrClusterNotBuilt
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

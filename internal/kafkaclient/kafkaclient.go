@@ -134,6 +134,7 @@ func Sensitive(key string) bool {
 // used, and leftovers warns about the rest.
 type mapper struct {
 	kind  string
+	field string // prefix of a property's field name in messages
 	read  ReadFile
 	props map[string]module.KafkaProperty
 	order []string
@@ -148,7 +149,7 @@ func newMapper(props []module.KafkaProperty, kind string, read ReadFile) *mapper
 	if read == nil {
 		read = os.ReadFile
 	}
-	m := &mapper{kind: kind, read: read, props: make(map[string]module.KafkaProperty), used: make(map[string]bool)}
+	m := &mapper{kind: kind, field: "spec.properties.", read: read, props: make(map[string]module.KafkaProperty), used: make(map[string]bool)}
 	for _, p := range props {
 		m.props[p.Key] = p
 		m.order = append(m.order, p.Key)
@@ -168,7 +169,7 @@ func (m *mapper) get(key string) (module.KafkaProperty, bool) {
 // at builds an error or warning about property p.
 func (m *mapper) at(p module.KafkaProperty, msg string) *module.Error {
 	return &module.Error{File: p.Pos.File, Document: p.Pos.Document, Line: p.Pos.Line, Column: p.Pos.Column,
-		Kind: m.kind, Field: "spec.properties." + p.Key, Msg: msg}
+		Kind: m.kind, Field: m.field + p.Key, Msg: msg}
 }
 
 // refuse records that p cannot be honoured.

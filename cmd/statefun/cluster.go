@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/module"
+)
+
+// clusterFlags are the cluster settings of run (docs/cluster.md,
+// "Configuration"). Given any of them, run is in cluster mode.
+type clusterFlags struct {
+	fs                          *flag.FlagSet
+	brokers, appID, nodeID, adv *string
+	partitions, replication     *int
+	retention, commitInterval   *time.Duration
+	propsFile                   *string
+	props                       []module.KafkaProperty
+	propErr                     error
+}
+
+// registerClusterFlags registers the cluster flags of run on fs, each with
+// its environment variable.
+func registerClusterFlags(fs *flag.FlagSet) *clusterFlags {
+	c := &clusterFlags{fs: fs}
+	c.brokers = fs.String("cluster-brokers", env("STATEFUN_CLUSTER_BROKERS", ""), "cluster mode: Kafka bootstrap brokers, host:port separated by commas (env STATEFUN_CLUSTER_BROKERS; docs/cluster.md)")
+	c.appID = fs.String("cluster-app-id", env("STATEFUN_CLUSTER_APP_ID", ""), "cluster mode: the application id every node of the application shares; names its Kafka topics and consumer group (env STATEFUN_CLUSTER_APP_ID)")
+	c.nodeID = fs.String("cluster-node-id", env("STATEFUN_CLUSTER_NODE_ID", ""), "cluster mode: this node's id, stable across restarts, unique among running nodes (env STATEFUN_CLUSTER_NODE_ID)")
+	c.adv = fs.String("cluster-advertise", env("STATEFUN_CLUSTER_ADVERTISE", ""), "cluster mode: the http(s) URL other nodes reach this node's admin listener at (env STATEFUN_CLUSTER_ADVERTISE)")
+	c.partitions = fs.Int("cluster-partitions", envInt("STATEFUN_CLUSTER_PARTITIONS", 0), "cluster mode: P of a new application; 0 adopts the application's, or 16 for a new one (env STATEFUN_CLUSTER_PARTITIONS)")
+	c.replication = fs.Int("cluster-replication", envInt("STATEFUN_CLUSTER_REPLICATION", 0), "cluster mode: replication factor of the internal topics this node creates; 0 means 3, or the number of brokers when fewer (env STATEFUN_CLUSTER_REPLICATION)")
+	c.retention = fs.Duration("cluster-messages-retention", envDuration("STATEFUN_CLUSTER_MESSAGES_RETENTION", clusterconfig.DefaultMessagesRetention), "cluster mode: retention of the messages topic when this node creates it; -1s keeps records forever (env STATEFUN_CLUSTER_MESSAGES_RETENTION)")
+	c.commitInterval = fs.Duration("cluster-commit-interval", envDuration("STATEFUN_CLUSTER_COMMIT_INTERVAL", clusterconfig.DefaultCommitInterval), "cluster mode: how often a node commits its Kafka transaction (env STATEFUN_CLUSTER_COMMIT_INTERVAL)")
+	c.propsFile = fs.String("cluster-properties", env("STATEFUN_CLUSTER_PROPERTIES", ""), "cluster mode: a Kafka client properties file (key=value lines, as client.properties); --cluster-property overrides it (env STATEFUN_CLUSTER_PROPERTIES)")
+	fs.Func("cluster-property", "cluster mode: one Kafka client property key=value, e.g. security.protocol=SASL_SSL; repeatable (docs/kafka.md, client properties)", func(v string) error {
+		p, err := clusterconfig.ParsePropertyFlag(v)
+		if err != nil {
+			return errors.New(strings.TrimPrefix(err.Error(), "cluster: "+clusterconfig.PropertyFlag+" "))
+		}
+		if slices.ContainsFunc(c.props, func(q module.KafkaProperty) bool { return q.Key == p.Key }) && c.propErr == nil {
+			c.propErr = fmt.Errorf("--cluster-property %s: set twice", p.Key)
+		}
+		c.props = append(c.props, p)
+		return nil
+	})
+	return c
+}
+
+// given reports whether any cluster setting was given, by flag or
+// environment variable.
+func (c *clusterFlags) given() bool {
+	set := false
+	c.fs.Visit(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "cluster-") {
+			set = true
+		}
+	})
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "STATEFUN_CLUSTER_") {
+			set = true
+		}
+	}
+	return set
+}
+
+// config returns the cluster configuration, validated; nil without cluster
+// settings.
+func (c *clusterFlags) config() (*clusterconfig.Config, error) {
+	if !c.given() {
+		return nil, nil
+	}
+	if c.propErr != nil {
+		return nil, c.propErr
+	}
+	// Zero would silently mean the default: refuse it, as the store's
+	// retention flags do.
+	if *c.retention == 0 {
+		return nil, errors.New("--cluster-messages-retention 0: want a duration like 168h, or -1s to keep records forever")
+	}
+	if *c.commitInterval == 0 {
+		return nil, fmt.Errorf("--cluster-commit-interval 0: want a duration from 1ms to %v, like 100ms", clusterconfig.MaxCommitInterval)
+	}
+	var props []module.KafkaProperty
+	if *c.propsFile != "" {
+		data, err := os.ReadFile(*c.propsFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-properties: %w", err)
+		}
+		fileProps, err := clusterconfig.ParseProperties(*c.propsFile, data)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range fileProps {
+			if !slices.ContainsFunc(c.props, func(q module.KafkaProperty) bool { return q.Key == p.Key }) {
+				props = append(props, p)
+			}
+		}
+	}
+	props = append(props, c.props...)
+	cfg := &clusterconfig.Config{
+		Brokers:           splitList(*c.brokers),
+		AppID:             *c.appID,
+		NodeID:            *c.nodeID,
+		Advertise:         *c.adv,
+		Partitions:        *c.partitions,
+		Replication:       *c.replication,
+		MessagesRetention: *c.retention,
+		CommitInterval:    *c.commitInterval,
+		Properties:        props,
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// printErrors prints each line of err after prefix.
+func printErrors(w io.Writer, prefix string, err error) {
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintf(w, "%s%s\n", prefix, strings.TrimPrefix(line, "cluster: "))
+	}
+}

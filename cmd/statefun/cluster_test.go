@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// clusterArgs are valid cluster settings.
+var clusterArgs = []string{"--cluster-brokers", "127.0.0.1:9092", "--cluster-app-id", "shop", "--cluster-node-id", "node-a", "--cluster-advertise", "http://127.0.0.1:8070"}
+
+func with(args []string, more ...string) []string {
+	return append(append([]string(nil), args...), more...)
+}
+
+// Bad cluster settings are refused before anything starts (exit 2), each
+// naming the flag, what is wrong and what would be right.
+func TestRunRefusesBadClusterSettings(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "client.properties")
+	if err := os.WriteFile(file, []byte("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  [2]string
+		want []string
+	}{
+		{"only brokers", []string{"--cluster-brokers", "k:9092"}, [2]string{}, []string{
+			"statefun run: --cluster-app-id: required: the application's name, shared by all its nodes",
+			"statefun run: --cluster-node-id: required: this node's name, stable across restarts",
+			"statefun run: --cluster-advertise: required: the URL other nodes reach this node's admin listener at"}},
+		{"app id from env", []string{"--cluster-brokers", "k:9092", "--cluster-node-id", "n", "--cluster-advertise", "http://n:8070"}, [2]string{"STATEFUN_CLUSTER_APP_ID", "shop orders"}, nil},
+		{"app id charset", with(clusterArgs, "--cluster-app-id", "shop/orders"), [2]string{}, []string{`statefun run: --cluster-app-id: "shop/orders": "/" is not allowed: want only letters, digits, '.', '_' and '-'`}},
+		{"node id", with(clusterArgs, "--cluster-node-id", "node a"), [2]string{}, []string{`statefun run: --cluster-node-id: "node a": " " is not allowed`}},
+		{"advertise", with(clusterArgs, "--cluster-advertise", "node-a:8070"), [2]string{}, []string{`statefun run: --cluster-advertise: "node-a:8070": want an absolute http or https URL`}},
+		{"broker", with(clusterArgs, "--cluster-brokers", "k:9092,kafka"), [2]string{}, []string{`statefun run: --cluster-brokers: "kafka": want host:port`}},
+		{"partitions", with(clusterArgs, "--cluster-partitions", "70000"), [2]string{}, []string{"statefun run: --cluster-partitions: 70000: want 0 (adopt the application's, or 16 for a new one) or 1 to 65536"}},
+		{"partitions env", clusterArgs, [2]string{"STATEFUN_CLUSTER_PARTITIONS", "many"}, []string{`statefun run: STATEFUN_CLUSTER_PARTITIONS="many" is not a number`}},
+		{"replication", with(clusterArgs, "--cluster-replication", "-1"), [2]string{}, []string{"statefun run: --cluster-replication: -1: want 0"}},
+		{"retention 0", with(clusterArgs, "--cluster-messages-retention", "0s"), [2]string{}, []string{"statefun run: --cluster-messages-retention 0: want a duration like 168h, or -1s to keep records forever"}},
+		{"commit interval", with(clusterArgs, "--cluster-commit-interval", "2m"), [2]string{}, []string{"statefun run: --cluster-commit-interval: 2m0s: want from 1ms to 30s (default 100ms)"}},
+		{"commit interval env", clusterArgs, [2]string{"STATEFUN_CLUSTER_COMMIT_INTERVAL", "fast"}, []string{`statefun run: STATEFUN_CLUSTER_COMMIT_INTERVAL="fast" is not a duration`}},
+		{"property form", with(clusterArgs, "--cluster-property", "acks"), [2]string{}, []string{`invalid value "acks" for flag -cluster-property: "acks": want key=value`}},
+		{"property refused", with(clusterArgs, "--cluster-property", "acks=1"), [2]string{}, []string{`statefun run: --cluster-property: acks: cannot be set in cluster mode (got "1"): cluster mode writes with acks=all`}},
+		{"property twice", with(clusterArgs, "--cluster-property", "linger.ms=1", "--cluster-property", "linger.ms=2"), [2]string{}, []string{"statefun run: --cluster-property linger.ms: set twice"}},
+		{"properties file", with(clusterArgs, "--cluster-properties", file), [2]string{}, []string{"statefun run: " + file + ":2:1: sasl.mechanism: sasl.mechanism GSSAPI is not supported"}},
+		{"properties file missing", with(clusterArgs, "--cluster-properties", filepath.Join(dir, "nope")), [2]string{}, []string{"statefun run: --cluster-properties: open " + filepath.Join(dir, "nope")}},
+		{"embedded partitions", with(clusterArgs, "--partitions", "8"), [2]string{}, []string{"statefun run: --partitions is the embedded store's; in cluster mode P is the application's: use --cluster-partitions"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.env[0] != "" {
+				t.Setenv(c.env[0], c.env[1])
+			}
+			if c.want == nil {
+				c.want = []string{`statefun run: --cluster-app-id: "shop orders": " " is not allowed`}
+			}
+			var stderr bytes.Buffer
+			data := filepath.Join(t.TempDir(), "data")
+			code := run(with(c.args, "--data-dir", data), &stderr)
+			if code != 2 {
+				t.Errorf("exit %d, want 2: %s", code, stderr.String())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+			if _, err := os.Stat(data); !os.IsNotExist(err) {
+				t.Errorf("the data directory was created: %v", err)
+			}
+		})
+	}
+}
+
+// Valid cluster settings are refused while the cluster engine does not
+// exist: exit 1, saying so, with nothing created. Without cluster settings
+// run is embedded as before (covered by every other run test).
+func TestRunClusterNotBuiltYet(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{"flags", clusterArgs, nil},
+		{"environment", nil, map[string]string{"STATEFUN_CLUSTER_BROKERS": "127.0.0.1:9092", "STATEFUN_CLUSTER_APP_ID": "shop",
+			"STATEFUN_CLUSTER_NODE_ID": "node-a", "STATEFUN_CLUSTER_ADVERTISE": "https://node-a.statefun:8443/"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			var stderr bytes.Buffer
+			data := filepath.Join(t.TempDir(), "data")
+			if code := run(with(c.args, "--data-dir", data), &stderr); code != 1 ||
+				!strings.Contains(stderr.String(), "statefun: cluster mode: the cluster engine is not built yet; see docs/cluster.md") {
+				t.Errorf("exit %d: %s", code, stderr.String())
+			}
+			if _, err := os.Stat(data); !os.IsNotExist(err) {
+				t.Errorf("the data directory was created: %v", err)
+			}
+		})
+	}
+}
+
+// Flags, environment variables and a properties file reach the
+// configuration; a flag beats its environment variable, --cluster-property
+// beats the file; the defaults are clusterconfig's.
+func TestClusterFlagsToConfig(t *testing.T) {
+	parse := func(args ...string) *clusterFlags {
+		t.Helper()
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c := registerClusterFlags(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if cfg, err := parse().config(); cfg != nil || err != nil {
+		t.Fatalf("no cluster settings: %+v %v", cfg, err)
+	}
+	file := filepath.Join(t.TempDir(), "client.properties")
+	if err := os.WriteFile(file, []byte("client.id=from-file\nlinger.ms=7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("STATEFUN_CLUSTER_NODE_ID", "env-node")
+	t.Setenv("STATEFUN_CLUSTER_APP_ID", "env-app")
+	t.Setenv("STATEFUN_CLUSTER_REPLICATION", "2")
+	t.Setenv("STATEFUN_CLUSTER_PROPERTIES", file)
+	cfg, err := parse("--cluster-brokers", "a:1, b:2", "--cluster-app-id", "shop", "--cluster-advertise", "http://a:8070",
+		"--cluster-partitions", "12", "--cluster-messages-retention", "-1s", "--cluster-commit-interval", "250ms",
+		"--cluster-property", "client.id=from-flag", "--cluster-property", "sasl.jaas.config=x=y").config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cfg.Brokers, "|") != "a:1|b:2" || cfg.AppID != "shop" || cfg.NodeID != "env-node" || cfg.Advertise != "http://a:8070" ||
+		cfg.Partitions != 12 || cfg.Replication != 2 || cfg.MessagesRetention != -time.Second || cfg.CommitInterval != 250*time.Millisecond {
+		t.Errorf("config %+v", cfg)
+	}
+	props := map[string]string{}
+	for _, p := range cfg.Properties {
+		props[p.Key] = p.Value
+	}
+	if len(cfg.Properties) != 3 || props["client.id"] != "from-flag" || props["linger.ms"] != "7" || props["sasl.jaas.config"] != "x=y" {
+		t.Errorf("properties %v", cfg.Properties)
+	}
+	os.Unsetenv("STATEFUN_CLUSTER_PROPERTIES")
+	os.Unsetenv("STATEFUN_CLUSTER_REPLICATION")
+	cfg, err = parse("--cluster-brokers", "a:1", "--cluster-advertise", "http://a:8070").config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AppID != "env-app" || cfg.Replication != 0 || cfg.MessagesRetention != 7*24*time.Hour || cfg.CommitInterval != 100*time.Millisecond || cfg.Partitions != 0 {
+		t.Errorf("defaults %+v", cfg)
+	}
+}

@@ -179,6 +179,8 @@ func TestConsole(t *testing.T) {
 	}
 	env.browser = browser
 
+	// The subtests run in order on one runtime; read-only and phone width
+	// look at alice, whom "browse to an address" creates.
 	t.Run("sign in and overview", env.testSignIn)
 	t.Run("browse to an address", env.testBrowse)
 	t.Run("edit a value through the diff", env.testEdit)

@@ -55,15 +55,13 @@ export async function audit(main, ctx) {
     [h('a', {href: rec.id ? route('browse', rec.namespace, rec.type, rec.id) : route('browse', rec.namespace, rec.type)}, rec.namespace + '/' + rec.type + (rec.id ? '/' + rec.id : '')),
       rec.state ? [' ', h('a', {href: route('browse', rec.namespace, rec.type, rec.id, rec.state)}, h('code', null, rec.state))] : null],
     rec.reason || h('span', {class: 'muted'}, '—'),
-    {v: [
-      details(rec),
-      REVERTIBLE.has(rec.op) ? writeButton('Revert', {class: 'small', 'aria-label': `Revert mutation ${rec.mutation}`}, () => revert(ctx, rec)) : null,
-    ], cls: 'actions'},
+    details(rec),
+    {v: REVERTIBLE.has(rec.op) ? writeButton('Revert', {class: 'small', 'aria-label': `Revert mutation ${rec.mutation}`}, () => revert(ctx, rec)) : null, cls: 'actions'},
   ]}));
   const next = page.next ? '#/audit?' + new URLSearchParams(Object.assign(Object.fromEntries(q), {after: page.next})) : null;
   main.append(h('section', {class: 'panel', 'aria-labelledby': 'audit-h'},
     h('h2', {id: 'audit-h'}, 'Records'),
-    table('', ['When', 'Operation', 'Principal', 'Address', 'Reason', ['', 'actions']], rows, {label: 'Audit records', empty: 'No record matches.'}),
+    table('', ['When', 'Operation', 'Principal', 'Address', 'Reason', 'Details', ['', 'actions']], rows, {label: 'Audit records', empty: 'No record matches.'}),
     h('div', {class: 'toolbar'},
       q.get('after') ? h('a', {class: 'button', href: '#/audit?' + new URLSearchParams(Object.fromEntries([...q].filter(([k]) => k !== 'after')))}, 'First page') : null,
       next ? h('a', {class: 'button', href: next, rel: 'next'}, 'Next page') : null)));

@@ -12,6 +12,7 @@ build:
 
 deps:
 	cd testdata/jsfn && npm ci --no-audit --no-fund
+	cd e2e/testdata/axe && npm ci --no-audit --no-fund
 
 example: build
 	./examples/greeter/run.sh

@@ -1,5 +1,6 @@
-// Package admin is the admin listener's handler: metrics, health and
-// readiness now; the state access API mounts beside them.
+// Package admin is the admin listener's handler: metrics, health,
+// readiness and the operator's console; the state access API mounts
+// beside them.
 package admin
 
 import (
@@ -7,13 +8,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/statefun-go/statefun/internal/console"
 )
 
 // Health answers readiness: nil when the runtime serves, else why not.
 type Health func() error
 
 // Handler returns the admin mux: /metrics (Prometheus), /healthz (the
-// process is up), /readyz (the runtime is restored and running).
+// process is up), /readyz (the runtime is restored and running), and the
+// console at /ui/ (docs/console.md), which calls the state API served
+// beside this mux.
 func Handler(g prometheus.Gatherer, ready Health) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
@@ -27,5 +32,8 @@ func Handler(g prometheus.Gatherer, ready Health) *http.ServeMux {
 		}
 		w.Write([]byte("ready\n"))
 	})
+	ui := console.Handler()
+	mux.Handle("/ui", ui)
+	mux.Handle(console.Prefix, ui)
 	return mux
 }

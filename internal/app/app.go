@@ -252,7 +252,9 @@ func Start(cfg Config) (*App, error) {
 	// The API serves its routes on the path exactly as sent (no redirects
 	// to a cleaned path: a 307 would re-send a write to another entry);
 	// everything else goes to the admin mux.
-	api := stateapi.New(eng, cfg.API)
+	apiOpts := cfg.API
+	apiOpts.Metrics = reg // GET /overview reads the engine's counters and gauges
+	api := stateapi.New(eng, apiOpts)
 	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready)), cfg.TLSCert, cfg.TLSKey); err != nil {
 		a.Close()
 		return nil, err

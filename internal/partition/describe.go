@@ -171,6 +171,18 @@ func describeInspection(b *strings.Builder, in *Inspection) {
 	for _, p := range in.Pauses {
 		fmt.Fprintf(b, "  paused %s %s\n", describePauseTarget(p.Addr), describePause(*p.Pause))
 	}
+	if in.Queued != nil {
+		types := make([]address.TypeName, 0, len(in.Queued))
+		for t := range in.Queued {
+			types = append(types, t)
+		}
+		sort.Slice(types, func(i, j int) bool { return types[i].String() < types[j].String() })
+		b.WriteString("  queued")
+		for _, t := range types {
+			fmt.Fprintf(b, " %s=%d", t, in.Queued[t])
+		}
+		b.WriteString("\n")
+	}
 	if ib := in.Inbox; ib != nil {
 		fmt.Fprintf(b, "  inbox %s\n", ib.Addr)
 		if ib.Pause != nil {

@@ -36,6 +36,9 @@ const (
 	InspectInbox
 	// InspectPauses lists the pauses in force.
 	InspectPauses
+	// InspectQueued counts the messages each function type holds in this
+	// partition's mailboxes.
+	InspectQueued
 )
 
 // Inspection is the answer of an Inspect.
@@ -43,6 +46,10 @@ type Inspection struct {
 	Failing []FailingAddress
 	Inbox   *Inbox
 	Pauses  []PauseWrite
+	// Queued counts, per function type, the messages not processed yet:
+	// queued, parked, or in a batch in flight or waiting (operator
+	// mutations waiting their turn are not messages and not counted).
+	Queued map[address.TypeName]int
 }
 
 // FailingAddress is an address whose batch failed at least once and has
@@ -129,6 +136,8 @@ func (c *Core) inspect(ev Inspect) {
 		in.Inbox = c.inbox(ev.Addr)
 	case InspectPauses:
 		in.Pauses = c.pausesOf(ev.Type)
+	case InspectQueued:
+		in.Queued = c.queuedByType()
 	}
 	c.ready.Replies = append(c.ready.Replies, Reply{Request: ev.Request, Inspection: in})
 }
@@ -148,6 +157,27 @@ func (c *Core) failingAddresses(t address.TypeName) []FailingAddress {
 		out = append(out, f)
 	}
 	sort.Slice(out, func(i, j int) bool { return addrLess(out[i].Addr, out[j].Addr) })
+	return out
+}
+
+// queuedByType counts the messages of every mailbox by function type. It
+// visits the mailboxes, which exist only for addresses with something
+// queued or in flight, not every address of the store.
+func (c *Core) queuedByType() map[address.TypeName]int {
+	out := map[address.TypeName]int{}
+	count := func(a address.Address, qs []queued) {
+		for _, q := range qs {
+			if q.mut == nil {
+				out[a.Type]++
+			}
+		}
+	}
+	for a, mb := range c.mailboxes {
+		count(a, mb.queue)
+		if mb.inflight != nil {
+			count(a, mb.inflight.msgs)
+		}
+	}
 	return out
 }
 

@@ -564,6 +564,7 @@ func (s *script) cmdPause(t *testing.T, d *datadriven.TestData) string {
 //	inspect failing
 //	inspect inbox id=a
 //	inspect pauses
+//	inspect queued
 func (s *script) cmdInspect(t *testing.T, d *datadriven.TestData) string {
 	s.request++
 	ev := Inspect{Request: s.request}
@@ -574,8 +575,10 @@ func (s *script) cmdInspect(t *testing.T, d *datadriven.TestData) string {
 		ev.Kind, ev.Addr = InspectInbox, scriptAddr(t, d)
 	case d.HasArg("pauses"):
 		ev.Kind = InspectPauses
+	case d.HasArg("queued"):
+		ev.Kind = InspectQueued
 	default:
-		t.Fatalf("%s: inspect failing, inbox or pauses", d.Pos)
+		t.Fatalf("%s: inspect failing, inbox, pauses or queued", d.Pos)
 	}
 	s.step(t, ev)
 	return ""

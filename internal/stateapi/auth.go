@@ -86,6 +86,29 @@ func LoadTokens(path string) ([]Token, error) {
 	return out, sc.Err()
 }
 
+// identify returns the caller's token, or writes 401 and returns false.
+// Call it only when tokens are configured.
+func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Token, bool) {
+	// The scheme is case-insensitive (RFC 9110 11.1).
+	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	secret = strings.TrimSpace(secret)
+	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="statefun"`)
+		fail(w, r, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+		return Token{}, false
+	}
+	sum := sha256.Sum256([]byte(secret))
+	for _, t := range s.tokens {
+		want := sha256.Sum256([]byte(t.Secret))
+		if subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
+			return t, true
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="statefun", error="invalid_token"`)
+	fail(w, r, http.StatusUnauthorized, "unknown bearer token")
+	return Token{}, false
+}
+
 // authorize returns the caller's principal, or writes 401/403 and returns
 // false. Without tokens every caller is "anonymous" (the listener is then
 // bound to loopback only).
@@ -93,26 +116,13 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request, scope string)
 	if len(s.tokens) == 0 {
 		return "anonymous", true
 	}
-	// The scheme is case-insensitive (RFC 9110 11.1).
-	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	secret = strings.TrimSpace(secret)
-	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="statefun"`)
-		fail(w, r, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+	t, ok := s.identify(w, r)
+	if !ok {
 		return "", false
 	}
-	sum := sha256.Sum256([]byte(secret))
-	for _, t := range s.tokens {
-		want := sha256.Sum256([]byte(t.Secret))
-		if subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
-			if !slices.Contains(t.Scopes, scope) {
-				fail(w, r, http.StatusForbidden, fmt.Sprintf("token %s lacks the %s scope", t.Name, scope))
-				return "", false
-			}
-			return t.Name, true
-		}
+	if !slices.Contains(t.Scopes, scope) {
+		fail(w, r, http.StatusForbidden, fmt.Sprintf("token %s lacks the %s scope", t.Name, scope))
+		return "", false
 	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="statefun", error="invalid_token"`)
-	fail(w, r, http.StatusUnauthorized, "unknown bearer token")
-	return "", false
+	return t.Name, true
 }

@@ -62,4 +62,6 @@ type Engine interface {
 	// InboxRepairer: skip, edit, cancel, delete an address, message dead
 	// letters (inboxrepair.go).
 	InboxRepairer
+	// Overviewer: queued messages and state sizes per type (overview.go).
+	Overviewer
 }

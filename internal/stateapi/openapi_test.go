@@ -575,6 +575,10 @@ func TestOpenAPIOperations(t *testing.T) {
 		"getMessageDeadLetter":       {"GET", "/dead-letters/messages/" + deadLetters[0], "", ""},
 		"headGetMessageDeadLetter":   {"HEAD", "/dead-letters/messages/" + deadLetters[0], "", ""},
 		"resendMessageDeadLetter":    {"POST", "/dead-letters/messages/" + deadLetters[1] + "/resend", "application/json", `{"target":{"namespace":"test","type":"fn","id":"ops-s"}}`},
+		"whoami":                     {"GET", "/whoami", "", ""},
+		"headWhoami":                 {"HEAD", "/whoami", "", ""},
+		"getOverview":                {"GET", "/overview", "", ""},
+		"headGetOverview":            {"HEAD", "/overview", "", ""},
 	}
 	for _, op := range s.ops {
 		id := op.node["operationId"].(string)

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/engine"
 )
@@ -41,6 +43,10 @@ type Options struct {
 	// passes the engine's clock, so a simulated run names its mutations
 	// by simulated time.
 	Now func() time.Time
+	// Metrics is the runtime's metrics registry: GET /overview reads the
+	// engine's invocation counters and repair gauges from it (nil: those
+	// figures are zero).
+	Metrics prometheus.Gatherer
 	// AllowedOrigins are other origins (scheme://host[:port]) whose
 	// browser pages may send state-changing requests; any other
 	// cross-origin PUT, DELETE or POST is a 403.
@@ -101,6 +107,8 @@ var routes = []route{
 	{"/resume/", (*Server).serveResume},
 	{"/addresses/", (*Server).serveAddresses},
 	{"/dead-letters/", (*Server).serveDeadLetters},
+	{"/whoami", (*Server).serveWhoami},
+	{"/overview", (*Server).serveOverview},
 }
 
 // Register mounts the API's routes on mux.

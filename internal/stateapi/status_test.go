@@ -741,6 +741,9 @@ func testAuthEveryOperation(t *testing.T, api string) {
 		if r.StatusCode != 401 {
 			t.Errorf("%s without a token: %s", op.key, r.Status)
 		}
+		if len(scopes) == 0 {
+			continue // any valid token may call it (GET /whoami)
+		}
 		other := tokenWrite
 		if slices.Contains(scopes, ScopeWrite) {
 			other = tokenRead

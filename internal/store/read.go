@@ -555,3 +555,63 @@ func (db *DB) ScanAuditFiltered(f AuditFilter, fn func(r *protocol.AuditRecord) 
 	}
 	return closeIter(it)
 }
+
+// StateStats are the figures of one function type's durable state that
+// StateStats counted.
+type StateStats struct {
+	// IDs and Entries count the ids holding state and their entries, and
+	// Bytes the keys and values read, among the first keys scanned.
+	IDs, Entries int
+	Bytes        int64
+	// Complete is false when the scan stopped at its cap: the counts are
+	// then lower bounds, and EstimatedBytes is the store's estimate of the
+	// whole type's state on disk (it counts flushed data only).
+	Complete       bool
+	EstimatedBytes uint64
+}
+
+// StateStats counts the ids, entries and bytes of function type t's
+// durable state, reading at most maxKeys entries: an overview must answer
+// quickly however many addresses a type has, so past the cap it reports
+// lower bounds and Pebble's estimate of the type's bytes rather than
+// scanning every key.
+func (db *DB) StateStats(t address.TypeName, maxKeys int) (StateStats, error) {
+	lower := stateTypePrefix(nil, t)
+	upper := prefixSuccessor(lower)
+	it, err := db.newIter(lower, upper)
+	if err != nil {
+		return StateStats{}, err
+	}
+	var st StateStats
+	var idPrefix []byte
+	valid := it.First()
+	for ; valid && st.Entries < maxKeys; valid = it.Next() {
+		key := it.Key()
+		if idPrefix == nil || !bytes.HasPrefix(key, idPrefix) {
+			_, rest, err := decodeString(key[len(lower):])
+			if err != nil {
+				return st, finish(it, corrupt(key, err))
+			}
+			idPrefix = append(idPrefix[:0], key[:len(key)-len(rest)]...)
+			st.IDs++
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return st, finish(it, fmt.Errorf("store: read %s: %w", formatKey(key), err))
+		}
+		st.Entries++
+		st.Bytes += int64(len(key) + len(v))
+	}
+	st.Complete = !valid
+	if err := finish(it, nil); err != nil {
+		return st, err
+	}
+	if !st.Complete {
+		n, err := db.pdb.EstimateDiskUsage(lower, upper)
+		if err != nil {
+			return st, fmt.Errorf("store: estimate the state of %s: %w", t, err)
+		}
+		st.EstimatedBytes = n
+	}
+	return st, nil
+}

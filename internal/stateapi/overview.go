@@ -1,0 +1,215 @@
+package stateapi
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// This file serves two small reads made for the operator's console
+// (docs/console.md), usable by any client: who the caller is (GET
+// /whoami), so a page can show only the actions its token may take, and a
+// per-type overview (GET /overview) that answers quickly however many
+// addresses there are.
+
+// Overviewer is what GET /overview needs of the runtime besides Engine.
+type Overviewer interface {
+	// QueuedByType counts the messages not processed yet per function
+	// type, across partitions.
+	QueuedByType(ctx context.Context) (map[address.TypeName]int, error)
+	// StateStats counts a type's ids, entries and bytes of durable state,
+	// reading at most maxKeys entries.
+	StateStats(t address.TypeName, maxKeys int) (store.StateStats, error)
+}
+
+// OverviewMaxKeys is how many state entries GET /overview reads per
+// function type at most; past it the counts are lower bounds.
+const OverviewMaxKeys = 10000
+
+// serveWhoami answers GET /whoami: the caller's principal and scopes.
+// Any valid token may ask (a write-only token too): it is how a page
+// learns what its token allows without trying a write.
+func (s *Server) serveWhoami(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, r, "GET, HEAD")
+		return
+	}
+	if len(r.URL.Query()) != 0 {
+		fail(w, r, http.StatusBadRequest, "/whoami takes no parameters")
+		return
+	}
+	out := struct {
+		Principal     string   `json:"principal"`
+		Scopes        []string `json:"scopes"`
+		Tokens        bool     `json:"tokens"`
+		RequireReason bool     `json:"requireReason"`
+	}{Principal: "anonymous", Scopes: []string{ScopeRead, ScopeWrite}, RequireReason: s.opts.RequireReason}
+	if len(s.tokens) > 0 {
+		t, ok := s.identify(w, r)
+		if !ok {
+			return
+		}
+		out.Principal, out.Scopes, out.Tokens = t.Name, slices.Clone(t.Scopes), true
+		sort.Strings(out.Scopes)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// typeOverview is one function type of GET /overview.
+type typeOverview struct {
+	Namespace  string `json:"namespace"`
+	Type       string `json:"type"`
+	Registered bool   `json:"registered"`
+	HoldsState bool   `json:"holdsState"`
+	// Invocations are the requests sent to the type's function since the
+	// process started, by outcome; a client takes the rate from two reads.
+	Invocations struct {
+		OK    uint64 `json:"ok"`
+		Error uint64 `json:"error"`
+	} `json:"invocations"`
+	Failing    int  `json:"failing"`
+	Paused     int  `json:"paused"`
+	TypePaused bool `json:"typePaused"`
+	Queued     int  `json:"queued"`
+	// Addresses, Entries and StateBytes count the durable state read, up
+	// to OverviewMaxKeys entries; Complete is false past that, when they
+	// are lower bounds and EstimatedBytes is the store's estimate.
+	Addresses      int     `json:"addresses"`
+	Entries        int     `json:"entries"`
+	StateBytes     int64   `json:"stateBytes"`
+	Complete       bool    `json:"complete"`
+	EstimatedBytes *uint64 `json:"estimatedBytes"`
+}
+
+// serveOverview answers GET /overview: every function type known (with
+// registered states, holding state, or seen by the metrics) with its
+// invocation counts, failing and paused addresses, queued messages and
+// the size of its state. It never lists ids: the state of a type is
+// counted up to OverviewMaxKeys entries.
+func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, r, "GET, HEAD")
+		return
+	}
+	if _, ok := s.authorize(w, r, ScopeRead); !ok {
+		return
+	}
+	if len(r.URL.Query()) != 0 {
+		fail(w, r, http.StatusBadRequest, "/overview takes no parameters")
+		return
+	}
+	at := s.opts.Now().UTC()
+	byType := map[address.TypeName]*typeOverview{}
+	get := func(t address.TypeName) *typeOverview {
+		if byType[t] == nil {
+			byType[t] = &typeOverview{Namespace: t.Namespace, Type: t.Name, Complete: true}
+		}
+		return byType[t]
+	}
+	for _, t := range s.eng.KnownTypes() {
+		get(t).Registered = true
+	}
+	if err := s.eng.ScanTypes(func(t address.TypeName) bool {
+		get(t).HoldsState = true
+		return true
+	}); err != nil {
+		fail(w, r, http.StatusInternalServerError, err.Error())
+		return
+	}
+	queued, err := s.eng.QueuedByType(r.Context())
+	if err != nil {
+		engineError(w, r, err)
+		return
+	}
+	for t, n := range queued {
+		get(t).Queued = n
+	}
+	if err := s.readMetrics(get); err != nil {
+		fail(w, r, http.StatusInternalServerError, "reading the runtime's metrics: "+err.Error())
+		return
+	}
+	list := make([]*typeOverview, 0, len(byType))
+	for t, o := range byType {
+		if o.HoldsState {
+			st, err := s.eng.StateStats(t, OverviewMaxKeys)
+			if err != nil {
+				fail(w, r, http.StatusInternalServerError, err.Error())
+				return
+			}
+			o.Addresses, o.Entries, o.StateBytes, o.Complete = st.IDs, st.Entries, st.Bytes, st.Complete
+			if !st.Complete {
+				est := st.EstimatedBytes
+				o.EstimatedBytes = &est
+			}
+		}
+		list = append(list, o)
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].Namespace != list[j].Namespace {
+			return list[i].Namespace < list[j].Namespace
+		}
+		return list[i].Type < list[j].Type
+	})
+	writeJSON(w, http.StatusOK, struct {
+		At    time.Time       `json:"at"`
+		Types []*typeOverview `json:"types"`
+	}{at, list})
+}
+
+// readMetrics adds what the runtime's metrics know per function type:
+// invocations by outcome, failing and paused addresses, type pauses (the
+// engine's collectors, by name). A series whose function label is not a
+// typename is ignored; only the series of these four names are read.
+func (s *Server) readMetrics(get func(address.TypeName) *typeOverview) error {
+	if s.opts.Metrics == nil {
+		return nil
+	}
+	mfs, err := s.opts.Metrics.Gather()
+	if err != nil {
+		return err
+	}
+	for _, mf := range mfs {
+		switch mf.GetName() {
+		case "statefun_invocations_total", "statefun_failing_addresses", "statefun_paused_addresses", "statefun_paused_function_types":
+		default:
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var fn, outcome string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "function":
+					fn = l.GetValue()
+				case "outcome":
+					outcome = l.GetValue()
+				}
+			}
+			t, err := address.ParseTypeName(fn)
+			if err != nil {
+				continue
+			}
+			switch mf.GetName() {
+			case "statefun_invocations_total":
+				n := uint64(m.GetCounter().GetValue())
+				switch outcome {
+				case "ok":
+					get(t).Invocations.OK = n
+				case "error":
+					get(t).Invocations.Error = n
+				}
+			case "statefun_failing_addresses":
+				get(t).Failing = int(m.GetGauge().GetValue())
+			case "statefun_paused_addresses":
+				get(t).Paused = int(m.GetGauge().GetValue())
+			case "statefun_paused_function_types":
+				get(t).TypePaused = m.GetGauge().GetValue() == 1
+			}
+		}
+	}
+	return nil
+}

@@ -23,7 +23,10 @@ func (quietLogger) Fatalf(f string, args ...any) { panic("pebble fatal: " + f) }
 func openTest(t testing.TB, partitions int) (*DB, string) {
 	t.Helper()
 	dir := t.TempDir()
-	db, err := Open(dir, Options{Partitions: partitions, Logger: quietLogger{}})
+	// No background sweeper: it sweeps at once on open, by the wall clock,
+	// and records written at the tests' fixed old times would vanish while
+	// a test reads them. Tests of retention call Sweep themselves.
+	db, err := Open(dir, Options{Partitions: partitions, Logger: quietLogger{}, SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

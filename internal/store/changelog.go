@@ -320,3 +320,8 @@ func (db *DB) HasChangelogKeys(p int) (bool, error) {
 }
 
 var errStop = errors.New("stop")
+
+// RawGet returns a copy of the value stored at key, whatever its space,
+// and false if there is none: cluster mode compares the store with what
+// a changelog holds, record by record.
+func (db *DB) RawGet(key []byte) ([]byte, bool, error) { return db.get(key) }

@@ -131,6 +131,13 @@ func (m *model) at(x int64) map[string][]byte {
 // aborts, and a committed overlay is applied. It returns the records.
 func cycle(t *testing.T, ctx context.Context, prod *kgo.Client, l *Log, m *model, commit bool, fill func(b *store.Batch)) []*kgo.Record {
 	t.Helper()
+	return cycleHook(t, ctx, prod, l, m, commit, fill, nil)
+}
+
+// cycleHook is cycle with ended called after the transaction ended and
+// before the overlay is applied (or closed, after an abort).
+func cycleHook(t *testing.T, ctx context.Context, prod *kgo.Client, l *Log, m *model, commit bool, fill func(b *store.Batch), ended func()) []*kgo.Record {
+	t.Helper()
 	overlay := l.db.NewBatch()
 	fill(overlay)
 	recs, err := l.Records(overlay)
@@ -149,6 +156,9 @@ func cycle(t *testing.T, ctx context.Context, prod *kgo.Client, l *Log, m *model
 	}
 	if err := prod.EndTransaction(ctx, end); err != nil {
 		t.Fatal(err)
+	}
+	if ended != nil {
+		ended()
 	}
 	if !commit {
 		overlay.Close()

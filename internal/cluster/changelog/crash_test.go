@@ -18,7 +18,9 @@ import (
 
 // randomOps writes 1 to 8 random store operations of partition p into o,
 // over a small set of keys of several spaces (so writes overwrite and
-// delete each other), every value tagged with tag.
+// delete each other), every value tagged with tag. As in the runtime, the
+// keys of spaces not keyed by partition (receipts and audit records, by
+// mutation id) are written by one partition only.
 func randomOps(rng *rand.Rand, o *store.Batch, p int, tag string) {
 	for range 1 + rng.IntN(8) {
 		a := addrIn(p, rng.IntN(4))
@@ -41,15 +43,17 @@ func randomOps(rng *rand.Rand, o *store.Batch, p int, tag string) {
 		case 6:
 			o.DeleteTimer(tk)
 		case 7:
-			o.PutReceipt(&protocol.Receipt{Mutation: fmt.Sprint("m", rng.IntN(5)), Status: tag})
+			o.PutReceipt(&protocol.Receipt{Mutation: fmt.Sprint("p", p, "-m", rng.IntN(5)), Status: tag})
 		case 8:
 			// An audit record and its two index entries, which are empty
 			// values: a put of nothing, not a deletion.
-			o.PutAudit(&protocol.AuditRecord{At: int64(rng.IntN(3)), Mutation: fmt.Sprint("m", rng.IntN(3)), State: state,
+			o.PutAudit(&protocol.AuditRecord{At: int64(rng.IntN(3)), Mutation: fmt.Sprint("p", p, "-m", rng.IntN(3)), State: state,
 				Target: &protocol.Address{Namespace: a.Type.Namespace, Type: a.Type.Name, Id: a.ID}, Principal: tag})
 		case 9:
 			o.PutMeta(p, store.PartitionMeta{CommitID: rng.Uint64(), VersionSeq: rng.Uint64()})
-			o.PutSpecs(address.TypeName{Namespace: "ex", Name: "fn"}, []*protocol.FromFunction_PersistedValueSpec{{StateName: tag}})
+			// Specs are the one space several partitions write (the
+			// specs of a type); here each partition has a type of its own.
+			o.PutSpecs(address.TypeName{Namespace: "ex", Name: fmt.Sprint("fn", p)}, []*protocol.FromFunction_PersistedValueSpec{{StateName: tag}})
 		}
 	}
 }

@@ -143,3 +143,33 @@ func TestApplyAndDropChangelog(t *testing.T) {
 		t.Fatal("the drop of partition 1 touched partition 2's position")
 	}
 }
+
+// TestInterruptedDropIsVisible: index entries without a position — what a
+// crash part way through a drop leaves, since the first batch removes the
+// position — are reported, so a restore drops them before reading.
+func TestInterruptedDropIsVisible(t *testing.T) {
+	db, _ := openTest(t, 4)
+	key := stateKey(nil, addr("ns", "fn", "x"), "s")
+	if err := db.ApplyChangelog(2, []Op{{Key: key, Value: appendEntry(nil, Entry{Version: 1})}}, ChangelogPosition{Next: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := db.HasChangelogKeys(2); err != nil || !has {
+		t.Fatalf("HasChangelogKeys = %v, %v", has, err)
+	}
+	// The first batch of a drop, and then a crash.
+	if err := db.pdb.Delete(changelogPositionKey(nil, 2), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := db.ChangelogPosition(2); ok {
+		t.Fatal("position still there")
+	}
+	if has, err := db.HasChangelogKeys(2); err != nil || !has {
+		t.Fatalf("after the interrupted drop, HasChangelogKeys = %v, %v", has, err)
+	}
+	if n, err := db.DropChangelogPartition(2); err != nil || n != 1 {
+		t.Fatalf("drop = %d, %v", n, err)
+	}
+	if has, _ := db.HasChangelogKeys(2); has {
+		t.Fatal("index entries after the drop")
+	}
+}

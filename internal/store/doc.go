@@ -21,6 +21,7 @@
 //	values.go   Entry and the state entry value layout; meta values; protobuf
 //	read.go     point reads and scans
 //	batch.go    Batch: the writes of one atomic commit
+//	changelog.go cluster mode: Batch.Ops, changelog positions and key index, apply and drop
 //	errors.go   ErrCorrupt, CorruptionError and the Open errors
 //	health.go   disk faults: Health, Failed, the Fatalf interception
 //	prealloc.go write-ahead log files preallocated 1 MiB at a time

@@ -466,6 +466,14 @@ func formatKey(key []byte) string {
 			if err := decodeDeadLetterKey(key, &d); err == nil {
 				return fmt.Sprintf("dead-letter(at=%d, %s, %s, %d, offset=%d)", d.At, q(d.Ingress), q(d.Topic), d.Partition, d.Offset)
 			}
+		case spaceChangelogPosition:
+			if len(key) == 3 {
+				return fmt.Sprintf("changelog-position(%d)", binary.BigEndian.Uint16(key[1:]))
+			}
+		case spaceChangelogKeys:
+			if len(key) > 3 {
+				return fmt.Sprintf("changelog-key(p=%d, %s)", binary.BigEndian.Uint16(key[1:]), formatKey(key[3:]))
+			}
 		case spaceIdempotency:
 			if scope, rest, err := decodeString(key[1:]); err == nil {
 				if k, rest, err := decodeString(rest); err == nil && len(rest) == 0 {

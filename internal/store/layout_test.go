@@ -184,6 +184,18 @@ func TestLayoutGolden(t *testing.T) {
 			add([]byte{8}, "uvarint len(reason) = 8").add([]byte("null-key"), "reason").
 			add([]byte{0}, "uvarint len(key) = 0").add([]byte("v"), "value bytes (to the end)"),
 			appendDeadLetter(nil, &DeadLetter{Timestamp: 1_699_999_999_000, KeyNull: true, Reason: "null-key", Value: []byte("v")})},
+
+		{rec("key: changelog position of partition 3 (cluster mode)").
+			add([]byte{0x17}, "space 0x17: changelog position").add(u16(3), "partition 3"),
+			changelogPositionKey(nil, 3)},
+		{rec("value: changelog position, next 42, at 1700000000000").
+			add(u64(42), "next i64 BE: 42").add(u64(1_700_000_000_000), "at i64 BE: 1700000000000 (unix ms)").
+			add([]byte("0123456789abcdef"), "topic id (16 bytes)"),
+			appendChangelogPosition(nil, ChangelogPosition{Next: 42, At: 1_700_000_000_000, TopicID: [16]byte([]byte("0123456789abcdef"))})},
+		{rec("key: changelog key index of partition 3, for the specs of example/greeter").
+			add([]byte{0x18}, "space 0x18: changelog keys").add(u16(3), "partition 3").
+			add(specsKey(nil, greeter.Type), "the store key, to the end"),
+			changelogKeysKey(nil, 3, specsKey(nil, greeter.Type))},
 	}
 
 	var sb strings.Builder

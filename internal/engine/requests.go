@@ -136,6 +136,17 @@ func (r *partCommit) Durable() {
 	r.p.post(partition.CommitDurable{ID: cm.ID})
 }
 
+// Lane puts the commit in its partition's lane, urgent when a caller waits
+// for one of its receipts to be durable (committer.Urgent).
+func (r *partCommit) Lane() (int, bool) {
+	for _, rc := range r.c.Receipts {
+		if rc.Ack == partition.AckCommitted && rc.Request != 0 {
+			return r.p.id, true
+		}
+	}
+	return r.p.id, false
+}
+
 // AfterGroup answers the callers of the commit's committed-ack mutations,
 // once every request of the group has been told it is durable: they are
 // the latency an operator sees, the other wakes are throughput.

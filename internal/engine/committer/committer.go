@@ -53,6 +53,21 @@ type Answerer interface {
 	AfterGroup() bool
 }
 
+// Urgent is a Request a caller is waiting on (a state API write with
+// ack=committed), for a partition. The next group then carries only it and
+// the requests of the same partition queued before it, which must be
+// durable first (a partition's commits land in order); the others wait for
+// the group after. An operator's committed write so waits for one small
+// group instead of a loaded one: its encoding, its store write and the
+// Durable calls of hundreds of ingress requests. Requests of other
+// partitions lose nothing but one sync's time: none of them depends on it.
+type Urgent interface {
+	Request
+	// Lane returns the request's partition, and whether a caller waits for
+	// it to be durable.
+	Lane() (partition int, urgent bool)
+}
+
 // ErrStopped is wrapped by the error every request gets (from Fail, or from
 // Submit) once a store error stopped the committer, and by Submit's error
 // after Close.
@@ -167,6 +182,9 @@ func (c *Committer) CommitGroup() (int, error) {
 	c.mu.Lock()
 	reqs := c.reqs
 	c.reqs = nil
+	if rest, lane, ok := cutLane(reqs); ok {
+		reqs, c.reqs = lane, rest
+	}
 	stopped := c.err
 	c.mu.Unlock()
 	if stopped != nil || len(reqs) == 0 {
@@ -247,4 +265,33 @@ func contains(s []int, i int) bool {
 		}
 	}
 	return false
+}
+
+// cutLane splits off the group of the first urgent request (see Urgent):
+// the requests of its partition up to it, in order. rest keeps the others
+// in order. ok is false when no request is urgent.
+func cutLane(reqs []Request) (rest, lane []Request, ok bool) {
+	at, part := -1, 0
+	for i, r := range reqs {
+		if u, isU := r.(Urgent); isU {
+			if p, urgent := u.Lane(); urgent {
+				at, part = i, p
+				break
+			}
+		}
+	}
+	if at < 0 {
+		return reqs, nil, false
+	}
+	rest = make([]Request, 0, len(reqs))
+	for i, r := range reqs {
+		if u, isU := r.(Urgent); isU && i <= at {
+			if p, _ := u.Lane(); p == part {
+				lane = append(lane, r)
+				continue
+			}
+		}
+		rest = append(rest, r)
+	}
+	return rest, lane, true
 }

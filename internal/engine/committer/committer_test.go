@@ -3,6 +3,7 @@ package committer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -244,5 +245,52 @@ func TestAnswerersHearAfterTheGroup(t *testing.T) {
 	want := "fail c|durable a|durable b|durable d|durable e|answer a|answer d"
 	if got := strings.Join(log, "|"); got != want {
 		t.Fatalf("callbacks %s\nwant      %s", got, want)
+	}
+}
+
+// laneReq is a request of a partition, urgent or not, that records the
+// order it was made durable in.
+type laneReq struct {
+	name   string
+	part   int
+	urgent bool
+	log    *[]string
+}
+
+func (r *laneReq) Encode(b *store.Batch) error { return nil }
+func (r *laneReq) Durable()                    { *r.log = append(*r.log, r.name) }
+func (r *laneReq) Fail(error)                  { *r.log = append(*r.log, r.name+"!") }
+func (r *laneReq) Lane() (int, bool)           { return r.part, r.urgent }
+
+// An urgent request goes in a group of its own partition's requests queued
+// before it; everything else waits for the next group, in order.
+func TestUrgentRequestCutsItsLane(t *testing.T) {
+	db := openStore(t)
+	var groups []int
+	c := New(db, Options{Observe: func(_ time.Duration, reqs, _, _ int) { groups = append(groups, reqs) }})
+	var log []string
+	for _, r := range []*laneReq{
+		{name: "p0-a", part: 0}, {name: "p1-a", part: 1}, {name: "p0-b", part: 0},
+		{name: "p0-urgent", part: 0, urgent: true}, {name: "p0-c", part: 0}, {name: "p1-b", part: 1},
+	} {
+		r.log = &log
+		if err := c.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CommitGroup(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(log); got != "[p0-a p0-b p0-urgent]" {
+		t.Fatalf("first group made %s durable, want p0's requests up to the urgent one", got)
+	}
+	if _, err := c.CommitGroup(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(log); got != "[p0-a p0-b p0-urgent p1-a p0-c p1-b]" {
+		t.Fatalf("after the second group %s, want the others in submission order", got)
+	}
+	if fmt.Sprint(groups) != "[3 3]" {
+		t.Fatalf("groups %v, want [3 3]", groups)
 	}
 }

@@ -150,7 +150,11 @@ func (e *Engine) Assign(p int) error {
 		return err
 	}
 	for t, s := range specs.initial {
-		e.specs.set(t, s)
+		// The listing learns types restored with p; a type it knows has
+		// specs at least as new (published after a durable commit).
+		if e.specs.get(t) == nil {
+			e.specs.set(t, s)
+		}
 	}
 	pt, err := e.restorePart(p, specs.initial)
 	if err != nil {
@@ -441,3 +445,16 @@ func (e *Engine) ownedParts() []*part {
 	}
 	return out
 }
+
+// Every request the engine submits names its partition.
+var (
+	_ Request            = (*ingressReq)(nil)
+	_ Request            = (*resendReq)(nil)
+	_ committer.Answerer = (*partCommit)(nil)
+	_ Request            = (*partCommit)(nil)
+	_ Request            = (*arrivalsReq)(nil)
+	_ Request            = (*sourceReq)(nil)
+	_ Request            = (*popReq)(nil)
+	_ Request            = (*ackReq)(nil)
+	_ Durability         = (*committer.Committer)(nil)
+)

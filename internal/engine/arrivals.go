@@ -7,35 +7,37 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// arrivals numbers the messages of each partition's inbox in the order the
+// arrivals numbers the messages of one partition's inbox in the order the
 // committer writes them, which is the order it delivers them: the inbox
-// key starts with that number, so a restart replays each inbox in arrival
+// key starts with that number, so a restart replays the inbox in arrival
 // order (a message from another partition does not jump ahead of an
-// accepted mutation that arrived before it). The cores name messages by
+// accepted mutation that arrived before it). The core names messages by
 // (partition, source, seq); arrivals remembers the number of each message
-// still in an inbox, to delete its key when a commit consumes it.
+// still in the inbox, to delete its key when a commit consumes it.
 //
-// Owned by the committer's goroutine (requests' Encode and Fail), and by
-// restore before that starts.
+// Each part (each assignment of a partition, in cluster mode) has its own,
+// so a request of a revoked assignment never touches the numbers of the
+// next one. Owned by the durability goroutine (requests' Encode and Fail),
+// and by the restore before the part runs.
 type arrivals struct {
-	next []uint64
+	next uint64
 	keys map[partition.InboxKey]uint64
 }
 
-func newArrivals(partitions int) *arrivals {
-	return &arrivals{next: make([]uint64, partitions), keys: map[partition.InboxKey]uint64{}}
+func newArrivals() *arrivals {
+	return &arrivals{keys: map[partition.InboxKey]uint64{}}
 }
 
-// restored records a message found in an inbox at start.
+// restored records a message found in the inbox at start.
 func (a *arrivals) restored(k store.InboxKey) {
 	a.keys[partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}] = k.Arrival
-	a.next[k.Partition] = max(a.next[k.Partition], k.Arrival+1)
+	a.next = max(a.next, k.Arrival+1)
 }
 
 // assign numbers a message that is being written.
 func (a *arrivals) assign(k partition.InboxKey) store.InboxKey {
-	n := a.next[k.Partition]
-	a.next[k.Partition]++
+	n := a.next
+	a.next++
 	a.keys[k] = n
 	return store.InboxKey{Partition: k.Partition, Arrival: n, Source: k.Source, Seq: k.Seq}
 }
@@ -50,7 +52,7 @@ func (a *arrivals) consume(k partition.InboxKey) (store.InboxKey, error) {
 	return store.InboxKey{Partition: k.Partition, Arrival: n, Source: k.Source, Seq: k.Seq}, nil
 }
 
-// lookup returns the store key of a message still in an inbox.
+// lookup returns the store key of a message still in the inbox.
 func (a *arrivals) lookup(k partition.InboxKey) (store.InboxKey, bool) {
 	n, ok := a.keys[k]
 	return store.InboxKey{Partition: k.Partition, Arrival: n, Source: k.Source, Seq: k.Seq}, ok

@@ -14,4 +14,10 @@
 // Nothing leaves a partition before the commit that produced it is durable:
 // messages for other partitions, committed receipts and learned specs are
 // released by the commit request's Durable, after the sync.
+//
+// In cluster mode (cluster.go) the same engine runs the partitions a Kafka
+// consumer group assigns to the process: Options.Durability (the cluster
+// session) makes the requests durable, Options.Outbound takes what leaves
+// a partition, Assign and Revoke say which partitions run, and
+// SubmitArrivals brings in the messages topic's records.
 package engine

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -27,34 +28,65 @@ type Driver struct {
 type Call struct {
 	Partition  int
 	Invocation partition.Invocation
+
+	// p is the part that sent it: its result goes back there, never to
+	// a later assignment of the partition (whose request ids start again).
+	p *part
 }
 
 func (d *Driver) invoke(p *part, inv partition.Invocation) {
 	d.mu.Lock()
-	d.calls = append(d.calls, Call{Partition: p.id, Invocation: inv})
+	d.calls = append(d.calls, Call{Partition: p.id, Invocation: inv, p: p})
 	d.mu.Unlock()
+}
+
+// drop forgets the calls of a revoked part: their results would be
+// ignored.
+func (d *Driver) drop(p *part) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	kept := d.calls[:0]
+	for _, c := range d.calls {
+		if c.p != p {
+			kept = append(kept, c)
+		}
+	}
+	clear(d.calls[len(kept):])
+	d.calls = kept
 }
 
 // Driver returns the engine's driver, or nil unless Options.Driven.
 func (e *Engine) Driver() *Driver { return e.drv }
 
-// Pending returns the number of events waiting in partition p's mailbox.
-func (d *Driver) Pending(p int) int { return d.e.parts[p].mb.Len() }
+// Pending returns the number of events waiting in partition p's mailbox
+// (0 for a partition not owned).
+func (d *Driver) Pending(p int) int {
+	if pt := d.e.part(p); pt != nil {
+		return pt.mb.Len()
+	}
+	return 0
+}
 
 // HasWork reports whether Step(p) has something to do now: events in the
 // mailbox, or effects of the core not handed on yet (after New, the restored
 // inbox's invocations). Due timers need a Step too: see NextDeadline.
+// False for a partition not owned.
 func (d *Driver) HasWork(p int) bool {
-	pt := d.e.parts[p]
-	return pt.mb.Len() > 0 || pt.core.HasReady()
+	pt := d.e.part(p)
+	return pt != nil && (pt.mb.Len() > 0 || pt.core.HasReady())
 }
 
 // Step processes partition p once: every event waiting in its mailbox, or a
 // Tick at the current time when there is none (due timers fire, backoffs
 // end). Its invocations join Calls, its commit goes to the committer. A core
-// error stops the engine and is returned.
+// error stops the engine and is returned; a partition not owned returns
+// ErrMoved.
 func (d *Driver) Step(p int) error {
-	if _, err := d.e.parts[p].process(); err != nil {
+	pt := d.e.part(p)
+	if pt == nil {
+		return movedErr(p)
+	}
+	if _, err := pt.process(); err != nil {
 		d.e.fatal(err)
 		return err
 	}
@@ -62,19 +94,35 @@ func (d *Driver) Step(p int) error {
 }
 
 // NextDeadline returns when partition p has timer work to do (a delayed
-// message is due, or a backoff ends), and false when nothing is scheduled.
+// message is due, or a backoff ends), and false when nothing is scheduled
+// (or p is not owned).
 func (d *Driver) NextDeadline(p int) (time.Time, bool) {
-	at, ok := d.e.parts[p].core.NextDeadline()
+	pt := d.e.part(p)
+	if pt == nil {
+		return time.Time{}, false
+	}
+	at, ok := pt.core.NextDeadline()
 	return time.UnixMilli(at), ok
 }
 
 // Commits returns the number of requests waiting for a group commit.
 func (d *Driver) Commits() int { return d.e.com.Pending() }
 
+// groupCommitter is a Durability the driver can ask for one group.
+type groupCommitter interface {
+	CommitGroup() (int, error)
+}
+
 // Commit writes every waiting request in one synced group and releases what
-// waited for it. A store error stops the engine and is returned.
+// waited for it. A store error stops the engine and is returned. With an
+// Options.Durability that has no CommitGroup method, the caller commits
+// through it and Commit returns an error.
 func (d *Driver) Commit() error {
-	if _, err := d.e.com.CommitGroup(); err != nil {
+	gc, ok := d.e.com.(groupCommitter)
+	if !ok {
+		return fmt.Errorf("engine: the driver cannot commit through a %T (it has no CommitGroup)", d.e.com)
+	}
+	if _, err := gc.CommitGroup(); err != nil {
 		d.e.fatal(err)
 		return err
 	}
@@ -95,7 +143,7 @@ func (d *Driver) RunCall(i int) {
 	c := d.calls[i]
 	d.calls = append(d.calls[:i], d.calls[i+1:]...)
 	d.mu.Unlock()
-	dispatch.Call(d.e.ctx, d.e.opts.Functions, d.e.opts.Now, c.Invocation, d.e.callDone(d.e.parts[c.Partition]))
+	dispatch.Call(d.e.ctx, d.e.opts.Functions, d.e.opts.Now, c.Invocation, d.e.callDone(c.p))
 }
 
 // Future is the answer of a request started through the driver; it is in
@@ -186,7 +234,10 @@ func (d *Driver) Read(a address.Address, state string) (*ReadFuture, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
-	p := e.partOf(a)
+	p, err := e.partOf(a)
+	if err != nil {
+		return nil, err
+	}
 	if rep, ok := e.readStore(p, a, state); ok {
 		return &ReadFuture{e: e, rep: rep, err: rep.Err, done: true}, nil
 	}
@@ -194,8 +245,10 @@ func (d *Driver) Read(a address.Address, state string) (*ReadFuture, error) {
 		return nil, ErrBusy
 	}
 	e.m.stateReads.WithLabelValues("mailbox").Inc()
-	id, ch := e.waiters.add()
-	p.post(partition.ReadState{Request: id, Addr: a, State: state})
+	id, ch, err := e.ask(p, 0, func(id uint64) partition.Event { return partition.ReadState{Request: id, Addr: a, State: state} })
+	if err != nil {
+		return nil, err
+	}
 	return &ReadFuture{e: e, id: id, ch: ch}, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/statefun-go/statefun/internal/engine/committer"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -14,7 +13,7 @@ import (
 // egressPopper hands out durable egress records, each at most once.
 type egressPopper struct {
 	db     *store.DB
-	submit func(committer.Request) error
+	submit func(Request) error
 
 	mu     sync.Mutex
 	queues map[string]*egressQueue
@@ -36,7 +35,7 @@ type egressQueue struct {
 // The consumer reads again and acknowledges what it got.
 var ErrNotRead = errors.New("engine: the position was not read yet")
 
-func newEgressPopper(db *store.DB, submit func(committer.Request) error) *egressPopper {
+func newEgressPopper(db *store.DB, submit func(Request) error) *egressPopper {
 	return &egressPopper{db: db, submit: submit, queues: map[string]*egressQueue{}}
 }
 
@@ -84,6 +83,9 @@ func (e *Engine) claimPop(egress, route string) (q *egressQueue, req *popReq, re
 	if e.closed.Load() {
 		return nil, nil, nil, ErrClosed
 	}
+	if e.opts.Owned {
+		return nil, nil, nil, ErrPlaygroundEgress
+	}
 	q = e.egress.queue(egress, route)
 	q.mu.Lock()
 	seq, rec, ok, err := e.db.NextEgress(egress, route, q.cursor)
@@ -121,6 +123,9 @@ func (e *Engine) ReadEgress(ctx context.Context, egress, route string, after uin
 	if e.closed.Load() {
 		return 0, nil, false, ErrClosed
 	}
+	if e.opts.Owned {
+		return 0, nil, false, ErrPlaygroundEgress
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, nil, false, err
 	}
@@ -148,6 +153,9 @@ type EgressItem struct {
 func (e *Engine) ReadEgressBatch(ctx context.Context, egress, route string, after uint64, limit int) ([]EgressItem, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
+	}
+	if e.opts.Owned {
+		return nil, ErrPlaygroundEgress
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -179,6 +187,9 @@ func (e *Engine) ReadEgressBatch(ctx context.Context, egress, route string, afte
 func (e *Engine) AckEgress(ctx context.Context, egress, route string, pos uint64) error {
 	if e.closed.Load() {
 		return ErrClosed
+	}
+	if e.opts.Owned {
+		return ErrPlaygroundEgress
 	}
 	q := e.egress.queue(egress, route)
 	q.mu.Lock()

@@ -74,6 +74,20 @@ type Options struct {
 	// the group committer and function calls one at a time through
 	// Driver, on its own goroutine (a deterministic simulation does).
 	Driven bool
+
+	// Durability, when set, makes the engine's requests durable instead
+	// of the embedded group committer (cluster mode: the Kafka session;
+	// see Durability and cluster.go). Nil is the embedded committer on
+	// Store.
+	Durability Durability
+	// Outbound, when set, takes the messages a partition commit sends to
+	// other partitions and its egress records, during the commit's Encode
+	// (see Outbound). Set exactly when Owned is.
+	Outbound Outbound
+	// Owned makes the engine start with no partition: Assign and Revoke
+	// say which partitions it runs (cluster mode). Requires Durability
+	// and Outbound.
+	Owned bool
 }
 
 // DefaultMaxBacklogBytes is the default of Options.MaxBacklogBytes: 64 MiB
@@ -119,14 +133,29 @@ type Engine struct {
 	log   *slog.Logger
 	m     *Metrics
 	specs *specRegistry
+	// n is P, the application's partition count.
+	n int
+	// parts are the partitions of an engine that runs them all, built at
+	// New and never replaced; nil with Options.Owned, where slots hold the
+	// parts assigned now (nil for a partition not owned). Use part(i).
 	parts []*part
-	com   *committer.Committer
+	slots []atomic.Pointer[part]
+	// com makes requests durable: the embedded group committer, or
+	// Options.Durability.
+	com   Durability
 	calls invoker
 	drv   *Driver
 
+	// ownMu serializes Assign, Revoke and Start (cluster.go); started is
+	// set by Start, so an Assign after it starts the part's runner.
+	ownMu   sync.Mutex
+	started bool
+	// prev is the last revoked part of each partition, whose unsettled
+	// requests hold up the next Assign.
+	prev []*part
+
 	ingressSeq atomic.Uint64
-	egressSeq  uint64 // owned by the committer's goroutine (Encode)
-	arrivals   *arrivals
+	egressSeq  uint64     // owned by the committer's goroutine (Encode)
 	resendMu   sync.Mutex // one re-send of a dead letter at a time (repair.go)
 	egress     *egressPopper
 	once       inflight // idempotency keys being made durable
@@ -152,10 +181,17 @@ type invoker interface {
 	invoke(p *part, inv partition.Invocation)
 }
 
-// New restores every partition from the store. Call Start to run them.
+// New restores every partition from the store (with Options.Owned, none:
+// see Assign). Call Start to run them.
 func New(opts Options) (*Engine, error) {
 	if opts.Store == nil || opts.Functions == nil {
 		return nil, errors.New("engine: Options.Store and Options.Functions are required")
+	}
+	if opts.Owned != (opts.Outbound != nil) {
+		return nil, errors.New("engine: Options.Owned and Options.Outbound go together (cluster mode): set both or neither")
+	}
+	if opts.Owned && opts.Durability == nil {
+		return nil, errors.New("engine: Options.Owned needs Options.Durability (the cluster session makes the partitions' work durable)")
 	}
 	if opts.MaxBacklog <= 0 {
 		opts.MaxBacklog = 100_000
@@ -172,17 +208,25 @@ func New(opts Options) (*Engine, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	e := &Engine{opts: opts, db: opts.Store, log: opts.Logger, m: opts.Metrics, failed: make(chan struct{}), waiters: newWaiters()}
+	e := &Engine{opts: opts, db: opts.Store, log: opts.Logger, m: opts.Metrics, failed: make(chan struct{}), waiters: newWaiters(),
+		n: opts.Store.Partitions()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.egress = newEgressPopper(e.db, e.submit)
 	var err error
 	if e.specs, err = loadSpecs(e.db); err != nil {
 		return nil, err
 	}
-	if err := e.restore(); err != nil {
+	if opts.Owned {
+		e.slots = make([]atomic.Pointer[part], e.n)
+		e.prev = make([]*part, e.n)
+	} else if err := e.restore(); err != nil {
 		return nil, err
 	}
-	e.com = committer.New(e.db, committer.Options{Now: opts.Now, Observe: e.m.observeCommit})
+	if opts.Durability != nil {
+		e.com = opts.Durability
+	} else {
+		e.com = committer.New(e.db, committer.Options{Now: opts.Now, Observe: e.m.observeCommit})
+	}
 	if opts.Driven {
 		e.drv = &Driver{e: e}
 		e.calls = e.drv
@@ -200,11 +244,16 @@ func durOr(d, def time.Duration) time.Duration {
 }
 
 // Start runs the partitions and the committer until Close (with
-// Options.Driven it runs nothing: see Driver).
+// Options.Driven it runs nothing: see Driver). With Options.Owned it runs
+// Durability and the partitions assigned so far; a later Assign starts its
+// partition's runner itself.
 func (e *Engine) Start() {
 	if e.drv != nil {
 		return
 	}
+	e.ownMu.Lock()
+	defer e.ownMu.Unlock()
+	e.started = true
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -212,6 +261,14 @@ func (e *Engine) Start() {
 			e.fatal(err)
 		}
 	}()
+	if e.slots != nil {
+		for i := range e.slots {
+			if p := e.slots[i].Load(); p != nil {
+				e.runPart(p)
+			}
+		}
+		return
+	}
 	for _, p := range e.parts {
 		e.wg.Add(1)
 		go func() {
@@ -235,11 +292,35 @@ func (e *Engine) Close() {
 	e.com.Close()
 }
 
-// Partitions returns P.
-func (e *Engine) Partitions() int { return len(e.parts) }
+// Partitions returns P, whether or not this process runs them all.
+func (e *Engine) Partitions() int { return e.n }
+
+// part returns the part of partition i: the engine's own, or with
+// Options.Owned the one assigned now (nil when i is not owned).
+func (e *Engine) part(i int) *part {
+	if e.slots != nil {
+		return e.slots[i].Load()
+	}
+	return e.parts[i]
+}
+
+// owner returns the part of partition i that takes new work, or ErrMoved.
+func (e *Engine) owner(i int) (*part, error) {
+	p := e.part(i)
+	if p == nil {
+		return nil, movedErr(i)
+	}
+	if err := p.usable(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
 // submit hands a request to the committer.
-func (e *Engine) submit(r committer.Request) error {
+func (e *Engine) submit(r Request) error {
+	if e.opts.Owned && r.Partition() < 0 {
+		return fmt.Errorf("engine: a %T is not any partition's work, which cluster mode cannot log", r)
+	}
 	if err := e.com.Submit(r); err != nil {
 		return e.stopErr(err)
 	}
@@ -303,13 +384,16 @@ func (e *Engine) ingestReq(env *protocol.Envelope, once *onceWrite) (*ingressReq
 		e.m.ingressRejected.Inc()
 		return nil, err
 	}
-	p := e.parts[address.Partition(env.GetTarget().GetId(), len(e.parts))]
+	p, err := e.owner(address.Partition(env.GetTarget().GetId(), e.n))
+	if err != nil {
+		return nil, err
+	}
 	if e.full(p) {
 		e.m.ingressRejected.Inc()
 		return nil, ErrBusy
 	}
 	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
-	req := &ingressReq{e: e, key: key, env: env, once: once, done: make(chan error, 1)}
+	req := &ingressReq{reqOf: reqOf{p: p}, e: e, key: key, env: env, once: once, done: make(chan error, 1)}
 	if err := e.submit(req); err != nil {
 		return nil, err
 	}
@@ -317,13 +401,23 @@ func (e *Engine) ingestReq(env *protocol.Envelope, once *onceWrite) (*ingressReq
 }
 
 // deliver hands a durable message (or accepted mutation) to its
-// partition's mailbox.
+// partition's mailbox (an engine that runs every partition).
 func (e *Engine) deliver(k partition.InboxKey, env *protocol.Envelope) {
+	e.deliverTo(e.part(k.Partition), k, env)
+}
+
+// deliverTo hands a durable message (or accepted mutation) to the mailbox
+// of p, the part its request was made for, unless p was revoked meanwhile:
+// then the partition's next assignment finds it in the store.
+func (e *Engine) deliverTo(p *part, k partition.InboxKey, env *protocol.Envelope) {
+	if p == nil || p.gone.Load() {
+		return
+	}
 	ev := partition.MessageArrived{Key: k, Env: env}
 	if m := env.GetMutation(); m != nil {
 		ev.Mutation = mutationFromProto(m)
 	}
-	e.parts[k.Partition].postSized(ev, proto.Size(env))
+	p.postSized(ev, proto.Size(env))
 }
 
 // full reports whether p is at its limit of messages or bytes.

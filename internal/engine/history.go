@@ -74,6 +74,16 @@ func (ps *positions) set(p int, id uint64) {
 	ps.mu.Unlock()
 }
 
+// moved wakes the callers of WaitDurable: a partition was revoked.
+func (ps *positions) moved() {
+	ps.mu.Lock()
+	if ps.changed != nil {
+		close(ps.changed)
+	}
+	ps.changed = make(chan struct{})
+	ps.mu.Unlock()
+}
+
 func (ps *positions) get(p int) (uint64, <-chan struct{}) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -90,11 +100,12 @@ func (ps *positions) get(p int) (uint64, <-chan struct{}) {
 func (e *Engine) Waiting() int { return int(e.positions.waiting.Load()) }
 
 // PartitionOf returns the partition that owns an address.
-func (e *Engine) PartitionOf(a address.Address) int { return address.Partition(a.ID, len(e.parts)) }
+func (e *Engine) PartitionOf(a address.Address) int { return address.Partition(a.ID, e.n) }
 
 // WaitDurable waits until partition p's commit min (and every one before
 // it) is durable, or ctx ends, and returns the partition's durable commit
-// id then and whether it reached min.
+// id then and whether it reached min. With Options.Owned it returns
+// ErrMoved when p is not owned, or is revoked while it waits.
 func (e *Engine) WaitDurable(ctx context.Context, p int, min uint64) (uint64, bool, error) {
 	e.positions.waiting.Add(1)
 	defer e.positions.waiting.Add(-1)
@@ -102,6 +113,9 @@ func (e *Engine) WaitDurable(ctx context.Context, p int, min uint64) (uint64, bo
 		cur, changed := e.positions.get(p)
 		if cur >= min {
 			return cur, true, nil
+		}
+		if e.slots != nil && (p < 0 || p >= e.n || e.part(p) == nil) {
+			return cur, false, movedErr(p)
 		}
 		select {
 		case <-changed:

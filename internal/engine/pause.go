@@ -60,16 +60,29 @@ func (e *Engine) Pauses(ctx context.Context, t address.TypeName) ([]partition.Pa
 // Inbox returns what the runtime holds for one address: its pause, the
 // batch in flight or failing, the queued messages (from its partition) and
 // the pending delayed messages for it (held by their senders' partitions,
-// so every partition is asked).
+// so every partition is asked). With Options.Owned the address's partition
+// must be owned (else ErrMoved), and the delayed messages are those the
+// owned partitions hold.
 func (e *Engine) Inbox(ctx context.Context, a address.Address) (*partition.Inbox, error) {
+	own := address.Partition(a.ID, e.n)
+	if _, err := e.owner(own); err != nil {
+		return nil, err
+	}
 	reps, err := e.inspectAll(ctx, partition.Inspect{Kind: partition.InspectInbox, Addr: a})
 	if err != nil {
 		return nil, err
 	}
-	own := address.Partition(a.ID, len(e.parts))
-	out := reps[own].Inbox
-	for p, r := range reps {
-		if p != own {
+	var out *partition.Inbox
+	for _, r := range reps {
+		if r.part == own {
+			out = r.Inbox
+		}
+	}
+	if out == nil {
+		return nil, movedErr(own)
+	}
+	for _, r := range reps {
+		if r.part != own {
 			out.Delayed = append(out.Delayed, r.Inbox.Delayed...)
 		}
 	}
@@ -86,22 +99,39 @@ func (e *Engine) Inbox(ctx context.Context, a address.Address) (*partition.Inbox
 	return out, nil
 }
 
-// inspectAll asks every partition and returns their answers by partition.
-// Inspections are reads: they are never refused for a full queue.
-func (e *Engine) inspectAll(ctx context.Context, ev partition.Inspect) ([]*partition.Inspection, error) {
+// inspection is one partition's answer to an inspection.
+type inspection struct {
+	*partition.Inspection
+	part int
+}
+
+// inspectAll asks every partition (with Options.Owned, every partition
+// owned now) and returns their answers in partition order. Inspections
+// are reads: they are never refused for a full queue. A partition revoked
+// while it is asked answers ErrMoved.
+func (e *Engine) inspectAll(ctx context.Context, ev partition.Inspect) ([]inspection, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
-	ids := make([]uint64, len(e.parts))
-	chs := make([]chan partition.Reply, len(e.parts))
-	for i, p := range e.parts {
-		ids[i], chs[i] = e.waiters.add()
-		q := ev
-		q.Request = ids[i]
-		p.post(q)
+	parts := e.ownedParts()
+	ids := make([]uint64, len(parts))
+	chs := make([]chan partition.Reply, len(parts))
+	for i, p := range parts {
+		id, ch, err := e.ask(p, 0, func(id uint64) partition.Event {
+			q := ev
+			q.Request = id
+			return q
+		})
+		if err != nil {
+			for _, id := range ids[:i] {
+				e.waiters.drop(id)
+			}
+			return nil, err
+		}
+		ids[i], chs[i] = id, ch
 	}
-	out := make([]*partition.Inspection, len(e.parts))
-	for i := range e.parts {
+	out := make([]inspection, len(parts))
+	for i, p := range parts {
 		r, err := e.await(ctx, ids[i], chs[i])
 		if err != nil {
 			for _, id := range ids[i+1:] {
@@ -110,9 +140,9 @@ func (e *Engine) inspectAll(ctx context.Context, ev partition.Inspect) ([]*parti
 			return nil, err
 		}
 		if r.Inspection == nil {
-			return nil, fmt.Errorf("engine: partition %d answered an inspection without one", i)
+			return nil, fmt.Errorf("engine: partition %d answered an inspection without one", p.id)
 		}
-		out[i] = r.Inspection
+		out[i] = inspection{Inspection: r.Inspection, part: p.id}
 	}
 	return out, nil
 }
@@ -143,19 +173,41 @@ func (e *Engine) Pause(ctx context.Context, r PauseRequest) (partition.Receipt, 
 	}
 	ev := partition.SetPause{Addr: r.Addr, Resume: r.Resume, Mutation: r.Mutation, Principal: r.Principal,
 		Reason: r.Reason, ExpiresAt: r.ExpiresAt}
-	targets := []*part{e.partOf(r.Addr)}
+	var targets []*part
 	owner := 0
 	if r.Addr.ID == "" {
-		targets = e.parts
-		owner = partition.TypeOwner(r.Addr.Type, len(e.parts))
+		// Every partition applies a type-level change: with
+		// Options.Owned, all of them must be owned here.
+		for i := 0; i < e.n; i++ {
+			p, err := e.owner(i)
+			if err != nil {
+				return partition.Receipt{}, err
+			}
+			targets = append(targets, p)
+		}
+		owner = partition.TypeOwner(r.Addr.Type, e.n)
+	} else {
+		p, err := e.partOf(r.Addr)
+		if err != nil {
+			return partition.Receipt{}, err
+		}
+		targets = []*part{p}
 	}
 	ids := make([]uint64, len(targets))
 	chs := make([]chan partition.Reply, len(targets))
 	for i, p := range targets {
-		ids[i], chs[i] = e.waiters.add()
-		q := ev
-		q.Request = ids[i]
-		p.post(q)
+		id, ch, err := e.ask(p, 0, func(id uint64) partition.Event {
+			q := ev
+			q.Request = id
+			return q
+		})
+		if err != nil {
+			for _, id := range ids[:i] {
+				e.waiters.drop(id)
+			}
+			return partition.Receipt{}, err
+		}
+		ids[i], chs[i] = id, ch
 	}
 	var rc partition.Receipt
 	for i := range targets {

@@ -31,9 +31,17 @@ func (e *Engine) Repair(ctx context.Context, m partition.Mutation) (partition.Re
 		return partition.Receipt{}, errors.New("engine: a repair without its MessageRepair")
 	}
 	m.Ack = AckCommitted
-	id, ch := e.waiters.add()
-	m.Request = id
-	e.partOf(m.Addr).post(partition.Mutate{Mutation: &m})
+	p, err := e.partOf(m.Addr)
+	if err != nil {
+		return partition.Receipt{}, err
+	}
+	id, ch, err := e.ask(p, 0, func(id uint64) partition.Event {
+		m.Request = id
+		return partition.Mutate{Mutation: &m}
+	})
+	if err != nil {
+		return partition.Receipt{}, err
+	}
 	r, err := e.await(ctx, id, ch)
 	if err != nil {
 		return partition.Receipt{}, err
@@ -58,14 +66,22 @@ func (e *Engine) RepairDelayed(ctx context.Context, part int, ev partition.Delay
 		return partition.Receipt{}, ErrClosed
 	}
 	if ev.TimerID == 0 && ev.Reinstate == nil {
-		part = address.Partition(ev.Sender.ID, len(e.parts))
+		part = address.Partition(ev.Sender.ID, e.n)
 	}
-	if part < 0 || part >= len(e.parts) {
-		return partition.Receipt{}, fmt.Errorf("%w: %d (the application has %d)", ErrNoSuchPartition, part, len(e.parts))
+	if part < 0 || part >= e.n {
+		return partition.Receipt{}, fmt.Errorf("%w: %d (the application has %d)", ErrNoSuchPartition, part, e.n)
 	}
-	id, ch := e.waiters.add()
-	ev.Request = id
-	e.parts[part].post(ev)
+	p, err := e.owner(part)
+	if err != nil {
+		return partition.Receipt{}, err
+	}
+	id, ch, err := e.ask(p, 0, func(id uint64) partition.Event {
+		ev.Request = id
+		return ev
+	})
+	if err != nil {
+		return partition.Receipt{}, err
+	}
 	r, err := e.await(ctx, id, ch)
 	if err != nil {
 		return partition.Receipt{}, err
@@ -79,13 +95,13 @@ func (e *Engine) RepairDelayed(ctx context.Context, part int, ev partition.Delay
 // encodeRepairs writes a commit's message dead letters and edited inbox
 // messages (before its deletions: an edited message consumed in the same
 // commit is then gone).
-func (e *Engine) encodeRepairs(b *store.Batch, cm *partition.Commit) error {
+func (e *Engine) encodeRepairs(b *store.Batch, pt *part, cm *partition.Commit) error {
 	for _, d := range cm.DeadLetters {
 		b.PutMessageDeadLetter(&protocol.MessageDeadLetter{Id: d.ID, At: d.At, Envelope: d.Env, InboxKey: FormatInboxKey(d.Key),
 			Principal: d.Principal, Reason: d.Reason, Attempts: int32(d.Attempts), LastError: d.LastError})
 	}
 	for _, p := range cm.Rewritten {
-		k, ok := e.arrivals.lookup(p.Key)
+		k, ok := pt.arr.lookup(p.Key)
 		if !ok {
 			return fmt.Errorf("engine: partition %d edited message %s, which is not in its inbox", p.Key.Partition, FormatInboxKey(p.Key))
 		}
@@ -95,12 +111,15 @@ func (e *Engine) encodeRepairs(b *store.Batch, cm *partition.Commit) error {
 }
 
 // FormatInboxKey renders an inbox key as the state API shows it:
-// "<partition>/<source>/<seq>", source "ingress" or the producing
-// partition.
+// "<partition>/<source>/<seq>", source "ingress", "messages" (the cluster's
+// messages topic, seq its offset) or the producing partition.
 func FormatInboxKey(k partition.InboxKey) string {
 	src := strconv.FormatUint(uint64(k.Source), 10)
-	if k.Source == partition.SourceIngress {
+	switch k.Source {
+	case partition.SourceIngress:
 		src = "ingress"
+	case partition.SourceMessages:
+		src = "messages"
 	}
 	return fmt.Sprintf("%d/%s/%d", k.Partition, src, k.Seq)
 }
@@ -191,11 +210,14 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 	if e.opts.Routable != nil && !e.opts.Routable(target.Type) {
 		return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: %s", ErrNotRoutable, target.Type)
 	}
-	p := e.partOf(target)
+	p, err := e.partOf(target)
+	if err != nil {
+		return partition.Receipt{}, partition.InboxKey{}, err
+	}
 	now := e.opts.Now().UnixMilli()
 	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
 	rc := partition.Receipt{Mutation: r.Mutation, Addr: target, Ack: AckCommitted, At: now}
-	req := &resendReq{ingressReq: ingressReq{e: e, key: key, env: env, receipt: receiptToProto(rc), done: make(chan error, 1)},
+	req := &resendReq{ingressReq: ingressReq{reqOf: reqOf{p: p}, e: e, key: key, env: env, receipt: receiptToProto(rc), done: make(chan error, 1)},
 		deadLetter: r.DeadLetter,
 		audit: auditToProto(partition.AuditRecord{Mutation: r.Mutation, At: now, Principal: r.Principal, Reason: r.Reason,
 			Reverts: r.DeadLetter, Addr: target, Op: partition.OpResendMessage, Messages: []*protocol.Envelope{env}})}
@@ -226,6 +248,7 @@ func (r *resendReq) Encode(b *store.Batch) error {
 	if err := r.ingressReq.Encode(b); err != nil {
 		return err
 	}
+	// (ingressReq.Encode counted the request as encoded.)
 	b.DeleteMessageDeadLetter(r.deadLetter)
 	b.PutAudit(r.audit)
 	return nil

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
@@ -13,6 +15,7 @@ import (
 // (receipt set): durable in the target's inbox, then delivered. A message
 // sent with an idempotency key writes the key's record in the same batch.
 type ingressReq struct {
+	reqOf
 	e       *Engine
 	key     partition.InboxKey
 	env     *protocol.Envelope
@@ -22,18 +25,23 @@ type ingressReq struct {
 }
 
 func (r *ingressReq) Encode(b *store.Batch) error {
-	b.PutInbox(r.e.arrivals.assign(r.key), r.env)
+	if err := r.p.encodable(); err != nil {
+		return err
+	}
+	b.PutInbox(r.p.arr.assign(r.key), r.env)
 	if r.receipt != nil {
 		b.PutReceipt(r.receipt)
 	}
 	if r.once != nil {
 		b.PutIdempotency(r.once.k.scope, r.once.k.key, r.once.rec)
 	}
+	r.encoded()
 	return nil
 }
 
 func (r *ingressReq) Durable() {
-	r.e.deliver(r.key, r.env)
+	r.settled()
+	r.e.deliverTo(r.p, r.key, r.env)
 	if r.receipt != nil {
 		r.e.waiters.receiptsChanged()
 	}
@@ -44,7 +52,9 @@ func (r *ingressReq) Durable() {
 }
 
 func (r *ingressReq) Fail(err error) {
-	r.e.arrivals.forget(r.key)
+	r.settled()
+	r.failed(err)
+	r.p.arr.forget(r.key)
 	if r.once != nil {
 		r.e.once.release(r.once.k)
 	}
@@ -53,17 +63,32 @@ func (r *ingressReq) Fail(err error) {
 
 // partCommit is one commit of a partition core.
 type partCommit struct {
+	reqOf
 	e *Engine
-	p *part
 	c *partition.Commit
 }
 
 // Encode writes the commit in the order partition.Commit documents: puts
-// first, deletions last.
+// first, deletions last. With Options.Outbound (cluster mode), messages for
+// other partitions and egress records are handed to it instead, after
+// every write of the batch was made: they are the transaction's records,
+// and a key of another partition must not travel in this partition's
+// changelog.
 func (r *partCommit) Encode(b *store.Batch) error {
-	cm := r.c
+	if err := r.p.encodable(); err != nil {
+		return err
+	}
+	cm, out := r.c, r.e.opts.Outbound
 	for _, p := range cm.Produced {
-		b.PutInbox(r.e.arrivals.assign(p.Key), p.Env)
+		arr := r.p.arr
+		if p.Key.Partition != r.p.id {
+			if out != nil {
+				continue
+			}
+			// Embedded: the target's inbox, numbered by the target.
+			arr = r.e.parts[p.Key.Partition].arr
+		}
+		b.PutInbox(arr.assign(p.Key), p.Env)
 	}
 	for _, t := range cm.TimersAdded {
 		b.PutTimer(timerKey(t.Key), t.Env)
@@ -83,17 +108,19 @@ func (r *partCommit) Encode(b *store.Batch) error {
 		b.PutSpecs(t, specsToProto(s))
 	}
 	encodePauses(b, cm.Pauses)
-	if err := r.e.encodeRepairs(b, cm); err != nil {
+	if err := r.e.encodeRepairs(b, r.p, cm); err != nil {
 		return err
 	}
-	for _, eg := range cm.Egress {
-		r.e.egressSeq++
-		b.PutEgress(eg.Egress, eg.Route, r.e.egressSeq, eg.Record)
-	}
-	if len(cm.Egress) > 0 {
-		// Numbers are never given twice, even after every outbox emptied
-		// and a restart: a consumer's position stays meaningful.
-		b.PutEgressSeq(r.e.egressSeq)
+	if out == nil { // else they go to Outbound below
+		for _, eg := range cm.Egress {
+			r.e.egressSeq++
+			b.PutEgress(eg.Egress, eg.Route, r.e.egressSeq, eg.Record)
+		}
+		if len(cm.Egress) > 0 {
+			// Numbers are never given twice, even after every outbox emptied
+			// and a restart: a consumer's position stays meaningful.
+			b.PutEgressSeq(r.e.egressSeq)
+		}
 	}
 	for _, a := range cm.Audit {
 		b.PutAudit(auditToProto(a))
@@ -103,7 +130,7 @@ func (r *partCommit) Encode(b *store.Batch) error {
 	}
 	b.PutMeta(r.p.id, store.PartitionMeta{CommitID: cm.ID, VersionSeq: cm.VersionSeq})
 	for _, k := range cm.Consumed {
-		sk, err := r.e.arrivals.consume(k)
+		sk, err := r.p.arr.consume(k)
 		if err != nil {
 			return err
 		}
@@ -112,18 +139,43 @@ func (r *partCommit) Encode(b *store.Batch) error {
 	for _, k := range cm.TimersRemoved {
 		b.DeleteTimer(timerKey(k))
 	}
+	if out != nil {
+		for _, p := range cm.Produced {
+			if p.Key.Partition != r.p.id {
+				if err := out.Message(p.Key, p.Env); err != nil {
+					return fmt.Errorf("engine: partition %d: a message for partition %d: %w", r.p.id, p.Key.Partition, err)
+				}
+			}
+		}
+		for _, eg := range cm.Egress {
+			if err := out.Egress(r.p.id, eg); err != nil {
+				return fmt.Errorf("engine: partition %d: a record for egress %s: %w", r.p.id, eg.Egress, err)
+			}
+		}
+	}
+	r.encoded()
 	return nil
 }
 
 // Durable delivers the commit's messages for other partitions, publishes
 // the specs it learned and its position, and tells the partition; the
 // callers of committed-ack mutations hear back in AfterGroup.
+//
+// A commit of a revoked part releases nothing: its partition's next owner
+// (or next assignment here) is built from the store and takes it from
+// there, and its waiting callers were answered ErrMoved.
 func (r *partCommit) Durable() {
+	r.settled()
+	if r.p.gone.Load() {
+		return
+	}
 	e, cm := r.e, r.c
 	r.p.pending.durable(cm)
-	for _, p := range cm.Produced {
-		if p.Key.Partition != r.p.id {
-			e.deliver(p.Key, p.Env)
+	if e.opts.Outbound == nil {
+		for _, p := range cm.Produced {
+			if p.Key.Partition != r.p.id {
+				e.deliver(p.Key, p.Env)
+			}
 		}
 	}
 	if len(cm.Receipts) > 0 {
@@ -151,6 +203,9 @@ func (r *partCommit) Lane() (int, bool) {
 // once every request of the group has been told it is durable: they are
 // the latency an operator sees, the other wakes are throughput.
 func (r *partCommit) AfterGroup() bool {
+	if r.p.gone.Load() {
+		return false
+	}
 	answered := false
 	for _, rc := range r.c.Receipts {
 		if rc.Ack == partition.AckCommitted && rc.Request != 0 {
@@ -164,8 +219,17 @@ func (r *partCommit) AfterGroup() bool {
 
 // Fail stops the engine: the partition's core has moved on past a commit
 // that will never be durable, so it cannot go on; after a restart it
-// re-runs from its last durable commit.
-func (r *partCommit) Fail(err error) { r.e.fatal(err) }
+// re-runs from its last durable commit. An abort (ErrAborted) or a revoked
+// part (ErrMoved) stops only the part: its later requests are refused, and
+// the cluster session assigns the partition again, which rebuilds it from
+// the store.
+func (r *partCommit) Fail(err error) {
+	r.settled()
+	if r.failed(err) {
+		return
+	}
+	r.e.fatal(err)
+}
 
 // popReq removes an egress record that is being handed out.
 type popReq struct {
@@ -174,6 +238,10 @@ type popReq struct {
 	seq           uint64
 	done          chan error
 }
+
+// Partition is -1: the outbox is not any partition's (cluster mode refuses
+// the playground egress).
+func (r *popReq) Partition() int { return -1 }
 
 func (r *popReq) Encode(b *store.Batch) error {
 	b.DeleteEgress(r.egress, r.route, r.seq)
@@ -189,6 +257,9 @@ type ackReq struct {
 	pos           uint64
 	done          chan error
 }
+
+// Partition is -1, as for popReq.
+func (r *ackReq) Partition() int { return -1 }
 
 func (r *ackReq) Encode(b *store.Batch) error {
 	b.DeleteEgressThrough(r.egress, r.route, r.pos)

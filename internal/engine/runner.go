@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -50,10 +52,94 @@ type part struct {
 	heldBytes atomic.Int64
 	// pending is the addresses with applied writes not yet durable.
 	pending *pendingWrites
+	// arr numbers this part's inbox messages (arrivals.go).
+	arr *arrivals
+
+	// A part is one assignment of its partition: in cluster mode (see
+	// cluster.go) Revoke ends it and Assign builds a new part from the
+	// store, so requests still in the durability pipeline name the part
+	// they were made for and never touch its successor.
+	//
+	// gone is set by Revoke: the part takes no work, and what its requests
+	// would release is dropped. aborted is set when one of its requests
+	// failed with ErrAborted (or ErrMoved): its core has moved past work
+	// that will never be durable, so none of its later requests may be
+	// encoded; the session revokes and assigns the partition again.
+	gone, aborted atomic.Bool
+	// encoded counts its requests that were encoded into a batch and have
+	// not heard Durable or Fail yet: Assign of the partition refuses to
+	// build a successor while any is unsettled.
+	encoded atomic.Int64
+	// commands is the mutation ids of the commands this part encoded
+	// (SubmitArrivals): a repeat of one is not applied twice. Owned by the
+	// durability goroutine.
+	commands map[string]bool
+	// stop ends the runner, which closes done (cluster mode).
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 func newPart(id int, core *partition.Core, out effects, now func() time.Time) *part {
-	return &part{id: id, core: core, mb: mailbox.New[partition.Event](), out: out, now: now, held: map[partition.InboxKey]int{}, pending: newPendingWrites()}
+	return &part{id: id, core: core, mb: mailbox.New[partition.Event](), out: out, now: now, held: map[partition.InboxKey]int{},
+		pending: newPendingWrites(), arr: newArrivals(), commands: map[string]bool{}}
+}
+
+// encodable returns nil while requests of this part may be encoded, and
+// the reason why not once it was revoked or lost a commit to an abort.
+func (p *part) encodable() error {
+	if p.gone.Load() {
+		return fmt.Errorf("%w: partition %d was revoked", ErrMoved, p.id)
+	}
+	if p.aborted.Load() {
+		return fmt.Errorf("%w: partition %d lost work to an aborted transaction; it takes none until it is assigned again", ErrAborted, p.id)
+	}
+	return nil
+}
+
+// usable returns nil while the part takes new work: ErrMoved once it was
+// revoked or an abort left it waiting to be assigned again.
+func (p *part) usable() error {
+	if p.gone.Load() || p.aborted.Load() {
+		return movedErr(p.id)
+	}
+	return nil
+}
+
+// reqOf is embedded in the requests tied to one part: it counts them in
+// the part's encoded from a successful Encode until Durable or Fail.
+type reqOf struct {
+	p       *part
+	counted bool
+}
+
+// encoded is called at the end of a successful Encode.
+func (s *reqOf) encoded() {
+	if !s.counted {
+		s.counted = true
+		s.p.encoded.Add(1)
+	}
+}
+
+// settled is called by Durable and Fail.
+func (s *reqOf) settled() {
+	if s.counted {
+		s.counted = false
+		s.p.encoded.Add(-1)
+	}
+}
+
+// Partition is the partition whose store writes the request makes.
+func (s *reqOf) Partition() int { return s.p.id }
+
+// failed ends the part's usefulness when its request failed with an
+// abort (or was refused because it was revoked): the next assignment
+// rebuilds the partition from the store.
+func (s *reqOf) failed(err error) bool {
+	if errors.Is(err, ErrAborted) || errors.Is(err, ErrMoved) {
+		s.p.aborted.Store(true)
+		return true
+	}
+	return false
 }
 
 // full reports whether the partition's queue is at its limit of events or
@@ -189,7 +275,7 @@ func (e *Engine) invoke(p *part, inv partition.Invocation) {
 func (e *Engine) commit(p *part, c *partition.Commit) {
 	// A refused submit means the engine is stopping: the commit re-runs
 	// after a restart.
-	_ = e.com.Submit(&partCommit{e: e, p: p, c: c})
+	_ = e.com.Submit(&partCommit{reqOf: reqOf{p: p}, e: e, c: c})
 }
 func (e *Engine) health(p int, h partition.Health) { e.m.repair.report(p, h) }
 func (e *Engine) backlog(p int, n int) {

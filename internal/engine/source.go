@@ -76,6 +76,9 @@ func (e *Engine) ingestFrom(b SourceBatch) (*sourceReq, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
+	if e.opts.Owned {
+		return nil, errors.New("engine: IngestFrom is not available in cluster mode: the cluster session consumes the Kafka ingress topics and routes their records through the messages topic")
+	}
 	if b.Position.Partition < 0 || b.Position.Next < 0 || b.Position.Ingress == "" {
 		return nil, fmt.Errorf("engine: bad source position %+v", b.Position)
 	}
@@ -91,12 +94,14 @@ func (e *Engine) ingestFrom(b SourceBatch) (*sourceReq, error) {
 		}
 	}
 	keys := make([]partition.InboxKey, len(b.Messages))
+	parts := make([]*part, len(b.Messages))
 	seen := map[int]bool{}
 	for i, env := range b.Messages {
 		if env.GetTarget() == nil {
 			return nil, errors.New("engine: a source message without a target")
 		}
-		p := address.Partition(env.GetTarget().GetId(), len(e.parts))
+		p := address.Partition(env.GetTarget().GetId(), e.n)
+		parts[i] = e.parts[p]
 		if !seen[p] {
 			seen[p] = true
 			if e.full(e.parts[p]) {
@@ -114,7 +119,7 @@ func (e *Engine) ingestFrom(b SourceBatch) (*sourceReq, error) {
 	for i := range b.DeadLetters {
 		b.DeadLetters[i].At = at
 	}
-	req := &sourceReq{e: e, b: b, keys: keys, done: make(chan error, 1)}
+	req := &sourceReq{e: e, b: b, keys: keys, parts: parts, done: make(chan error, 1)}
 	if err := e.submit(req); err != nil {
 		return nil, err
 	}
@@ -125,15 +130,21 @@ func (e *Engine) ingestFrom(b SourceBatch) (*sourceReq, error) {
 // one group commit (one request is encoded into one batch as a whole, or
 // not at all).
 type sourceReq struct {
-	e    *Engine
-	b    SourceBatch
-	keys []partition.InboxKey
-	done chan error
+	e     *Engine
+	b     SourceBatch
+	keys  []partition.InboxKey
+	parts []*part // each message's
+	done  chan error
 }
+
+// Partition is -1: a source batch writes to many partitions and to the
+// source's position, which cluster mode does not log (it refuses
+// IngestFrom).
+func (r *sourceReq) Partition() int { return -1 }
 
 func (r *sourceReq) Encode(b *store.Batch) error {
 	for i, env := range r.b.Messages {
-		b.PutInbox(r.e.arrivals.assign(r.keys[i]), env)
+		b.PutInbox(r.parts[i].arr.assign(r.keys[i]), env)
 	}
 	for i := range r.b.DeadLetters {
 		b.PutDeadLetter(&r.b.DeadLetters[i])
@@ -144,14 +155,14 @@ func (r *sourceReq) Encode(b *store.Batch) error {
 
 func (r *sourceReq) Durable() {
 	for i, env := range r.b.Messages {
-		r.e.deliver(r.keys[i], env)
+		r.e.deliverTo(r.parts[i], r.keys[i], env)
 	}
 	r.done <- nil
 }
 
 func (r *sourceReq) Fail(err error) {
-	for _, k := range r.keys {
-		r.e.arrivals.forget(k)
+	for i, k := range r.keys {
+		r.parts[i].arr.forget(k)
 	}
 	r.done <- r.e.stopErr(err)
 }

@@ -62,8 +62,8 @@ func (r *specRegistry) types() []address.TypeName {
 func (e *Engine) publishSpecs(from int, specs map[address.TypeName][]partition.Spec) {
 	for t, s := range specs {
 		e.specs.set(t, s)
-		for _, p := range e.parts {
-			if p.id != from {
+		for i := 0; i < e.n; i++ {
+			if p := e.part(i); p != nil && p.id != from {
 				p.post(partition.SpecsKnown{Type: t, Specs: s})
 			}
 		}

@@ -19,23 +19,46 @@ import (
 type waiters struct {
 	mu   sync.Mutex
 	next uint64
-	m    map[uint64]chan partition.Reply
+	m    map[uint64]waiter
 	// changed is closed and replaced whenever receipts became durable, so
 	// long-polls of a receipt wake up and look again.
 	changed chan struct{}
 }
 
-func newWaiters() *waiters {
-	return &waiters{m: map[uint64]chan partition.Reply{}, changed: make(chan struct{})}
+// waiter is one caller waiting on a partition's reply.
+type waiter struct {
+	ch        chan partition.Reply
+	partition int
 }
 
-func (w *waiters) add() (uint64, chan partition.Reply) {
+func newWaiters() *waiters {
+	return &waiters{m: map[uint64]waiter{}, changed: make(chan struct{})}
+}
+
+// add registers a caller waiting on partition p.
+func (w *waiters) add(p int) (uint64, chan partition.Reply) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.next++
 	ch := make(chan partition.Reply, 1)
-	w.m[w.next] = ch
+	w.m[w.next] = waiter{ch: ch, partition: p}
 	return w.next, ch
+}
+
+// failPartition answers every caller waiting on partition p with err.
+func (w *waiters) failPartition(p int, err error) {
+	w.mu.Lock()
+	var chs []chan partition.Reply
+	for id, wt := range w.m {
+		if wt.partition == p {
+			delete(w.m, id)
+			chs = append(chs, wt.ch)
+		}
+	}
+	w.mu.Unlock()
+	for _, ch := range chs {
+		ch <- partition.Reply{Err: err}
+	}
 }
 
 func (w *waiters) drop(id uint64) {
@@ -46,11 +69,11 @@ func (w *waiters) drop(id uint64) {
 
 func (w *waiters) deliver(r partition.Reply) {
 	w.mu.Lock()
-	ch := w.m[r.Request]
+	wt, ok := w.m[r.Request]
 	delete(w.m, r.Request)
 	w.mu.Unlock()
-	if ch != nil {
-		ch <- r
+	if ok {
+		wt.ch <- r
 	}
 }
 
@@ -67,8 +90,10 @@ func (w *waiters) watch() <-chan struct{} {
 	return w.changed
 }
 
-func (e *Engine) partOf(a address.Address) *part {
-	return e.parts[address.Partition(a.ID, len(e.parts))]
+// partOf returns the part that owns an address and takes work, or
+// ErrMoved (cluster mode).
+func (e *Engine) partOf(a address.Address) (*part, error) {
+	return e.owner(address.Partition(a.ID, e.n))
 }
 
 func (e *Engine) await(ctx context.Context, id uint64, ch chan partition.Reply) (partition.Reply, error) {
@@ -91,7 +116,10 @@ func (e *Engine) Read(ctx context.Context, a address.Address, state string) (par
 	if e.closed.Load() {
 		return partition.Reply{}, ErrClosed
 	}
-	p := e.partOf(a)
+	p, err := e.partOf(a)
+	if err != nil {
+		return partition.Reply{}, err
+	}
 	// Wall time, not Options.Now: that is the partitions' clock, which a
 	// test may hold still (or stall) while requests queue.
 	start := time.Now()
@@ -106,8 +134,10 @@ func (e *Engine) Read(ctx context.Context, a address.Address, state string) (par
 		return partition.Reply{}, ErrBusy
 	}
 	e.m.stateReads.WithLabelValues("mailbox").Inc()
-	id, ch := e.waiters.add()
-	p.post(partition.ReadState{Request: id, Addr: a, State: state})
+	id, ch, err := e.ask(p, 0, func(id uint64) partition.Event { return partition.ReadState{Request: id, Addr: a, State: state} })
+	if err != nil {
+		return partition.Reply{}, err
+	}
 	rep, err := e.await(ctx, id, ch)
 	if err == nil {
 		e.m.observeStateRequest("read", time.Since(start))
@@ -188,16 +218,23 @@ func (e *Engine) mutate(m partition.Mutation) (*pendingMutation, error) {
 	if err := e.admit(); err != nil {
 		return nil, err
 	}
-	p := e.partOf(m.Addr)
+	p, err := e.partOf(m.Addr)
+	if err != nil {
+		return nil, err
+	}
 	if e.full(p) {
 		return nil, ErrBusy
 	}
 	if m.Ack == AckAccepted {
 		return e.accept(p, m)
 	}
-	id, ch := e.waiters.add()
-	m.Request = id
-	p.postSized(partition.Mutate{Mutation: &m}, mutationSize(m))
+	id, ch, err := e.ask(p, mutationSize(m), func(id uint64) partition.Event {
+		m.Request = id
+		return partition.Mutate{Mutation: &m}
+	})
+	if err != nil {
+		return nil, err
+	}
 	return &pendingMutation{e: e, m: m, id: id, ch: ch}, nil
 }
 
@@ -208,7 +245,7 @@ func (e *Engine) accept(p *part, m partition.Mutation) (*pendingMutation, error)
 	env := &protocol.Envelope{Mutation: mutationToProto(m)}
 	now := e.opts.Now().UnixMilli()
 	rc := &protocol.Receipt{Mutation: m.ID, Status: "accepted", At: now, Target: toProtoAddr(m.Addr), State: m.State}
-	req := &ingressReq{e: e, key: key, env: env, receipt: rc, done: make(chan error, 1)}
+	req := &ingressReq{reqOf: reqOf{p: p}, e: e, key: key, env: env, receipt: rc, done: make(chan error, 1)}
 	if err := e.submit(req); err != nil {
 		return nil, err
 	}

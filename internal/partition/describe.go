@@ -291,8 +291,11 @@ func describeVersion(v uint64) string {
 
 func describeKey(k InboxKey) string {
 	src := fmt.Sprint(k.Source)
-	if k.Source == SourceIngress {
+	switch k.Source {
+	case SourceIngress:
 		src = "ingress"
+	case SourceMessages:
+		src = "messages"
 	}
 	return fmt.Sprintf("p%d/%s/%d", k.Partition, src, k.Seq)
 }

@@ -65,6 +65,11 @@ type InboxKey struct {
 // SourceIngress is the InboxKey.Source of messages that came from an ingress.
 const SourceIngress = ^uint32(0)
 
+// SourceMessages is the InboxKey.Source of messages (and state mutation
+// commands) that came through the cluster's messages topic; Seq is the
+// record's offset in the topic's partition.
+const SourceMessages = ^uint32(0) - 1
+
 // TimerKey names one pending delayed message of a partition.
 type TimerKey struct {
 	Partition int

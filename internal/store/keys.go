@@ -64,6 +64,11 @@ const MaxPartitions = 1 << 16
 // ingress rather than from another partition. Part of the file format.
 const SourceIngress uint32 = 0xFFFFFFFF
 
+// SourceMessages is the InboxKey.Source of a message or state mutation
+// command that came through the cluster's messages topic; its Seq is the
+// record's offset. Part of the file format.
+const SourceMessages uint32 = 0xFFFFFFFE
+
 // errBadKey is returned (wrapped as corruption) when a key of a known space
 // does not have that space's layout.
 var errBadKey = errors.New("bad key layout")
@@ -436,8 +441,11 @@ func formatKey(key []byte) string {
 		case spaceInbox:
 			if k, err := decodeInboxKey(key); err == nil {
 				src := strconv.FormatUint(uint64(k.Source), 10)
-				if k.Source == SourceIngress {
+				switch k.Source {
+				case SourceIngress:
 					src = "ingress"
+				case SourceMessages:
+					src = "messages"
 				}
 				return fmt.Sprintf("inbox(p=%d, arrival=%d, source=%s, seq=%d)", k.Partition, k.Arrival, src, k.Seq)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -300,25 +301,33 @@ func (h *harness) config(nodeID string) *clusterconfig.Config {
 }
 
 // start runs a node with a store in dir.
-func (h *harness) start(id, dir string, tweak ...func(*Session)) *node {
+func (h *harness) start(id, dir string) *node { return h.startWith(id, dir, nil, nil) }
+
+// startWith runs a node, with cfgTweak changing its Config and sTweak its
+// Session before Run (either may be nil).
+func (h *harness) startWith(id, dir string, cfgTweak func(*Config), sTweak func(*Session)) *node {
 	t := h.t
 	t.Helper()
 	db, err := store.Open(dir, store.Options{Partitions: testP, Logger: quietLogger{}, SweepInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{
+	cfg := Config{
 		Cluster: h.config(id), DB: db, Logger: h.log.With("n", id),
 		ClientOpts: []kgo.Opt{
 			kgo.SessionTimeout(1500 * time.Millisecond), kgo.HeartbeatInterval(100 * time.Millisecond),
 			kgo.RebalanceTimeout(5 * time.Second), kgo.TransactionTimeout(10 * time.Second),
 		},
-	})
+	}
+	if cfgTweak != nil {
+		cfgTweak(&cfg)
+	}
+	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range tweak {
-		f(s)
+	if sTweak != nil {
+		sTweak(s)
 	}
 	n := &node{id: id, db: db, s: s, e: newCounterEngine(s, db), done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -482,5 +491,85 @@ func (h *harness) failEndTxnCommit(armed *atomic.Bool) {
 		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil, true
+	})
+}
+
+// faults makes the brokers misbehave at random while a test runs: EndTxn
+// commits refused (the client aborts), TxnOffsetCommit answered
+// ILLEGAL_GENERATION (the transaction aborts), heartbeats answered
+// REBALANCE_IN_PROGRESS (the member rejoins; partitions may move). The
+// first request of each kind always fails, so a short run sees each.
+type faults struct {
+	endTxn, offsets, heartbeats atomic.Int64
+	on                          atomic.Bool
+}
+
+func (h *harness) injectFaults(seed uint64) *faults {
+	f := &faults{}
+	f.on.Store(true)
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, seed))
+	chance := func(pct int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return rng.IntN(100) < pct
+	}
+	h.kc.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		r := req.(*kmsg.EndTxnRequest)
+		if !f.on.Load() || !r.Commit || f.endTxn.Load() > 0 && !chance(5) {
+			return nil, nil, false
+		}
+		f.endTxn.Add(1)
+		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	h.kc.ControlKey(kmsg.TxnOffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		if !f.on.Load() || f.offsets.Load() > 0 && !chance(5) {
+			return nil, nil, false
+		}
+		f.offsets.Add(1)
+		r := req.(*kmsg.TxnOffsetCommitRequest)
+		resp := r.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewTxnOffsetCommitResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = kerr.IllegalGeneration.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	h.kc.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		if !f.on.Load() || f.heartbeats.Load() > 0 && !chance(3) {
+			return nil, nil, false
+		}
+		f.heartbeats.Add(1)
+		resp := req.(*kmsg.HeartbeatRequest).ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.RebalanceInProgress.Code
+		return resp, nil, true
+	})
+	return f
+}
+
+// stallHeartbeats answers the heartbeats of node id with success while
+// *stalled is true, without the coordinator seeing them: to the group the
+// node is silent (its session times out), to the node all is well — the
+// view of a process that stopped (a long pause) and resumes.
+func (h *harness) stallHeartbeats(id string, stalled *atomic.Bool) {
+	h.kc.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		r := req.(*kmsg.HeartbeatRequest)
+		if !stalled.Load() || r.InstanceID == nil || *r.InstanceID != id {
+			return nil, nil, false
+		}
+		return r.ResponseKind(), nil, true
 	})
 }

@@ -161,9 +161,9 @@ type Session struct {
 	txn        atomic.Pointer[txn] // the open transaction, while requests encode
 
 	// testHookCommit, if set, runs on Run's goroutine after a cycle took
-	// its requests and before it begins the transaction (tests stall a
-	// node there).
-	testHookCommit func()
+	// its requests and before it begins the transaction, with the
+	// requests (tests stall a node there).
+	testHookCommit func([]Request)
 }
 
 // part is one partition the group assigned to this node.
@@ -387,7 +387,7 @@ func (s *Session) Run(ctx context.Context) (err error) {
 			continue
 		}
 		if s.testHookCommit != nil {
-			s.testHookCommit()
+			s.testHookCommit(reqs)
 		}
 		if err := s.commit(ctx, rctx, reqs, polled, abort); err != nil {
 			return err

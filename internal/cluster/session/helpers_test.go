@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -236,8 +237,36 @@ type node struct {
 	db     *store.DB
 	s      *Session
 	e      *counterEngine
+	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan error
+}
+
+// metric returns the value of the named metric of the node (summed over
+// its labels; a histogram's sample count).
+func (n *node) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := n.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.Gauge != nil:
+				v += m.Gauge.GetValue()
+			case m.Counter != nil:
+				v += m.Counter.GetValue()
+			case m.Histogram != nil:
+				v += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return v
 }
 
 type quietLogger struct{}
@@ -312,8 +341,9 @@ func (h *harness) startWith(id, dir string, cfgTweak func(*Config), sTweak func(
 	if err != nil {
 		t.Fatal(err)
 	}
+	reg := prometheus.NewRegistry()
 	cfg := Config{
-		Cluster: h.config(id), DB: db, Logger: h.log.With("n", id),
+		Cluster: h.config(id), DB: db, Logger: h.log.With("n", id), Metrics: reg,
 		ClientOpts: []kgo.Opt{
 			kgo.SessionTimeout(1500 * time.Millisecond), kgo.HeartbeatInterval(100 * time.Millisecond),
 			kgo.RebalanceTimeout(5 * time.Second), kgo.TransactionTimeout(10 * time.Second),
@@ -329,7 +359,7 @@ func (h *harness) startWith(id, dir string, cfgTweak func(*Config), sTweak func(
 	if sTweak != nil {
 		sTweak(s)
 	}
-	n := &node{id: id, db: db, s: s, e: newCounterEngine(s, db), done: make(chan error, 1)}
+	n := &node{id: id, db: db, s: s, e: newCounterEngine(s, db), reg: reg, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	go func() { n.done <- s.Run(ctx) }()

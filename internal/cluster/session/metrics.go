@@ -67,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "statefun_cluster_rebalances_total", Help: "Consumer group rebalances that changed this node's partitions, by kind (assigned, revoked, lost).",
 		}, []string{"kind"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "statefun_cluster_partition_lag", Help: "Records of the messages topic not yet polled, by owned partition, as of the last fetch of it (last stable offset minus the next offset to poll).",
+			Name: "statefun_cluster_partition_lag", Help: "Offsets of the messages topic not yet polled, by owned partition, as of the last fetch of it (last stable offset minus the offset after the last polled record; a transaction marker takes an offset, so an idle partition may show 1).",
 		}, []string{"partition"}),
 	}
 	if reg != nil {

@@ -40,6 +40,26 @@ func TestOneNodeCountsOnce(t *testing.T) {
 	}
 	eventually(t, "400 increments by arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 400 })
 	eventually(t, "4 ticks", 20*time.Second, func() bool { return totalTicks(a) == 4 })
+	for _, m := range []struct {
+		name     string
+		min, max float64
+	}{
+		{"statefun_cluster_owned_partitions", testP, testP},
+		{"statefun_cluster_restoring_partitions", 0, 0},
+		{"statefun_cluster_restore_seconds", testP, testP}, // one restore each
+		{"statefun_cluster_rebalances_total", 1, 1},        // the first assignment
+		{"statefun_cluster_txn_commits_total", 1, 1e9},
+		{"statefun_cluster_txn_seconds", 1, 1e9},
+		{"statefun_cluster_txn_records", 1, 1e9},
+		{"statefun_cluster_txn_aborts_total", 0, 0},
+		// Nothing left to poll; the offsets of the last commit markers
+		// count, at most one per partition.
+		{"statefun_cluster_partition_lag", 0, testP},
+	} {
+		if v := a.metric(t, m.name); v < m.min || v > m.max {
+			t.Errorf("%s = %v, want %v..%v", m.name, v, m.min, m.max)
+		}
+	}
 	a.stop(t)
 	h.checkExactlyOnce(404)
 }

@@ -66,6 +66,9 @@ type Progress struct {
 	Target int64
 	// Offset is the position reached.
 	Offset int64
+	// From is the position the restore started at: Target-(Offset-From)
+	// offsets are still to read.
+	From int64
 }
 
 // Result reports a finished restore.
@@ -293,7 +296,7 @@ func consume(ctx context.Context, cfg Config, from, target int64, cur store.Chan
 		applied += int64(len(ops))
 		ops, size = ops[:0], 0
 		if cfg.Progress != nil {
-			cfg.Progress(Progress{Applied: applied, Target: target - from, Offset: next})
+			cfg.Progress(Progress{Applied: applied, Target: target - from, Offset: next, From: from})
 		}
 		return nil
 	}

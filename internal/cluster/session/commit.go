@@ -1,0 +1,307 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/statefun-go/statefun/internal/cluster/changelog"
+	"github.com/statefun-go/statefun/internal/engine/committer"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// poll polls records of the messages topic until the commit interval is
+// over, enough records were polled or requests are waiting, or an event
+// needs Run's goroutine, and hands each partition's records to the engine
+// (SubmitArrivals), which submits their requests before it returns. It
+// returns the partitions it polled records of, and a reason to abort the
+// transaction if records came for a partition that is not serving or the
+// engine refused them (their offsets must not commit; the abort rewinds
+// them).
+func (s *Session) poll(ctx context.Context) (polled map[int32]int, abort string, err error) {
+	deadline := time.Now().Add(s.interval)
+	polled = map[int32]int{}
+	n := 0
+	for n < s.cfg.MaxPollRecords && s.Pending() < s.cfg.MaxQueued && !s.hasEvents() {
+		pctx, cancel := context.WithDeadline(ctx, deadline)
+		stop := make(chan struct{})
+		go func() {
+			select {
+			case <-s.wake:
+				cancel()
+			case <-stop:
+			}
+		}()
+		fs := s.gts.PollRecords(pctx, s.cfg.MaxPollRecords-n)
+		close(stop)
+		cancel()
+		var fatal error
+		fs.EachError(func(topic string, p int32, err error) {
+			switch {
+			case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			case errors.Is(err, kgo.ErrClientClosed):
+				fatal = fmt.Errorf("cluster: session: the Kafka client closed: %w", err)
+			case errors.Is(err, kerr.FencedInstanceID):
+				fatal = fmt.Errorf("cluster: session: another process joined the group as node %q (its instance id); two running nodes must not share a node id: %w",
+					s.cfg.Cluster.NodeID, err)
+			default:
+				s.log.Warn("cluster: fetch error (retried)", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		if fatal != nil {
+			return nil, "", fatal
+		}
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if fp.Topic != s.msgs || len(fp.Records) == 0 {
+				return
+			}
+			p := fp.Partition
+			last := fp.Records[len(fp.Records)-1].Offset
+			s.m.lag.WithLabelValues(label(p)).Set(float64(max(fp.LastStableOffset-(last+1), 0)))
+			polled[p] += len(fp.Records)
+			n += len(fp.Records)
+			if abort != "" {
+				return
+			}
+			if pt := s.parts[p]; pt == nil || pt.log == nil {
+				abort = "unowned"
+				s.log.Warn("cluster: records polled for a partition that is not serving; aborting the transaction to poll them again", "partition", p)
+				return
+			}
+			if err := s.eng.SubmitArrivals(int(p), fp.Records); err != nil {
+				abort = "engine"
+				s.log.Warn("cluster: the engine refused polled records; aborting the transaction to poll them again", "partition", p, "err", err)
+			}
+		})
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
+			break
+		}
+	}
+	return polled, abort, nil
+}
+
+func (s *Session) hasEvents() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.events) > 0
+}
+
+// commit runs one transaction: the requests encode into their
+// partitions' overlays (their Outbound records are produced as they go),
+// the overlays become changelog records, and End commits them with the
+// offsets of the polled records. Committed: the overlays reach the store
+// with their changelog positions, then the requests are durable.
+// Aborted: nothing reaches the store, the requests fail with ErrAborted
+// and the partitions they touched are rebuilt. A returned error is fatal.
+func (s *Session) commit(ctx, rctx context.Context, reqs []Request, polled map[int32]int, abort string) error {
+	start := time.Now()
+	if err := s.gts.Begin(); err != nil {
+		err = fmt.Errorf("cluster: session: begin a transaction: %w", err)
+		s.failAll(reqs, nil, err)
+		return err
+	}
+	t := &txn{ctx: ctx}
+	s.txn.Store(t)
+	defer s.txn.Store(nil)
+
+	touched := map[int32]bool{}
+	for p := range polled {
+		touched[p] = true
+	}
+	// Requests of a partition that is not serving are not encoded: the
+	// core that made them is gone, and a write into a partition this node
+	// does not own would go to another owner's changelog.
+	live := make([]bool, len(reqs))
+	for i, r := range reqs {
+		p := int32(r.Partition())
+		if pt := s.parts[p]; pt == nil || pt.log == nil {
+			r.Fail(s.moved(p, "is not served by this node"))
+			continue
+		}
+		live[i] = true
+		touched[p] = true
+	}
+
+	overlays := map[int32]*store.Batch{}
+	defer func() {
+		for _, ov := range overlays {
+			ov.Close() // after Apply, a no-op
+		}
+	}()
+	bad, badErr := -1, error(nil)
+	if abort == "" {
+		for i, r := range reqs {
+			if !live[i] {
+				continue
+			}
+			p := int32(r.Partition())
+			ov := overlays[p]
+			if ov == nil {
+				ov = s.cfg.DB.NewBatch()
+				overlays[p] = ov
+			}
+			if err := ov.Stage(r.Encode); err != nil {
+				bad, badErr, abort = i, err, "encode"
+				s.log.Error("cluster: a request failed to encode; aborting the transaction", "partition", p, "request", fmt.Sprintf("%T", r), "err", err)
+				break
+			}
+		}
+	}
+	recs := map[int32][]*kgo.Record{}
+	if abort == "" {
+		for _, p := range sortedKeys(overlays) {
+			rs, err := changelog.Records(overlays[p], s.clog, p)
+			if err != nil {
+				abort = "encode"
+				s.log.Error("cluster: an overlay cannot be logged; aborting the transaction", "partition", p, "err", err)
+				break
+			}
+			recs[p] = rs
+			for _, r := range rs {
+				s.produce(t, r)
+			}
+		}
+	}
+	if err := s.gts.Client().Flush(ctx); err != nil {
+		// Only a closing context stops a flush: the node is stopping. The
+		// open transaction is aborted by the coordinator (its timeout, or
+		// the next start of this node id).
+		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
+		return nil
+	}
+	if abort == "" {
+		if err := t.produceErr(); err != nil {
+			abort = "produce"
+			s.log.Warn("cluster: a record of the transaction was refused; aborting it", "err", err)
+		}
+	}
+	if abort == "" && t.records > 0 && len(s.gts.Client().UncommittedOffsets()) == 0 {
+		// End commits offsets, with the group generation that fences a
+		// zombie, only when records were polled. A transaction without
+		// any (timers, state API writes) would commit unchecked, writing
+		// into changelogs of partitions the group may have given to
+		// another node while this one stalled; so check membership now,
+		// after its records are in the log: from here on, a new owner's
+		// restore waits for this transaction to end (see restore).
+		if err := s.checkMember(ctx); err != nil {
+			abort = "fence"
+			s.log.Warn("cluster: this node is no longer the group member it was; aborting the transaction", "err", err)
+		}
+	}
+	committed, err := s.gts.End(ctx, kgo.TransactionEndTry(abort == ""))
+	if err != nil {
+		if ctx.Err() != nil {
+			s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
+			return nil
+		}
+		err = fmt.Errorf("cluster: session: ending a transaction of %s failed, so this node stops (a newer process with node id %q fenced it, or the brokers refused the transaction): %w",
+			s.cfg.Cluster.TransactionalID(), s.cfg.Cluster.NodeID, err)
+		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
+		return err
+	}
+	if !committed {
+		if abort == "" {
+			abort = "group"
+		}
+		cause := fmt.Errorf("the transaction was aborted (%s)", abort)
+		for i, r := range reqs {
+			switch {
+			case !live[i]:
+			case i == bad:
+				r.Fail(badErr)
+			default:
+				r.Fail(s.aborted(cause))
+			}
+		}
+		s.m.aborts.WithLabelValues(abort).Inc()
+		for _, p := range sortedKeys(touched) {
+			s.rebuild(rctx, p, cause)
+		}
+		return nil
+	}
+	if err := s.apply(overlays, recs); err != nil {
+		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
+		return err
+	}
+	s.m.commits.Inc()
+	s.m.txnDur.Observe(time.Since(start).Seconds())
+	s.m.txnRecords.Observe(float64(t.records))
+	s.m.txnBytes.Observe(float64(t.bytes))
+	for i, r := range reqs {
+		if live[i] {
+			r.Durable()
+		}
+	}
+	answered := false
+	for i, r := range reqs {
+		if a, ok := r.(committer.Answerer); ok && live[i] {
+			answered = a.AfterGroup() || answered
+		}
+	}
+	if answered {
+		// As the embedded committer does: let the woken callers run.
+		runtime.Gosched()
+	}
+	return nil
+}
+
+// apply writes the overlays of a committed transaction into the store,
+// each with the changelog position its records reach.
+func (s *Session) apply(overlays map[int32]*store.Batch, recs map[int32][]*kgo.Record) error {
+	for _, p := range sortedKeys(overlays) {
+		if err := s.parts[p].log.Apply(overlays[p], recs[p]); err != nil {
+			return fmt.Errorf("cluster: session: the store refused a committed transaction's writes of partition %d: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// failAll fails the live requests (all if live is nil) with err.
+func (s *Session) failAll(reqs []Request, live []bool, err error) {
+	for i, r := range reqs {
+		if live == nil || live[i] {
+			r.Fail(err)
+		}
+	}
+}
+
+// checkMember asks the group coordinator whether this node is still the
+// member, in the generation, it believes it is: a heartbeat with its
+// member id and generation. A zombie (a node that stalled past its
+// session timeout, its partitions given to others) hears
+// UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or FENCED_INSTANCE_ID; a group in a
+// rebalance answers REBALANCE_IN_PROGRESS, which aborts too (the
+// partitions may be moving).
+func (s *Session) checkMember(ctx context.Context) error {
+	cl := s.gts.Client()
+	member, gen := cl.GroupMetadata()
+	if member == "" || gen < 0 {
+		return errors.New("not a member of the group")
+	}
+	req := kmsg.NewPtrHeartbeatRequest()
+	req.Group = s.cfg.Cluster.Group()
+	req.MemberID = member
+	req.Generation = gen
+	req.InstanceID = kmsg.StringPtr(s.cfg.Cluster.NodeID)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	return kerr.ErrorForCode(resp.ErrorCode)
+}
+
+func sortedKeys[V any](m map[int32]V) []int32 {
+	ks := make([]int32, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

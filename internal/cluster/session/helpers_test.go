@@ -1,0 +1,605 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/changelog"
+	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/cluster/topics"
+	"github.com/statefun-go/statefun/internal/engine/committer"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+const (
+	testApp  = "app"
+	testP    = 4
+	outTopic = "out"
+)
+
+// counterEngine is the test double of the engine side of the seam,
+// implementing exactly the contract a cluster engine has with the session:
+// Assign builds a partition's "core" (a counter) from the store, Revoke
+// drops it, SubmitArrivals turns polled records into requests submitted
+// before it returns. Every arrival and every tick increments its
+// partition's counter; its request writes the new value to a store key and
+// emits one output record (key: partition, value: the counter value) to
+// the output topic through Outbound, so that exactly-once shows as: every
+// partition's output values are 1..count, each once. An arrival whose
+// value is a positive hop count also sends a message to the next
+// partition through Outbound, one hop fewer.
+type counterEngine struct {
+	s  *Session
+	db *store.DB
+
+	mu    sync.Mutex
+	cores map[int]*core
+
+	arrivals atomic.Int64 // increments made durable by arrival requests
+	ticks    atomic.Int64 // ticks made durable
+	aborted  atomic.Int64 // requests failed with ErrAborted
+	moved    atomic.Int64 // requests failed with ErrMoved
+	assigns  atomic.Int64
+	revokes  atomic.Int64
+
+	errMu sync.Mutex
+	errs  []error // unexpected failures
+}
+
+type core struct{ count int64 }
+
+func counterAddr(p int) address.Address {
+	return address.Address{Type: address.TypeName{Namespace: "test", Name: "counter"}, ID: strconv.Itoa(p)}
+}
+
+func newCounterEngine(s *Session, db *store.DB) *counterEngine {
+	e := &counterEngine{s: s, db: db, cores: map[int]*core{}}
+	s.Bind(e)
+	return e
+}
+
+func (e *counterEngine) Assign(p int) error {
+	c := &core{}
+	ent, ok, err := e.db.GetState(counterAddr(p), "count")
+	if err != nil {
+		return err
+	}
+	if ok {
+		if c.count, err = strconv.ParseInt(string(ent.Value), 10, 64); err != nil {
+			return err
+		}
+	}
+	e.mu.Lock()
+	e.cores[p] = c
+	e.mu.Unlock()
+	e.assigns.Add(1)
+	return nil
+}
+
+func (e *counterEngine) Revoke(p int) {
+	e.mu.Lock()
+	delete(e.cores, p)
+	e.mu.Unlock()
+	e.revokes.Add(1)
+}
+
+func (e *counterEngine) SubmitArrivals(p int, recs []*kgo.Record) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.cores[p]
+	if c == nil {
+		return fmt.Errorf("partition %d not assigned", p)
+	}
+	r := &countReq{e: e, p: p, from: c.count}
+	for _, rec := range recs {
+		hops, err := strconv.Atoi(string(rec.Value))
+		if err != nil {
+			return err
+		}
+		r.hops = append(r.hops, hops)
+	}
+	c.count += int64(len(recs))
+	r.to = c.count
+	return e.s.Submit(r)
+}
+
+// tick increments p's counter outside any arrival, as a timer or a state
+// API write does: a request that commits no offsets. It reports whether p
+// is served here.
+func (e *counterEngine) tick(p int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.cores[p]
+	if c == nil {
+		return false
+	}
+	r := &countReq{e: e, p: p, from: c.count, to: c.count + 1, tick: true}
+	c.count++
+	return e.s.Submit(r) == nil
+}
+
+// probe submits a request that writes only the key probe/<name> of p.
+func (e *counterEngine) probe(p int, name string, done chan error) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cores[p] == nil {
+		return false
+	}
+	return e.s.Submit(&probeReq{p: p, name: name, done: done}) == nil
+}
+
+func (e *counterEngine) owned() []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var ps []int
+	for p := range testP {
+		if e.cores[p] != nil {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}
+
+func (e *counterEngine) unexpected(err error) {
+	e.errMu.Lock()
+	e.errs = append(e.errs, err)
+	e.errMu.Unlock()
+}
+
+func (e *counterEngine) failed(err error) {
+	switch {
+	case errors.Is(err, ErrAborted):
+		e.aborted.Add(1)
+	case errors.Is(err, ErrMoved):
+		e.moved.Add(1)
+	case errors.Is(err, committer.ErrStopped):
+		// the node stops
+	default:
+		e.unexpected(err)
+	}
+}
+
+// countReq is the request of increments from..to of partition p.
+type countReq struct {
+	e        *counterEngine
+	p        int
+	from, to int64
+	hops     []int // per arrival; nil for a tick
+	tick     bool
+}
+
+func (r *countReq) Partition() int { return r.p }
+
+func (r *countReq) Encode(b *store.Batch) error {
+	b.PutState(counterAddr(r.p), "count", store.Entry{Value: []byte(strconv.FormatInt(r.to, 10))})
+	key := []byte(strconv.Itoa(r.p))
+	for v := r.from + 1; v <= r.to; v++ {
+		if err := r.e.s.Egress(&kgo.Record{Topic: outTopic, Key: key, Value: []byte(strconv.FormatInt(v, 10))}); err != nil {
+			return err
+		}
+	}
+	for _, h := range r.hops {
+		if h > 0 {
+			if err := r.e.s.Message((r.p+1)%testP, key, []byte(strconv.Itoa(h-1))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *countReq) Durable() {
+	if r.tick {
+		r.e.ticks.Add(r.to - r.from)
+	} else {
+		r.e.arrivals.Add(r.to - r.from)
+	}
+}
+
+func (r *countReq) Fail(err error) { r.e.failed(err) }
+
+// probeReq writes a key of its own and nothing else.
+type probeReq struct {
+	p    int
+	name string
+	done chan error
+}
+
+func (r *probeReq) Partition() int { return r.p }
+func (r *probeReq) Encode(b *store.Batch) error {
+	b.PutState(counterAddr(r.p), "probe/"+r.name, store.Entry{Value: []byte("x")})
+	return nil
+}
+func (r *probeReq) Durable()       { r.done <- nil }
+func (r *probeReq) Fail(err error) { r.done <- err }
+
+// node is one runtime process of a test: a store, a session, the engine
+// double, and the session's Run.
+type node struct {
+	id     string
+	db     *store.DB
+	s      *Session
+	e      *counterEngine
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// metric returns the value of the named metric of the node (summed over
+// its labels; a histogram's sample count).
+func (n *node) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := n.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.Gauge != nil:
+				v += m.Gauge.GetValue()
+			case m.Counter != nil:
+				v += m.Counter.GetValue()
+			case m.Histogram != nil:
+				v += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return v
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)         {}
+func (quietLogger) Errorf(string, ...any)        {}
+func (quietLogger) Fatalf(f string, args ...any) { panic(fmt.Sprintf("pebble fatal: "+f, args...)) }
+
+type harness struct {
+	t    *testing.T
+	kc   *kfake.Cluster
+	adm  *kadm.Client
+	prod *kgo.Client
+	seq  atomic.Int64
+	log  *slog.Logger
+}
+
+func newHarness(t *testing.T, opts ...kfake.Opt) *harness {
+	t.Helper()
+	kc, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(3), kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	h := &harness{t: t, kc: kc, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if testing.Verbose() {
+		h.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	cfg := h.config("setup")
+	if _, err := topics.Ensure(ctxT(t), cfg, h.log); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	h.prod = cl
+	h.adm = kadm.NewClient(cl)
+	if resp, err := h.adm.CreateTopic(ctxT(t), testP, 3, nil, outTopic); err != nil || resp.Err != nil {
+		t.Fatalf("create %s: %v %v", outTopic, err, resp.Err)
+	}
+	return h
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (h *harness) config(nodeID string) *clusterconfig.Config {
+	return &clusterconfig.Config{
+		Brokers: h.kc.ListenAddrs(), AppID: testApp, NodeID: nodeID, Advertise: "http://" + nodeID + ":8070",
+		Partitions: testP, CommitInterval: 20 * time.Millisecond,
+	}
+}
+
+// start runs a node with a store in dir.
+func (h *harness) start(id, dir string) *node { return h.startWith(id, dir, nil, nil) }
+
+// startWith runs a node, with cfgTweak changing its Config and sTweak its
+// Session before Run (either may be nil).
+func (h *harness) startWith(id, dir string, cfgTweak func(*Config), sTweak func(*Session)) *node {
+	t := h.t
+	t.Helper()
+	db, err := store.Open(dir, store.Options{Partitions: testP, Logger: quietLogger{}, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	cfg := Config{
+		Cluster: h.config(id), DB: db, Logger: h.log.With("n", id), Metrics: reg,
+		ClientOpts: []kgo.Opt{
+			kgo.SessionTimeout(1500 * time.Millisecond), kgo.HeartbeatInterval(100 * time.Millisecond),
+			kgo.RebalanceTimeout(5 * time.Second), kgo.TransactionTimeout(10 * time.Second),
+		},
+	}
+	if cfgTweak != nil {
+		cfgTweak(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sTweak != nil {
+		sTweak(s)
+	}
+	n := &node{id: id, db: db, s: s, e: newCounterEngine(s, db), reg: reg, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { n.done <- s.Run(ctx) }()
+	t.Cleanup(func() { n.stop(t) })
+	return n
+}
+
+// stop ends the node's Run, as a process exit would (a static member does
+// not leave the group), and closes its store.
+func (n *node) stop(t *testing.T) {
+	t.Helper()
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	n.cancel = nil
+	if err := <-n.done; err != nil {
+		t.Errorf("node %s: Run: %v", n.id, err)
+	}
+	n.e.errMu.Lock()
+	for _, err := range n.e.errs {
+		t.Errorf("node %s: unexpected request failure: %v", n.id, err)
+	}
+	n.e.errMu.Unlock()
+	if err := n.db.Close(); err != nil {
+		t.Errorf("node %s: close store: %v", n.id, err)
+	}
+}
+
+// produce writes n input records with hops, spread over the partitions,
+// as the playground ingress would (acknowledged by all replicas).
+func (h *harness) produce(n, hops int) {
+	h.t.Helper()
+	var recs []*kgo.Record
+	for range n {
+		i := h.seq.Add(1)
+		recs = append(recs, &kgo.Record{Topic: testApp + "-messages", Partition: int32(i % testP), Key: []byte(fmt.Sprint("k", i)), Value: []byte(strconv.Itoa(hops))})
+	}
+	if err := h.prod.ProduceSync(ctxT(h.t), recs...).FirstErr(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// eventually waits until cond holds, checking every 10 ms.
+func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// readOutput reads the output topic to its end with the given isolation
+// and returns, per partition key, the values in offset order.
+func (h *harness) readTopic(topic string, committed bool) []*kgo.Record {
+	t := h.t
+	t.Helper()
+	ends, err := h.adm.ListEndOffsets(ctxT(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Partition] = o.Offset
+		}
+	})
+	iso := kgo.ReadUncommitted()
+	if committed {
+		iso = kgo.ReadCommitted()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []*kgo.Record
+	ctx := ctxT(t)
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("reading %s: %v (still to read: %v)", topic, err, want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset+1 >= want[r.Partition] {
+				delete(want, r.Partition)
+			}
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+		})
+	}
+	return out
+}
+
+// checkExactlyOnce checks the output topic (read_committed) and the
+// changelog against the counters the engines made durable: every
+// partition's output values are 1..count, each exactly once, where count
+// is the value its changelog holds, and the counts add up to the
+// increments made durable.
+func (h *harness) checkExactlyOnce(durable int64) {
+	t := h.t
+	t.Helper()
+	seen := map[string]map[string]int{}
+	for _, r := range h.readTopic(outTopic, true) {
+		k := string(r.Key)
+		if seen[k] == nil {
+			seen[k] = map[string]int{}
+		}
+		seen[k][string(r.Value)]++
+	}
+	// The changelog, restored into a fresh store, is the truth.
+	db, err := store.Open(t.TempDir(), store.Options{Partitions: testP, Logger: quietLogger{}, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var total int64
+	for p := range testP {
+		if _, _, err := changelog.Restore(ctxT(t), changelog.Config{DB: db, Brokers: h.kc.ListenAddrs(), Topic: testApp + "-changelog", Partition: int32(p)}); err != nil {
+			t.Fatal(err)
+		}
+		var count int64
+		if ent, ok, err := db.GetState(counterAddr(p), "count"); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			count, _ = strconv.ParseInt(string(ent.Value), 10, 64)
+		}
+		total += count
+		vals := seen[strconv.Itoa(p)]
+		for v := int64(1); v <= count; v++ {
+			if n := vals[strconv.FormatInt(v, 10)]; n != 1 {
+				t.Errorf("partition %d: output value %d appears %d times, want once", p, v, n)
+			}
+			delete(vals, strconv.FormatInt(v, 10))
+		}
+		for v, n := range vals {
+			t.Errorf("partition %d: output value %s (x%d) beyond the changelog's count %d", p, v, n, count)
+		}
+	}
+	if total != durable {
+		t.Errorf("the changelog's counts add up to %d, the engines made %d increments durable", total, durable)
+	}
+}
+
+// failEndTxnCommit makes the brokers refuse the next EndTxn that commits,
+// once armed, with an error the client turns into an abort (as a broker
+// losing the transaction's state would).
+func (h *harness) failEndTxnCommit(armed *atomic.Bool) {
+	h.kc.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		r := req.(*kmsg.EndTxnRequest)
+		if !r.Commit || !armed.CompareAndSwap(true, false) {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+}
+
+// faults makes the brokers misbehave at random while a test runs: EndTxn
+// commits refused (the client aborts), TxnOffsetCommit answered
+// ILLEGAL_GENERATION (the transaction aborts), heartbeats answered
+// REBALANCE_IN_PROGRESS (the member rejoins; partitions may move). The
+// first request of each kind always fails, so a short run sees each.
+type faults struct {
+	endTxn, offsets, heartbeats atomic.Int64
+	on                          atomic.Bool
+}
+
+func (h *harness) injectFaults(seed uint64) *faults {
+	f := &faults{}
+	f.on.Store(true)
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, seed))
+	chance := func(pct int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return rng.IntN(100) < pct
+	}
+	h.kc.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		r := req.(*kmsg.EndTxnRequest)
+		if !f.on.Load() || !r.Commit || f.endTxn.Load() > 0 && !chance(5) {
+			return nil, nil, false
+		}
+		f.endTxn.Add(1)
+		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	h.kc.ControlKey(kmsg.TxnOffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		if !f.on.Load() || f.offsets.Load() > 0 && !chance(5) {
+			return nil, nil, false
+		}
+		f.offsets.Add(1)
+		r := req.(*kmsg.TxnOffsetCommitRequest)
+		resp := r.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+		for _, t := range r.Topics {
+			rt := kmsg.NewTxnOffsetCommitResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = kerr.IllegalGeneration.Code
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	h.kc.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		if !f.on.Load() || f.heartbeats.Load() > 0 && !chance(3) {
+			return nil, nil, false
+		}
+		f.heartbeats.Add(1)
+		resp := req.(*kmsg.HeartbeatRequest).ResponseKind().(*kmsg.HeartbeatResponse)
+		resp.ErrorCode = kerr.RebalanceInProgress.Code
+		return resp, nil, true
+	})
+	return f
+}
+
+// stallHeartbeats answers the heartbeats of node id with success while
+// *stalled is true, without the coordinator seeing them: to the group the
+// node is silent (its session times out), to the node all is well — the
+// view of a process that stopped (a long pause) and resumes.
+func (h *harness) stallHeartbeats(id string, stalled *atomic.Bool) {
+	h.kc.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		r := req.(*kmsg.HeartbeatRequest)
+		if !stalled.Load() || r.InstanceID == nil || *r.InstanceID != id {
+			return nil, nil, false
+		}
+		return r.ResponseKind(), nil, true
+	})
+}

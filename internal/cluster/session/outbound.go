@@ -1,0 +1,110 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// txn is the open transaction while a cycle's requests encode.
+type txn struct {
+	ctx     context.Context
+	records int // produced: changelog, messages, egress
+	bytes   int // their keys and values
+
+	mu  sync.Mutex
+	err error // the first produce that failed
+}
+
+func (t *txn) promise(r *kgo.Record, err error) {
+	if err == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil {
+		t.err = fmt.Errorf("produce to partition %d of %s: %w", r.Partition, r.Topic, err)
+	}
+}
+
+func (t *txn) produceErr() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// errNoTxn is returned by the Outbound methods outside a request's Encode.
+var errNoTxn = errors.New("cluster: session: Outbound used outside a request's Encode (no transaction is open)")
+
+// Message produces a command (a message envelope, a state mutation, a
+// repair command) for partition p to the messages topic, keyed by the
+// target address, in the open transaction. The engine calls it during a
+// request's Encode, on the session's goroutine, for everything its commit
+// sends to another partition: the command reaches p's owner only if the
+// transaction commits. It is the engine's Outbound.
+func (s *Session) Message(p int, key, value []byte) error {
+	t := s.txn.Load()
+	if t == nil {
+		return errNoTxn
+	}
+	if p < 0 || p >= int(s.p) {
+		return fmt.Errorf("cluster: session: a message for partition %d, want 0..%d", p, s.p-1)
+	}
+	s.produce(t, &kgo.Record{Topic: s.msgs, Partition: int32(p), Key: key, Value: value})
+	return nil
+}
+
+// Egress produces a Kafka egress record in the open transaction: a
+// read_committed reader sees it once, when the transaction commits. r's
+// Topic, Key, Value and Headers are used; it is partitioned by its key as
+// Kafka's default partitioner does (the Java client's murmur2 hash). The
+// engine calls it during a request's Encode, on the session's goroutine.
+func (s *Session) Egress(r *kgo.Record) error {
+	t := s.txn.Load()
+	if t == nil {
+		return errNoTxn
+	}
+	switch r.Topic {
+	case "":
+		return errors.New("cluster: session: an egress record without a topic")
+	case s.msgs, s.clog, s.cfg.Cluster.MetaTopic():
+		return fmt.Errorf("cluster: session: an egress record for %s, one of the application's internal topics", r.Topic)
+	}
+	s.produce(t, r)
+	return nil
+}
+
+func (s *Session) produce(t *txn, r *kgo.Record) {
+	t.records++
+	t.bytes += len(r.Key) + len(r.Value)
+	s.gts.Produce(t.ctx, r, t.promise)
+}
+
+// partitioner places records on the application's internal topics at the
+// partition they name (a changelog record in its writer's partition, a
+// message in its address's partition, which is not Kafka's key hash), and
+// records of other topics (Kafka egress) by Kafka's default rule.
+type partitioner struct {
+	internal map[string]bool
+	manual   kgo.Partitioner
+	keyed    kgo.Partitioner
+}
+
+func newPartitioner(internal ...string) kgo.Partitioner {
+	p := partitioner{internal: map[string]bool{}, manual: kgo.ManualPartitioner(), keyed: kgo.UniformBytesPartitioner(64<<10, true, true, nil)}
+	for _, t := range internal {
+		p.internal[t] = true
+	}
+	return p
+}
+
+// ForTopic implements kgo.Partitioner.
+func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	if p.internal[topic] {
+		return p.manual.ForTopic(topic)
+	}
+	return p.keyed.ForTopic(topic)
+}

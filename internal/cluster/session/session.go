@@ -1,0 +1,419 @@
+// Package session is the Kafka side of a cluster-mode node
+// (docs/cluster.md, "The commit protocol" and "Moving partitions"): one
+// kgo.GroupTransactSession per process, the restore of partitions the
+// consumer group assigns, and the commit cycle that makes the engine's
+// work durable in Kafka transactions.
+//
+// The engine hands its durable work to a Session (it is the engine's
+// Durability): every request names its partition and is encoded into that
+// partition's overlay, a store batch that is never committed by itself.
+// Once per cycle the overlays become changelog records, produced in the
+// transaction with the messages and egress records the requests handed to
+// the Session during Encode (it is the engine's Outbound) and the offsets
+// of the records polled for the engine. Only when the transaction has
+// committed do the overlays reach the store, with the changelog position
+// they reach, and do the requests hear that they are durable. An aborted
+// transaction leaves no trace in the store: its requests fail with
+// ErrAborted and the partitions they touched are rebuilt.
+//
+// Every call into the engine (Assign, Revoke, SubmitArrivals) and every
+// request callback (Encode, Durable, AfterGroup, Fail) happens on the
+// goroutine running Run.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/statefun-go/statefun/internal/cluster/changelog"
+	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/engine/committer"
+	"github.com/statefun-go/statefun/internal/kafkaclient"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// Engine is the engine side of the seam (docs/cluster.md, "How the engine
+// runs in cluster mode"). The session calls it only from Run's goroutine.
+type Engine interface {
+	// Assign builds partition p's core from the store, which the session
+	// has just restored from p's changelog, and starts serving it. An
+	// error stops the session.
+	Assign(p int) error
+	// Revoke stops serving p: its core is dropped, its waiting callers
+	// are answered that it moved. Requests of p the engine submitted
+	// before are failed by the session.
+	Revoke(p int)
+	// SubmitArrivals makes records polled from the messages topic for
+	// partition p a request of the current transaction: it must Submit
+	// that request (or requests) to the session before it returns, since
+	// the records' offsets commit with the transaction. An error aborts
+	// the transaction; the records are polled again.
+	SubmitArrivals(p int, records []*kgo.Record) error
+}
+
+// Request is one unit of durable work of a cluster engine: a committer
+// request whose writes all belong to one partition.
+type Request interface {
+	committer.Request
+	// Partition is the partition whose overlay and changelog the
+	// request's writes go to.
+	Partition() int
+}
+
+// ErrAborted is wrapped by the error a request's Fail gets when the
+// transaction that carried it was aborted (a rebalance, a fence, a broker
+// error), or when it was queued for a partition the session rebuilds
+// after such an abort. Not fatal: the partition is rebuilt from the store,
+// which never saw the aborted work.
+var ErrAborted = errors.New("cluster: transaction aborted")
+
+// ErrMoved is wrapped by the error a request's Fail gets when its
+// partition is not served by this node (any more): revoked, lost, or not
+// restored yet.
+var ErrMoved = errors.New("cluster: partition not served by this node")
+
+// Defaults of Config's zero values.
+const (
+	// DefaultMaxPollRecords bounds the records polled for one
+	// transaction.
+	DefaultMaxPollRecords = 10_000
+	// DefaultMaxQueued is the number of waiting requests at which a cycle
+	// stops polling and commits before its interval is over.
+	DefaultMaxQueued = 5_000
+	// DefaultRestoreConcurrency is how many partitions restore at once.
+	DefaultRestoreConcurrency = 2
+)
+
+// Config configures a Session.
+type Config struct {
+	// Cluster is the node's validated configuration: brokers, application
+	// and node ids, commit interval and client properties.
+	Cluster *clusterconfig.Config
+	// DB is the node's store.
+	DB *store.DB
+	// Metrics, if not nil, receives the session's collectors.
+	Metrics prometheus.Registerer
+	// Logger receives the session's log lines; nil means slog.Default().
+	Logger *slog.Logger
+
+	// MaxPollRecords bounds the records polled for one transaction;
+	// MaxQueued is the number of waiting requests that ends a cycle's
+	// polling early. Zero means the defaults.
+	MaxPollRecords int
+	MaxQueued      int
+	// RestoreConcurrency bounds the partitions restoring at once; zero
+	// means DefaultRestoreConcurrency.
+	RestoreConcurrency int
+	// RestoreBatchRecords is changelog.Config.BatchRecords of restores;
+	// zero means its default.
+	RestoreBatchRecords int
+
+	// Aborted and Moved, if not nil, are wrapped too by the errors of
+	// Fail alongside ErrAborted and ErrMoved, so that the engine can
+	// test them with its own sentinels.
+	Aborted, Moved error
+
+	// ClientOpts are added last to the session's Kafka clients (tests:
+	// short heartbeat and session timeouts).
+	ClientOpts []kgo.Opt
+}
+
+// Session is a node's consumer-group and transaction session. New makes
+// it, Bind attaches the engine, Run runs it until its context ends.
+type Session struct {
+	cfg      Config
+	cl       *kafkaclient.Cluster
+	log      *slog.Logger
+	m        *metrics
+	msgs     string // the messages topic
+	clog     string // the changelog topic
+	p        int32  // the application's partitions
+	interval time.Duration
+
+	eng Engine
+
+	// The queue of submitted requests.
+	mu     sync.Mutex
+	queue  []Request
+	err    error // set once: why Submit refuses (stopped)
+	wake   chan struct{}
+	events []event
+
+	// Readiness, read from any goroutine.
+	joined    atomic.Bool
+	restoring atomic.Int64
+	running   atomic.Bool
+
+	// Owned by Run's goroutine.
+	gts        *kgo.GroupTransactSession
+	parts      map[int32]*part
+	gen        uint64
+	restoreSem chan struct{}
+	restoreWG  sync.WaitGroup
+	txn        atomic.Pointer[txn] // the open transaction, while requests encode
+
+	// testHookCommit, if set, runs on Run's goroutine after a cycle took
+	// its requests and before it begins the transaction, with the
+	// requests (tests stall a node there).
+	testHookCommit func([]Request)
+}
+
+// part is one partition the group assigned to this node.
+type part struct {
+	gen     uint64             // the restore generation; stale results are ignored
+	cancel  context.CancelFunc // stops its restore
+	log     *changelog.Log     // set once restored and assigned to the engine
+	started time.Time
+}
+
+// New checks cfg and returns a session; nothing talks to Kafka before Run.
+func New(cfg Config) (*Session, error) {
+	switch {
+	case cfg.Cluster == nil:
+		return nil, errors.New("cluster: session: Config.Cluster is nil")
+	case cfg.DB == nil:
+		return nil, errors.New("cluster: session: Config.DB is nil")
+	case cfg.MaxPollRecords < 0 || cfg.MaxQueued < 0 || cfg.RestoreConcurrency < 0 || cfg.RestoreBatchRecords < 0:
+		return nil, fmt.Errorf("cluster: session: MaxPollRecords (%d), MaxQueued (%d), RestoreConcurrency (%d) and RestoreBatchRecords (%d) must not be negative",
+			cfg.MaxPollRecords, cfg.MaxQueued, cfg.RestoreConcurrency, cfg.RestoreBatchRecords)
+	}
+	cl, err := cfg.Cluster.Client()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: session: %w", err)
+	}
+	if cfg.MaxPollRecords == 0 {
+		cfg.MaxPollRecords = DefaultMaxPollRecords
+	}
+	if cfg.MaxQueued == 0 {
+		cfg.MaxQueued = DefaultMaxQueued
+	}
+	if cfg.RestoreConcurrency == 0 {
+		cfg.RestoreConcurrency = DefaultRestoreConcurrency
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Session{
+		cfg:        cfg,
+		cl:         cl,
+		log:        cfg.Logger.With("node", cfg.Cluster.NodeID),
+		m:          newMetrics(cfg.Metrics),
+		msgs:       cfg.Cluster.MessagesTopic(),
+		clog:       cfg.Cluster.ChangelogTopic(),
+		p:          int32(cfg.DB.Partitions()),
+		interval:   cfg.Cluster.CommitIntervalOrDefault(),
+		wake:       make(chan struct{}, 1),
+		parts:      map[int32]*part{},
+		restoreSem: make(chan struct{}, cfg.RestoreConcurrency),
+	}
+	return s, nil
+}
+
+// Bind attaches the engine the session drives. Call it once, before Run.
+func (s *Session) Bind(e Engine) { s.eng = e }
+
+// Submit queues r for the next transaction. r must be a Request (name its
+// partition). It returns an error wrapping committer.ErrStopped once the
+// session stopped; r is then not called back.
+func (s *Session) Submit(r committer.Request) error {
+	req, ok := r.(Request)
+	if !ok {
+		return fmt.Errorf("cluster: session: request %T names no partition (it needs a Partition() int method)", r)
+	}
+	if p := req.Partition(); p < 0 || p >= int(s.p) {
+		return fmt.Errorf("cluster: session: request %T names partition %d, want 0..%d", r, p, s.p-1)
+	}
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		return err
+	}
+	s.queue = append(s.queue, req)
+	full := len(s.queue) >= s.cfg.MaxQueued
+	s.mu.Unlock()
+	if full {
+		s.signal()
+	}
+	return nil
+}
+
+// Pending returns the number of requests waiting for a transaction.
+func (s *Session) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
+}
+
+// Close stops the session: requests still waiting are failed with an error
+// wrapping committer.ErrStopped, later Submits fail. Call it when Run is
+// not running.
+func (s *Session) Close() { s.stop(committer.ErrStopped) }
+
+// Ready reports whether the node serves every partition the group assigned
+// to it: it joined the group and no partition is restoring (for /readyz).
+func (s *Session) Ready() bool {
+	return s.running.Load() && s.joined.Load() && s.restoring.Load() == 0
+}
+
+// stop refuses later Submits with err (the first one wins) and fails the
+// waiting requests with it.
+func (s *Session) stop(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	err = s.err
+	q := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	for _, r := range q {
+		r.Fail(err)
+	}
+}
+
+// signal wakes Run's goroutine from a poll.
+func (s *Session) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the waiting requests, in submission order.
+func (s *Session) take() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q := s.queue
+	s.queue = nil
+	return q
+}
+
+// purge fails the waiting requests of partition p with err: the core that
+// submitted them is gone (revoked, or rebuilt after an abort).
+func (s *Session) purge(p int32, err error) {
+	s.mu.Lock()
+	var gone []Request
+	kept := s.queue[:0]
+	for _, r := range s.queue {
+		if int32(r.Partition()) == p {
+			gone = append(gone, r)
+		} else {
+			kept = append(kept, r)
+		}
+	}
+	clear(s.queue[len(kept):])
+	s.queue = kept
+	s.mu.Unlock()
+	for _, r := range gone {
+		r.Fail(err)
+	}
+}
+
+func (s *Session) aborted(cause error) error {
+	if s.cfg.Aborted != nil {
+		return fmt.Errorf("%w: %w: %w", ErrAborted, s.cfg.Aborted, cause)
+	}
+	return fmt.Errorf("%w: %w", ErrAborted, cause)
+}
+
+func (s *Session) moved(p int32, why string) error {
+	if s.cfg.Moved != nil {
+		return fmt.Errorf("%w: %w: partition %d %s", ErrMoved, s.cfg.Moved, p, why)
+	}
+	return fmt.Errorf("%w: partition %d %s", ErrMoved, p, why)
+}
+
+// Run is the node's session: it joins the consumer group, restores the
+// partitions assigned to it, and runs the commit cycle, until ctx ends
+// (it then returns nil) or a fatal error (a fenced transactional id, a
+// store error, an engine that cannot take a partition), which it returns
+// after failing every waiting request with it. Bind must have been
+// called.
+func (s *Session) Run(ctx context.Context) (err error) {
+	if s.eng == nil {
+		return errors.New("cluster: session: Run before Bind: no engine to drive")
+	}
+	if s.running.Swap(true) {
+		return errors.New("cluster: session: Run called twice")
+	}
+	defer s.running.Store(false)
+	gts, err := kgo.NewGroupTransactSession(s.clientOpts()...)
+	if err != nil {
+		return fmt.Errorf("cluster: session: Kafka client: %w", err)
+	}
+	s.gts = gts
+	rctx, cancelRestores := context.WithCancel(ctx)
+	defer func() {
+		cancelRestores()
+		s.restoreWG.Wait()
+		// A static member does not leave the group when it closes: its
+		// partitions wait for it for the session timeout, so that a
+		// restart keeps them.
+		gts.Close()
+		stopErr := committer.ErrStopped
+		if err != nil {
+			stopErr = fmt.Errorf("%w: %w", committer.ErrStopped, err)
+		}
+		s.stop(stopErr)
+	}()
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := s.handleEvents(rctx); err != nil {
+			return err
+		}
+		polled, abort, err := s.poll(ctx)
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := s.handleEvents(rctx); err != nil {
+			return err
+		}
+		reqs := s.take()
+		if len(reqs) == 0 && len(polled) == 0 {
+			continue
+		}
+		if s.testHookCommit != nil {
+			s.testHookCommit(reqs)
+		}
+		if err := s.commit(ctx, rctx, reqs, polled, abort); err != nil {
+			return err
+		}
+	}
+}
+
+// clientOpts are the options of the node's group transact session.
+func (s *Session) clientOpts() []kgo.Opt {
+	c := s.cfg.Cluster
+	var opts []kgo.Opt
+	opts = append(opts, s.cl.Opts...)
+	opts = append(opts, s.cl.GroupOpts...)
+	opts = append(opts, s.cl.ProducerOpts...)
+	opts = append(opts,
+		kgo.ConsumerGroup(c.Group()),
+		kgo.ConsumeTopics(s.msgs),
+		kgo.InstanceID(c.NodeID),
+		kgo.TransactionalID(c.TransactionalID()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.RequireStableFetchOffsets(),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.RecordPartitioner(newPartitioner(s.msgs, s.clog)),
+		kgo.OnPartitionsAssigned(s.onAssigned),
+		kgo.OnPartitionsRevoked(s.onRevoked),
+		kgo.OnPartitionsLost(s.onLost),
+	)
+	return append(opts, s.cfg.ClientOpts...)
+}

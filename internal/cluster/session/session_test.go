@@ -1,0 +1,305 @@
+package session
+
+import (
+	"bytes"
+	"errors"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func totalArrivals(ns ...*node) int64 {
+	var n int64
+	for _, x := range ns {
+		n += x.e.arrivals.Load()
+	}
+	return n
+}
+
+func totalTicks(ns ...*node) int64 {
+	var n int64
+	for _, x := range ns {
+		n += x.e.ticks.Load()
+	}
+	return n
+}
+
+// One node serves every partition: the records it consumes, the messages
+// it sends to other partitions and the ticks it makes count once each, in
+// the changelog and in the output, and it reports ready once restored.
+func TestOneNodeCountsOnce(t *testing.T) {
+	h := newHarness(t)
+	a := h.start("a", t.TempDir())
+	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+	h.produce(200, 1)
+	for p := range testP {
+		a.e.tick(p)
+	}
+	eventually(t, "400 increments by arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 400 })
+	eventually(t, "4 ticks", 20*time.Second, func() bool { return totalTicks(a) == 4 })
+	for _, m := range []struct {
+		name     string
+		min, max float64
+	}{
+		{"statefun_cluster_owned_partitions", testP, testP},
+		{"statefun_cluster_restoring_partitions", 0, 0},
+		{"statefun_cluster_restore_seconds", testP, testP}, // one restore each
+		{"statefun_cluster_rebalances_total", 1, 1},        // the first assignment
+		{"statefun_cluster_txn_commits_total", 1, 1e9},
+		{"statefun_cluster_txn_seconds", 1, 1e9},
+		{"statefun_cluster_txn_records", 1, 1e9},
+		{"statefun_cluster_txn_aborts_total", 0, 0},
+		// Nothing left to poll; the offsets of the last commit markers
+		// count, at most one per partition.
+		{"statefun_cluster_partition_lag", 0, testP},
+	} {
+		if v := a.metric(t, m.name); v < m.min || v > m.max {
+			t.Errorf("%s = %v, want %v..%v", m.name, v, m.min, m.max)
+		}
+	}
+	a.stop(t)
+	h.checkExactlyOnce(404)
+}
+
+// Uncommitted changes never reach the store: a transaction whose EndTxn
+// the brokers refuse is aborted, its overlay never written to Pebble
+// (though its changelog record was produced, in the aborted transaction),
+// its request fails with ErrAborted, and the partition is rebuilt from the
+// store. The next transaction commits normally.
+func TestAbortLeavesNoTraceInStore(t *testing.T) {
+	h := newHarness(t)
+	var armed atomic.Bool
+	h.failEndTxnCommit(&armed)
+	a := h.start("a", t.TempDir())
+	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+	h.produce(40, 0)
+	eventually(t, "40 arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 40 })
+	assigns := a.e.assigns.Load()
+
+	armed.Store(true)
+	done := make(chan error, 1)
+	if !a.e.probe(1, "aborted", done) {
+		t.Fatal("partition 1 not served")
+	}
+	err := <-done
+	if !errors.Is(err, ErrAborted) {
+		t.Fatalf("the probe's request failed with %v, want ErrAborted", err)
+	}
+	if _, ok, err := a.db.GetState(counterAddr(1), "probe/aborted"); err != nil || ok {
+		t.Fatalf("after the abort the store holds the aborted overlay's key (found %v, err %v)", ok, err)
+	}
+	// The aborted record did reach the changelog, so it is the abort,
+	// not a missing produce, that keeps it out.
+	inLog := func(committed bool) bool {
+		for _, r := range h.readTopic(testApp+"-changelog", committed) {
+			if r.Partition == 1 && bytes.Contains(r.Key, []byte("probe/aborted")) {
+				return true
+			}
+		}
+		return false
+	}
+	if !inLog(false) || inLog(true) {
+		t.Fatalf("the aborted record: read_uncommitted sees it %v (want true), read_committed %v (want false)", inLog(false), inLog(true))
+	}
+	eventually(t, "partition 1 rebuilt after the abort", 20*time.Second, func() bool { return a.e.assigns.Load() > assigns && a.s.Ready() })
+
+	if !a.e.probe(1, "committed", done) {
+		t.Fatal("partition 1 not served after its rebuild")
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the second probe: %v", err)
+	}
+	if _, ok, err := a.db.GetState(counterAddr(1), "probe/committed"); err != nil || !ok {
+		t.Fatalf("after the commit the store lacks the committed key (found %v, err %v)", ok, err)
+	}
+	h.produce(40, 0)
+	eventually(t, "80 arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 80 })
+	a.stop(t)
+	h.checkExactlyOnce(80)
+}
+
+// ticker ticks random partitions of the running nodes until stopped, as
+// timers and state API writes would: requests that commit no offsets.
+type ticker struct {
+	mu    sync.Mutex
+	nodes []*node
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+func startTicker(seed uint64, nodes ...*node) *ticker {
+	tk := &ticker{nodes: nodes, stop: make(chan struct{}), done: make(chan struct{})}
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	go func() {
+		defer close(tk.done)
+		for {
+			select {
+			case <-tk.stop:
+				return
+			case <-time.After(3 * time.Millisecond):
+			}
+			tk.mu.Lock()
+			if len(tk.nodes) > 0 {
+				tk.nodes[rng.IntN(len(tk.nodes))].e.tick(rng.IntN(testP))
+			}
+			tk.mu.Unlock()
+		}
+	}()
+	return tk
+}
+
+func (tk *ticker) set(nodes ...*node) {
+	tk.mu.Lock()
+	tk.nodes = nodes
+	tk.mu.Unlock()
+}
+
+func (tk *ticker) halt() {
+	close(tk.stop)
+	<-tk.done
+}
+
+// Three nodes share the application while members leave and join and the
+// brokers misbehave (EndTxn and TxnOffsetCommit refused, heartbeats
+// answered "rebalance in progress"): every consumed record, every message
+// between partitions and every tick made durable counts exactly once in
+// the changelog, and the output read read_committed holds each effect
+// once. A node that stops (as a process exit: a static member does not
+// leave) has its partitions moved after its session timeout; restarted
+// under the same node id with its store, it restores only the tail.
+func TestThreeNodesExactlyOnceThroughMovesAndFaults(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	h := newHarness(t)
+	f := h.injectFaults(seed)
+	dirB := t.TempDir()
+	a := h.start("a", t.TempDir())
+	b := h.start("b", dirB)
+	tk := startTicker(seed, a, b)
+	var all []*node
+	all = append(all, a, b)
+	want := int64(0)
+	step := func(what string, n int) {
+		t.Helper()
+		h.produce(n, 1)
+		want += 2 * int64(n)
+		eventually(t, what, 60*time.Second, func() bool { return totalArrivals(all...) == want })
+		if got := totalArrivals(all...); got != want {
+			t.Fatalf("%s: %d increments by arrivals, want %d", what, got, want)
+		}
+	}
+	step("two nodes", 300)
+	c := h.start("c", t.TempDir())
+	all = append(all, c)
+	tk.set(a, b, c)
+	step("a third node joined", 300)
+
+	tk.set(a, c)
+	b.stop(t)
+	step("node b stopped", 300)
+	eventually(t, "a and c serve every partition", 30*time.Second, func() bool {
+		return len(a.e.owned())+len(c.e.owned()) == testP && a.s.Ready() && c.s.Ready()
+	})
+
+	b2 := h.start("b", dirB)
+	all = append(all, b2)
+	tk.set(a, c, b2)
+	step("node b restarted", 300)
+	eventually(t, "b serves again", 30*time.Second, func() bool { return len(b2.e.owned()) > 0 && b2.s.Ready() })
+	step("three nodes again", 100)
+
+	tk.halt()
+	f.on.Store(false)
+	for _, n := range []*node{a, c, b2} {
+		n.stop(t)
+	}
+	t.Logf("faults: %d EndTxn, %d TxnOffsetCommit, %d heartbeats; ticks durable %d; requests aborted %d",
+		f.endTxn.Load(), f.offsets.Load(), f.heartbeats.Load(), totalTicks(all...), abortedTotal(all...))
+	if f.endTxn.Load() == 0 || f.offsets.Load() == 0 || f.heartbeats.Load() == 0 {
+		t.Errorf("not every fault fired: %d EndTxn, %d TxnOffsetCommit, %d heartbeats", f.endTxn.Load(), f.offsets.Load(), f.heartbeats.Load())
+	}
+	h.checkExactlyOnce(want + totalTicks(all...))
+}
+
+func abortedTotal(ns ...*node) int64 {
+	var n int64
+	for _, x := range ns {
+		n += x.e.aborted.Load()
+	}
+	return n
+}
+
+// A zombie cannot commit. Node a stalls (its loop blocked with requests
+// that commit no offsets, its heartbeats unseen by the coordinator) past
+// its session timeout; the group gives its partitions to b, which restores
+// and serves them. When a resumes, it finishes its cycle: it produces its
+// changelog and output records, but the transaction is fenced and aborts,
+// so nothing it did while a zombie counts, and nothing counts twice.
+func TestZombieCannotCommit(t *testing.T) {
+	h := newHarness(t)
+	var silent, stall atomic.Bool
+	h.stallHeartbeats("a", &silent)
+	entered, release := make(chan struct{}), make(chan struct{})
+	a := h.startWith("a", t.TempDir(), func(c *Config) {
+		// A slow heartbeat: the node learns of its expulsion late, so it
+		// is its commit that must be fenced.
+		c.ClientOpts = append(c.ClientOpts, kgo.HeartbeatInterval(500*time.Millisecond))
+	}, func(s *Session) {
+		s.testHookCommit = func(reqs []Request) {
+			if !stall.Load() {
+				return
+			}
+			for _, r := range reqs {
+				if cr, ok := r.(*countReq); ok && cr.tick {
+					stall.Store(false)
+					close(entered)
+					<-release
+					return
+				}
+			}
+		}
+	})
+	b := h.start("b", t.TempDir())
+	eventually(t, "a and b share the partitions", 30*time.Second, func() bool {
+		return len(a.e.owned()) > 0 && len(b.e.owned()) > 0 && len(a.e.owned())+len(b.e.owned()) == testP && a.s.Ready() && b.s.Ready()
+	})
+	h.produce(200, 1)
+	eventually(t, "400 arrivals", 30*time.Second, func() bool { return totalArrivals(a, b) == 400 })
+
+	// a stalls with a tick of each of its partitions in hand.
+	stall.Store(true)
+	silent.Store(true)
+	zombieParts := a.e.owned()
+	for _, p := range zombieParts {
+		if !a.e.tick(p) {
+			t.Fatalf("a does not serve partition %d", p)
+		}
+	}
+	<-entered
+	eventually(t, "b serves every partition", 30*time.Second, func() bool { return len(b.e.owned()) == testP && b.s.Ready() })
+	h.produce(200, 1)
+	for p := range testP {
+		b.e.tick(p)
+	}
+	eventually(t, "800 arrivals, all at b", 30*time.Second, func() bool { return totalArrivals(a, b) == 800 })
+
+	// a resumes.
+	aborted := a.e.aborted.Load()
+	silent.Store(false)
+	close(release)
+	eventually(t, "a's zombie cycle to end", 30*time.Second, func() bool {
+		return a.e.aborted.Load() >= aborted+int64(len(zombieParts)) || a.e.ticks.Load() > 0
+	})
+	if n := a.e.ticks.Load(); n != 0 {
+		t.Errorf("%d of the zombie's ticks were made durable: it committed after the group gave its partitions to b", n)
+	}
+	eventually(t, "a rejoined and serves", 30*time.Second, func() bool { return len(a.e.owned()) > 0 && a.s.Ready() })
+	h.produce(200, 1)
+	eventually(t, "1200 arrivals", 30*time.Second, func() bool { return totalArrivals(a, b) == 1200 })
+	a.stop(t)
+	b.stop(t)
+	h.checkExactlyOnce(1200 + totalTicks(a, b))
+}

@@ -10,7 +10,7 @@ import {types, ids} from './browse.js';
 import {address} from './address.js';
 import {entry} from './entry.js';
 import {audit} from './audit.js';
-import {deadLetters} from './deadletters.js';
+import {deadLetters, ingressDeadLetters} from './deadletters.js';
 
 const main = document.getElementById('main');
 let generation = 0; // bumps on every navigation; a page's timers check it
@@ -85,7 +85,10 @@ async function render() {
         else await types(main, ctx);
         break;
       case 'audit': await audit(main, ctx); break;
-      case 'dead-letters': await deadLetters(main, ctx); break;
+      case 'dead-letters':
+        if (segs.length === 3) await ingressDeadLetters(main, ctx, segs[1], segs[2]);
+        else await deadLetters(main, ctx);
+        break;
       default: replace(main, h('h1', null, 'Not found'), h('p', null, h('a', {href: '#/'}, 'Overview')));
     }
   } catch (err) {

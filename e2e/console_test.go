@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/apache/flink-statefun/statefun-sdk-go/v3/pkg/statefun"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -220,6 +222,7 @@ spec:
 	// pauses every address whose batch fails twice.
 	t.Run("sign in and overview", env.testSignIn)
 	t.Run("browse to an address", env.testBrowse)
+	t.Run("typing while a page loads keeps the focus", env.testFocusKept)
 	t.Run("edit a value through the diff", env.testEdit)
 	t.Run("conflicting write", env.testConflict)
 	t.Run("revert from the audit log", env.testRevert)
@@ -548,6 +551,47 @@ func (e *cnEnv) testBrowse(t *testing.T) {
 	click(t, ctx, `(//tr[@data-commit])[last()]//a[normalize-space()="View"]`)
 	waitText(t, ctx, "#asof-value", `"visits": 1`)
 	e.checkA11y(t, ctx, "entry")
+}
+
+// testFocusKept: a page moves the focus to its heading once it has loaded
+// (screen readers announce the new page) — but not when the operator has
+// already put it in a field of the page while its data was on the way:
+// their typing must not be cut off. The ids request is held in the
+// browser (the DevTools Fetch domain) while the prefix is typed.
+func (e *cnEnv) testFocusKept(t *testing.T) {
+	ctx := e.tab(t)
+	e.signIn(t, ctx, cnOperatorToken, "operator")
+	paused := make(chan fetch.RequestID, 1)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if ev, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- ev.RequestID
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/state/console/counter?*"}}}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "open the ids", chromedp.Navigate(e.base+"#/browse/console/counter"), chromedp.WaitVisible(chromedp.CSS("#prefix")))
+	var held fetch.RequestID
+	select {
+	case held = <-paused:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the ids request never went out")
+	}
+	run(t, ctx, "type while the ids load", chromedp.SendKeys(chromedp.CSS("#prefix"), "ali"))
+	if _, err := chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: held}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "the ids", chromedp.WaitVisible(chromedp.CSS(`table[aria-label="Ids"]`)))
+	// The page has settled (its mark is set after the focus decision).
+	evaluate[bool](t, ctx, "the page's mark", `new Promise((resolve) => { const f = () => performance.getEntriesByName('statefun:painted').some((m) => m.detail.route === location.hash) ? resolve(true) : setTimeout(f, 20); f(); })`)
+	if got := evaluate[string](t, ctx, "the focus", `document.activeElement.id + '=' + (document.activeElement.value ?? '')`); got != "prefix=ali" {
+		t.Fatalf("after the ids loaded the focus is on %q, want the prefix field with what was typed", got)
+	}
+	if _, err := chromedp.Call(ctx, fetch.Disable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (e *cnEnv) testEdit(t *testing.T) {

@@ -122,6 +122,12 @@ window.addEventListener('hashchange', () => {
   delete document.body.dataset.keepNotice;
   lastHash = location.hash;
   render().then(() => {
+    // Move the focus to the new page's heading (screen readers announce
+    // it) — unless the operator has already put it in the page, say in a
+    // search field while the page's data was on the way: their typing
+    // must not be cut off.
+    const a = document.activeElement;
+    if (a && a !== main && main.contains(a)) return;
     const h1 = main.querySelector('h1');
     if (h1) { h1.setAttribute('tabindex', '-1'); h1.focus({preventScroll: true}); }
   });

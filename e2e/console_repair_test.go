@@ -40,7 +40,7 @@ type cnInbox struct {
 // inbox reads console/counter/<id>'s inbox through the API.
 func (e *cnEnv) inbox(t *testing.T, id string) cnInbox {
 	t.Helper()
-	return saDecode[cnInbox](t, e.api.expect(http.StatusOK, http.MethodGet, "/inbox/console/counter/"+id, ""))
+	return saDecode[cnInbox](t, e.api.withT(t).expect(http.StatusOK, http.MethodGet, "/inbox/console/counter/"+id, ""))
 }
 
 // awaitPoisonPause waits until the poison policy has paused id with its
@@ -60,10 +60,19 @@ func (e *cnEnv) awaitPoisonPause(t *testing.T, id string) {
 	}
 }
 
-// label reads console/counter/<id>'s label through the API.
-func (e *cnEnv) label(t *testing.T, id string) string {
+// awaitLabel waits until console/counter/<id>'s label, read through the
+// API, is want: the function's answer is applied after it has handled the
+// message (awaitSeen).
+func (e *cnEnv) awaitLabel(t *testing.T, id, want string) {
 	t.Helper()
-	return string(e.api.expect(http.StatusOK, http.MethodGet, "/state/console/counter/"+id+"/label", "", "Accept", "text/plain").body)
+	var got string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		r := e.api.withT(t).do(http.MethodGet, "/state/console/counter/"+id+"/label", "", "Accept", "text/plain")
+		if got = r.String(); r.status == http.StatusOK && string(r.body) == want {
+			return
+		}
+	}
+	t.Fatalf("console/counter/%s's label reads %s, want %q", id, got, want)
 }
 
 // inflightButton is the XPath of a button of the failed batch's message.
@@ -103,9 +112,7 @@ func (e *cnEnv) testSkipResend(t *testing.T) {
 	if seen := e.awaitSeen(t, id, 3); fmt.Sprint(seen) != "[0 1 2]" {
 		t.Fatalf("the function read %v, want [0 1 2]", seen)
 	}
-	if l := e.label(t, id); l != "last message: c" {
-		t.Fatalf("label %q after the resume", l)
-	}
+	e.awaitLabel(t, id, "last message: c")
 
 	// The fix is deployed: re-send the dead letter.
 	e.fn.cured.Store(true)
@@ -122,12 +129,10 @@ func (e *cnEnv) testSkipResend(t *testing.T) {
 	waitText(t, ctx, "#notices", "Re-sent")
 	waitText(t, ctx, "#notices", "New message")
 	e.awaitSeen(t, id, 4)
-	if l := e.label(t, id); l != "last message: poison" {
-		t.Fatalf("label %q after the re-send, want the poison handled", l)
-	}
+	e.awaitLabel(t, id, "last message: poison")
 	// It left the dead letters; the page says so after its reload.
 	waitText(t, ctx, "main", "No message dead letter.")
-	list := e.api.expect(http.StatusOK, http.MethodGet, "/dead-letters/messages", "")
+	list := e.api.withT(t).expect(http.StatusOK, http.MethodGet, "/dead-letters/messages", "")
 	if strings.Contains(string(list.body), deadLetter) {
 		t.Fatalf("the re-sent dead letter is still listed: %s", list.body)
 	}
@@ -173,9 +178,7 @@ func (e *cnEnv) testEditMessage(t *testing.T) {
 	click(t, ctx, button("Resume"))
 	confirm(t, ctx, "e2e: retry with the edited message")
 	e.awaitSeen(t, id, 1)
-	if l := e.label(t, id); l != "last message: antidote" {
-		t.Fatalf("label %q, want the edited message handled", l)
-	}
+	e.awaitLabel(t, id, "last message: antidote")
 	// The audit record of the edit keeps the message it replaced.
 	e.goTo(t, ctx, "#/audit?namespace=console&type=counter&id="+id, `tr[data-op="edit-message"]`)
 	click(t, ctx, `//tr[@data-op="edit-message"]//summary`)
@@ -238,7 +241,7 @@ func (e *cnEnv) testDeleteAddress(t *testing.T) {
 	waitText(t, ctx, `tr[data-state="count"]`, "no value")
 	waitText(t, ctx, `section[aria-labelledby="inbox-h"]`, "No delayed message is pending for this address.")
 	run(t, ctx, "still paused", chromedp.WaitVisible(chromedp.CSS(`[data-status="paused"]`)))
-	e.api.expect(http.StatusNotFound, http.MethodGet, "/state/console/counter/"+id+"/count", "")
+	e.api.withT(t).expect(http.StatusNotFound, http.MethodGet, "/state/console/counter/"+id+"/count", "")
 	if in := e.inbox(t, id); in.Paused == nil || len(in.Delayed) != 0 || in.Queued.Count != 0 {
 		t.Fatalf("after the delete the inbox is %+v", in)
 	}
@@ -252,7 +255,7 @@ func (e *cnEnv) testRestore(t *testing.T) {
 	e.awaitSeen(t, id, 1)
 	e.send(t, id, "second")
 	e.awaitSeen(t, id, 2)
-	e.api.expect(http.StatusOK, http.MethodPut, "/state/console/counter/"+id+"/label", "bad import",
+	e.api.withT(t).expect(http.StatusOK, http.MethodPut, "/state/console/counter/"+id+"/label", "bad import",
 		"Content-Type", "text/plain", "Statefun-Reason", "import")
 	ctx := e.tab(t)
 	e.signIn(t, ctx, cnOperatorToken, "operator")
@@ -285,9 +288,7 @@ func (e *cnEnv) testRestore(t *testing.T) {
 	waitText(t, ctx, "#notices", "committed")
 	run(t, ctx, "back at the address", chromedp.WaitVisible(chromedp.CSS(`tr[data-state="label"]`)))
 	waitText(t, ctx, `tr[data-state="label"]`, "last message: first")
-	if l := e.label(t, id); l != "last message: first" {
-		t.Fatalf("label %q after the address restore", l)
-	}
+	e.awaitLabel(t, id, "last message: first")
 	if c := e.count(t, id); c != "1" {
 		t.Fatalf("count %s after the address restore, want 1", c)
 	}
@@ -320,7 +321,7 @@ func (e *cnEnv) testKafkaDeadLetters(t *testing.T) {
 		} `json:"ingresses"`
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		r := e.api.expect(http.StatusOK, http.MethodGet, "/ingresses", "")
+		r := e.api.withT(t).expect(http.StatusOK, http.MethodGet, "/ingresses", "")
 		if s := saDecode[summary](t, r); len(s.Ingresses) == 1 && s.Ingresses[0].Ingress == "console/in" && s.Ingresses[0].DeadLetters == 2 {
 			break
 		}

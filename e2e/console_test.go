@@ -461,7 +461,7 @@ func (e *cnEnv) awaitSeen(t *testing.T, id string, n int) []int64 {
 // count reads console/counter/<id>'s count through the API.
 func (e *cnEnv) count(t *testing.T, id string) string {
 	t.Helper()
-	r := e.api.expect(http.StatusOK, http.MethodGet, "/state/console/counter/"+id+"/count", "", "Accept", "text/plain")
+	r := e.api.withT(t).expect(http.StatusOK, http.MethodGet, "/state/console/counter/"+id+"/count", "", "Accept", "text/plain")
 	return string(r.body)
 }
 

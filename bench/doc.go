@@ -53,6 +53,13 @@
 //   - BenchmarkFunctionCalls: the runtime's invoker calling the counter in
 //     the child process directly, with C calls in flight: what the function
 //     and one round trip cost without ingress and store.
+//   - BenchmarkConsoleFirstView: the operator's console's first views (the
+//     overview, a type's ids, an address) in headless Chromium, driven with
+//     chromedp, against the runtime (a child) holding -console.addresses
+//     addresses (100,000), filled through the state API (the fill
+//     sub-benchmark); the time is the page's own Performance API mark
+//     statefun:rendered, from the navigation's start, over -console.loads
+//     loads each (20). Skipped without chromium on PATH.
 //   - BenchmarkSyncedCommit/messages=M/sync=S: one writer committing
 //     batches shaped like the group commits at 10,000 addresses (per
 //     message the ingress record and the result), one after the other,

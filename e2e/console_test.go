@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,12 +13,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/apache/flink-statefun/statefun-sdk-go/v3/pkg/statefun"
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // These tests drive the operator's console (docs/console.md) in a real
@@ -69,10 +74,13 @@ func (r rawType) Serialize(w io.Writer, data interface{}) error {
 
 // cnFunction serves console/counter: every message adds 1 to count and
 // refreshes the other states — unless count is negative, a poisoned value
-// it refuses to run on. It records the count it read per id.
+// it refuses to run on, or the message is "poison" and the function has
+// not been fixed for it yet (cured). It records the count it read per id.
 type cnFunction struct {
 	mu   sync.Mutex
 	seen map[string][]int64
+	// cured says the function has been fixed to handle "poison".
+	cured atomic.Bool
 }
 
 func (f *cnFunction) start(t *testing.T) string {
@@ -87,16 +95,19 @@ func (f *cnFunction) start(t *testing.T) string {
 			if n < 0 {
 				return fmt.Errorf("count is %d: a negative count is corrupt, refusing to go on", n)
 			}
+			text := string(msg.RawValue()) // a console/Ping from the ingress
+			if msg.IsString() {
+				text = msg.AsString() // the reminder it sends itself
+			}
+			if text == "poison" && !f.cured.Load() {
+				return errors.New("cannot digest the message \"poison\" (a bug, fixed in the next release)")
+			}
 			id := ctx.Self().Id
 			f.mu.Lock()
 			f.seen[id] = append(f.seen[id], n)
 			f.mu.Unlock()
 			n++
 			ctx.Storage().Set(cnCount, n)
-			text := string(msg.RawValue()) // a console/Ping from the ingress
-			if msg.IsString() {
-				text = msg.AsString() // the reminder it sends itself
-			}
 			ctx.Storage().Set(cnLabel, "last message: "+text)
 			ctx.Storage().Set(cnEnabled, true)
 			ctx.Storage().Set(cnProfile, map[string]any{"name": id, "visits": n, "tags": []string{"console", "e2e"}})
@@ -133,6 +144,7 @@ type cnEnv struct {
 	browser context.Context
 	shots   string
 	axe     string
+	kafka   string // the brokers of the Kafka ingress console/in
 }
 
 func TestConsole(t *testing.T) {
@@ -149,14 +161,36 @@ func TestConsole(t *testing.T) {
 
 	fn := &cnFunction{}
 	url := fn.start(t)
-	rt := newRuntimeWith(t, saModule(saEndpoint{"console/*", url}))
+	// A Kafka ingress console/in (topic "in" → console/counter) on an
+	// in-process Kafka, for the ingress dead letters.
+	kafka, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kafka.Close)
+	module := saModule(saEndpoint{"console/*", url})
+	rt := newRuntimeWith(t, func(in, out int) string {
+		return module(in, out) + fmt.Sprintf(`---
+kind: io.statefun.kafka.v1/ingress
+spec:
+  id: console/in
+  address: %s
+  consumerGroupId: console
+  startupPosition:
+    type: earliest
+  topics:
+    - topic: in
+      valueType: console/Ping
+      targets: [console/counter]
+`, brokersOf(kafka))
+	})
 	tokens := filepath.Join(rt.dir, "tokens")
 	if err := os.WriteFile(tokens, []byte("operator "+cnOperatorToken+" read,write\nviewer "+cnViewerToken+" read\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	saStart(rt, "http", saClient, "--api-tokens", tokens, "--pause-after", "console/*=2")
 	env := &cnEnv{rt: rt, fn: fn, api: saAPIOf(t, "http://"+rt.admin, saClient).as(cnOperatorToken),
-		base: "http://" + rt.admin + "/ui/", shots: shots, axe: axe}
+		base: "http://" + rt.admin + "/ui/", shots: shots, axe: axe, kafka: brokersOf(kafka)}
 
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium),
@@ -179,15 +213,27 @@ func TestConsole(t *testing.T) {
 	}
 	env.browser = browser
 
-	// The subtests run in order on one runtime; read-only and phone width
-	// look at alice, whom "browse to an address" creates.
+	// The subtests run in order on one runtime and one browser (each in a
+	// tab of its own, signed in afresh). Each works on ids of its own,
+	// except: read-only and phone width look at alice, whom "browse to an
+	// address" creates (and read-only expects her count untouched since);
+	// read-only also opens frank's audit records, which "revert from the
+	// audit log" writes. The poison policy (--pause-after console/*=2)
+	// pauses every address whose batch fails twice.
 	t.Run("sign in and overview", env.testSignIn)
 	t.Run("browse to an address", env.testBrowse)
+	t.Run("typing while a page loads keeps the focus", env.testFocusKept)
 	t.Run("edit a value through the diff", env.testEdit)
 	t.Run("conflicting write", env.testConflict)
 	t.Run("revert from the audit log", env.testRevert)
 	t.Run("pause, watch messages queue, resume", env.testPause)
 	t.Run("repair-loop incident", env.testIncident)
+	t.Run("skip a poisoned message, re-send it after the fix", env.testSkipResend)
+	t.Run("edit a poisoned message where it waits", env.testEditMessage)
+	t.Run("cancel a delayed message", env.testCancelDelayed)
+	t.Run("delete a paused address", env.testDeleteAddress)
+	t.Run("restore an entry and an address to a point in time", env.testRestore)
+	t.Run("kafka ingress dead letters", env.testKafkaDeadLetters)
 	t.Run("read-only token", env.testReadOnly)
 	t.Run("phone width", env.testPhone)
 }
@@ -415,7 +461,7 @@ func (e *cnEnv) awaitSeen(t *testing.T, id string, n int) []int64 {
 // count reads console/counter/<id>'s count through the API.
 func (e *cnEnv) count(t *testing.T, id string) string {
 	t.Helper()
-	r := e.api.expect(http.StatusOK, http.MethodGet, "/state/console/counter/"+id+"/count", "", "Accept", "text/plain")
+	r := e.api.withT(t).expect(http.StatusOK, http.MethodGet, "/state/console/counter/"+id+"/count", "", "Accept", "text/plain")
 	return string(r.body)
 }
 
@@ -507,6 +553,47 @@ func (e *cnEnv) testBrowse(t *testing.T) {
 	e.checkA11y(t, ctx, "entry")
 }
 
+// testFocusKept: a page moves the focus to its heading once it has loaded
+// (screen readers announce the new page) — but not when the operator has
+// already put it in a field of the page while its data was on the way:
+// their typing must not be cut off. The ids request is held in the
+// browser (the DevTools Fetch domain) while the prefix is typed.
+func (e *cnEnv) testFocusKept(t *testing.T) {
+	ctx := e.tab(t)
+	e.signIn(t, ctx, cnOperatorToken, "operator")
+	paused := make(chan fetch.RequestID, 1)
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if ev, ok := ev.(*fetch.EventRequestPaused); ok {
+			paused <- ev.RequestID
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*/state/console/counter?*"}}}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "open the ids", chromedp.Navigate(e.base+"#/browse/console/counter"), chromedp.WaitVisible(chromedp.CSS("#prefix")))
+	var held fetch.RequestID
+	select {
+	case held = <-paused:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the ids request never went out")
+	}
+	run(t, ctx, "type while the ids load", chromedp.SendKeys(chromedp.CSS("#prefix"), "ali"))
+	if _, err := chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: held}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "the ids", chromedp.WaitVisible(chromedp.CSS(`table[aria-label="Ids"]`)))
+	// The page has settled (its mark is set after the focus decision).
+	evaluate[bool](t, ctx, "the page's mark", `new Promise((resolve) => { const f = () => performance.getEntriesByName('statefun:painted').some((m) => m.detail.route === location.hash) ? resolve(true) : setTimeout(f, 20); f(); })`)
+	if got := evaluate[string](t, ctx, "the focus", `document.activeElement.id + '=' + (document.activeElement.value ?? '')`); got != "prefix=ali" {
+		t.Fatalf("after the ids loaded the focus is on %q, want the prefix field with what was typed", got)
+	}
+	if _, err := chromedp.Call(ctx, fetch.Disable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (e *cnEnv) testEdit(t *testing.T) {
 	e.send(t, "erin", "a")
 	e.send(t, "erin", "b")
@@ -571,8 +658,9 @@ func (e *cnEnv) testRevert(t *testing.T) {
 	// subtest; revert that from the audit log.
 	e.send(t, "frank", "x")
 	e.awaitSeen(t, "frank", 1)
-	e.api.expect(http.StatusOK, http.MethodPut, "/state/console/counter/frank/label", "bad import",
+	bad := e.api.expect(http.StatusOK, http.MethodPut, "/state/console/counter/frank/label", "bad import",
 		"Content-Type", "text/plain", "Statefun-Reason", "import")
+	badMutation := saDecode[saReceipt](t, bad).Mutation
 	ctx := e.tab(t)
 	e.signIn(t, ctx, cnOperatorToken, "operator")
 	e.goTo(t, ctx, "#/audit", "#f-namespace")
@@ -598,7 +686,7 @@ func (e *cnEnv) testRevert(t *testing.T) {
 	// A second revert of the same mutation finds the entry changed: the
 	// page says so and changes nothing.
 	e.goTo(t, ctx, "#/audit?namespace=console&type=counter&id=frank&state=label", `tr[data-op="put"]`)
-	click(t, ctx, `(//tr[@data-op="put"])[1]//button[normalize-space()="Revert"]`)
+	click(t, ctx, fmt.Sprintf(`//tr[@data-mutation=%q]//button[normalize-space()="Revert"]`, badMutation))
 	confirm(t, ctx, "e2e: again")
 	waitText(t, ctx, "#notices", "Not reverted")
 }
@@ -675,12 +763,29 @@ func (e *cnEnv) testIncident(t *testing.T) {
 	}
 	waitText(t, ctx, `tr[data-state="count"]`, "4")
 	waitText(t, ctx, `[data-status="running"]`, "running")
-	// The audit log tells the story.
+	// The audit log tells the story, newest first by default (an operator
+	// in an incident wants what changed last), oldest first when asked.
 	e.goTo(t, ctx, "#/audit?namespace=console&type=counter&id=dave", `tr[data-op="resume"]`)
-	ops := evaluate[[]string](t, ctx, "the audit records", `Array.from(document.querySelectorAll('tr[data-op]')).map(r => r.dataset.op)`)
-	if strings.Join(ops, ",") != "put,pause,put,resume" {
-		t.Fatalf("the audit log of dave reads %v", ops)
+	e.awaitAuditOps(t, ctx, "resume,put,pause,put")
+	run(t, ctx, "ask for oldest first",
+		chromedp.SetValue(chromedp.CSS("#f-order"), "oldest"),
+		chromedp.Click(chromedp.CSS(`form:has(#f-namespace) button[type=submit]`)))
+	waitText(t, ctx, "main .page-head", "oldest first")
+	e.awaitAuditOps(t, ctx, "put,pause,put,resume")
+}
+
+// awaitAuditOps waits until the audit records the page shows have these
+// operations, in this order (comma-separated).
+func (e *cnEnv) awaitAuditOps(t *testing.T, ctx context.Context, want string) {
+	t.Helper()
+	var got string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ops := evaluate[[]string](t, ctx, "the audit records", `Array.from(document.querySelectorAll('tr[data-op]')).map(r => r.dataset.op)`)
+		if got = strings.Join(ops, ","); got == want {
+			return
+		}
 	}
+	t.Fatalf("the audit records read %q, want %q", got, want)
 }
 
 func (e *cnEnv) testReadOnly(t *testing.T) {

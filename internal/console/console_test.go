@@ -109,3 +109,27 @@ func TestAssetsKeepThePolicy(t *testing.T) {
 		}
 	}
 }
+
+// Every module of the page is named in index.html with modulepreload, so
+// the browser fetches them all at once with main.js instead of one import
+// level after another: a module left out would add round trips to the
+// first view (bench/console_test.go measures it).
+func TestIndexPreloadsEveryModule(t *testing.T) {
+	index, err := fs.ReadFile(static, "static/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods, err := fs.Glob(static, "static/js/*.js")
+	if err != nil || len(mods) < 5 {
+		t.Fatalf("modules: %v %v", mods, err)
+	}
+	for _, m := range mods {
+		name := strings.TrimPrefix(m, "static/")
+		if name == "js/main.js" {
+			continue
+		}
+		if !strings.Contains(string(index), `<link rel="modulepreload" href="`+name+`">`) {
+			t.Errorf("index.html does not modulepreload %s", name)
+		}
+	}
+}

@@ -96,9 +96,16 @@ func (c auditCursor) after(a *protocol.AuditRecord) bool {
 	return a.GetState() > c.State
 }
 
+// before reports whether a record comes before the cursor in the log's
+// order: after it in a page read newest first.
+func (c auditCursor) before(a *protocol.AuditRecord) bool {
+	return !c.after(a) && (a.GetAt() != c.At || a.GetMutation() != c.Mutation || a.GetState() != c.State)
+}
+
 // serveAudit answers GET /audit?namespace=&type=&id=&state=&principal=
-// &mutation=&since=&until=&after=&limit=: the audit log, oldest first,
-// filtered, one page of at most limit records.
+// &mutation=&since=&until=&order=&after=&limit=: the audit log, oldest
+// first (?order=newest: newest first), filtered, one page of at most limit
+// records.
 //
 // The page is streamed as the store is scanned: no more than one record is
 // held at a time. Once the first record is written the status is sent, so
@@ -137,6 +144,15 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
+	newest := false
+	switch v := q.Get("order"); v {
+	case "", "oldest":
+	case "newest":
+		newest = true
+	default:
+		fail(w, r, http.StatusBadRequest, fmt.Sprintf("?order=%q: want oldest (the default) or newest", v))
+		return
+	}
 	var cursor *auditCursor
 	if v := q.Get("after"); v != "" {
 		c, err := parseAuditCursor(v)
@@ -145,14 +161,31 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		cursor = &c
-		from = max(from, c.At)
+		// The page goes on from the cursor's millisecond, in the page's
+		// direction (until is exclusive, since inclusive).
+		if newest {
+			if c.At < math.MaxInt64 {
+				to = min(to, c.At+1)
+			}
+		} else {
+			from = max(from, c.At)
+		}
 	}
 	// The store applies the filters (through its indexes when an address
 	// or a principal is named); the cursor skips what the previous page
 	// already returned at the same millisecond.
 	filter := store.AuditFilter{From: from, To: to, Namespace: q.Get("namespace"), Type: q.Get("type"), ID: q.Get("id"),
-		State: q.Get("state"), Principal: q.Get("principal"), Mutation: q.Get("mutation")}
-	match := func(a *protocol.AuditRecord) bool { return cursor == nil || cursor.after(a) }
+		State: q.Get("state"), Principal: q.Get("principal"), Mutation: q.Get("mutation"), Newest: newest}
+	match := func(a *protocol.AuditRecord) bool {
+		switch {
+		case cursor == nil:
+			return true
+		case newest:
+			return cursor.before(a)
+		default:
+			return cursor.after(a)
+		}
+	}
 	if r.Method == http.MethodHead {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)

@@ -20,7 +20,8 @@ type auditPage struct {
 }
 
 // TestAuditPaging: pages of ?limit= followed by ?after=next give every
-// record once, in the log's order, with next null on the last page only;
+// record once, in the log's order (reversed with ?order=newest), with next
+// null on the last page only;
 // the cap on limit is a 400 that says how to page.
 func TestAuditPaging(t *testing.T) {
 	eng := startEngine(t, engineConfig{})
@@ -39,53 +40,63 @@ func TestAuditPaging(t *testing.T) {
 		return p
 	}
 	key := func(a auditJSON) string { return a.Mutation + "/" + a.State }
-	for _, c := range []struct {
-		filter string
-		limit  int
-		want   int
-	}{
-		{"namespace=pg", 7, 30},
-		{"namespace=pg", 10, 30}, // the last page is exactly full
-		{"namespace=pg", 1, 30},
-		{"namespace=pg&id=id1", 4, 10},
-		{"namespace=pg&id=nobody", 4, 0},
-	} {
-		all := get(c.filter + "&limit=1000")
-		if len(all.Records) != c.want || all.Next != nil {
-			t.Fatalf("%s: %d records, next %v; want %d and null", c.filter, len(all.Records), all.Next, c.want)
-		}
-		var got []string
-		after, pages := "", 0
-		for {
-			q := c.filter + "&limit=" + strconv.Itoa(c.limit)
-			if after != "" {
-				q += "&after=" + url.QueryEscape(after)
+	for _, order := range []string{"", "newest"} {
+		for _, c := range []struct {
+			filter string
+			limit  int
+			want   int
+		}{
+			{"namespace=pg", 7, 30},
+			{"namespace=pg", 10, 30}, // the last page is exactly full
+			{"namespace=pg", 1, 30},
+			{"namespace=pg&id=id1", 4, 10},
+			{"namespace=pg&id=nobody", 4, 0},
+		} {
+			all := get(c.filter + "&limit=1000")
+			if order != "" {
+				c.filter += "&order=" + order
 			}
-			p := get(q)
-			pages++
-			if len(p.Records) > c.limit || (p.Next != nil && len(p.Records) != c.limit) {
-				t.Fatalf("%s: a page of %d records with next %v", q, len(p.Records), p.Next)
+			if len(all.Records) != c.want || all.Next != nil {
+				t.Fatalf("%s: %d records, next %v; want %d and null", c.filter, len(all.Records), all.Next, c.want)
 			}
-			for _, a := range p.Records {
-				got = append(got, key(a))
+			var got []string
+			after, pages := "", 0
+			for {
+				q := c.filter + "&limit=" + strconv.Itoa(c.limit)
+				if after != "" {
+					q += "&after=" + url.QueryEscape(after)
+				}
+				p := get(q)
+				pages++
+				if len(p.Records) > c.limit || (p.Next != nil && len(p.Records) != c.limit) {
+					t.Fatalf("%s: a page of %d records with next %v", q, len(p.Records), p.Next)
+				}
+				for _, a := range p.Records {
+					got = append(got, key(a))
+				}
+				if p.Next == nil {
+					break
+				}
+				after = *p.Next
 			}
-			if p.Next == nil {
-				break
+			var want []string
+			for _, a := range all.Records {
+				want = append(want, key(a))
 			}
-			after = *p.Next
-		}
-		var want []string
-		for _, a := range all.Records {
-			want = append(want, key(a))
-		}
-		if !slices.Equal(got, want) {
-			t.Errorf("%s by %d: paged %q, want %q", c.filter, c.limit, got, want)
-		}
-		if wantPages := max(1, (c.want+c.limit-1)/c.limit); pages != wantPages {
-			t.Errorf("%s by %d: %d pages, want %d", c.filter, c.limit, pages, wantPages)
+			if order == "newest" {
+				// The same records, newest first: the log's order reversed
+				// (many of them share a millisecond: the cursor's tie-break).
+				slices.Reverse(want)
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s by %d: paged %q, want %q", c.filter, c.limit, got, want)
+			}
+			if wantPages := max(1, (c.want+c.limit-1)/c.limit); pages != wantPages {
+				t.Errorf("%s by %d: %d pages, want %d", c.filter, c.limit, pages, wantPages)
+			}
 		}
 	}
-	for _, q := range []string{"limit=100000", "limit=10001", "after=bm9wZQ", "after=" + url.QueryEscape("[1,2]")} {
+	for _, q := range []string{"limit=100000", "limit=10001", "after=bm9wZQ", "after=" + url.QueryEscape("[1,2]"), "order=sideways"} {
 		r := send(t, api, "GET", "/audit?"+q, nil)
 		if r.StatusCode != 400 || !strings.Contains(r.problem(t).Detail, strings.Split(q, "=")[0]) {
 			t.Errorf("GET /audit?%s: %s %s", q, r.Status, r.body)

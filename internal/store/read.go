@@ -445,11 +445,17 @@ func (db *DB) Receipt(id string) (*protocol.Receipt, bool, error) {
 // ScanAudit calls fn with the audit records from time from (inclusive) to
 // to (exclusive), oldest first, until fn returns false.
 func (db *DB) ScanAudit(from, to int64, fn func(r *protocol.AuditRecord) bool) error {
+	return db.scanAudit(from, to, false, fn)
+}
+
+// scanAudit is ScanAudit, newest first when newest is set.
+func (db *DB) scanAudit(from, to int64, newest bool, fn func(r *protocol.AuditRecord) bool) error {
 	it, err := db.newIter(auditTimeKey(from), auditTimeKey(to))
 	if err != nil {
 		return err
 	}
-	for valid := it.First(); valid; valid = it.Next() {
+	first, next := iterOrder(it, newest)
+	for valid := first(); valid; valid = next() {
 		r := new(protocol.AuditRecord)
 		if err := iterValue(it, r); err != nil {
 			return finish(it, err)
@@ -496,6 +502,20 @@ type AuditFilter struct {
 	Principal string
 	// Mutation selects one mutation id.
 	Mutation string
+	// Newest scans newest first: the log's order reversed (time, then
+	// mutation id, then state, each descending). An operator during an
+	// incident reads the latest changes first, without paging through the
+	// whole log to reach them.
+	Newest bool
+}
+
+// iterOrder returns the positioning and stepping functions of it for a
+// scan oldest first (First, Next) or newest first (Last, Prev).
+func iterOrder(it *pebble.Iterator, newest bool) (first, next func() bool) {
+	if newest {
+		return it.Last, it.Prev
+	}
+	return it.First, it.Next
 }
 
 // match reports whether r passes every field of f.
@@ -513,7 +533,7 @@ func (f *AuditFilter) match(r *protocol.AuditRecord) bool {
 }
 
 // ScanAuditFiltered calls fn with the audit records that pass f, oldest
-// first, until fn returns false — what ScanAudit and a filter would give,
+// first (newest first with f.Newest), until fn returns false — what ScanAudit and a filter would give,
 // without reading every record: a filter naming a whole address (namespace,
 // type and id) walks the index by address, one naming a principal the index
 // by principal, and only the rest scan the time range.
@@ -525,7 +545,7 @@ func (db *DB) ScanAuditFiltered(f AuditFilter, fn func(r *protocol.AuditRecord) 
 	case f.Principal != "":
 		prefix = auditWhoPrefix(nil, f.Principal)
 	default:
-		return db.ScanAudit(f.From, f.To, func(r *protocol.AuditRecord) bool {
+		return db.scanAudit(f.From, f.To, f.Newest, func(r *protocol.AuditRecord) bool {
 			return !f.match(r) || fn(r)
 		})
 	}
@@ -536,7 +556,8 @@ func (db *DB) ScanAuditFiltered(f AuditFilter, fn func(r *protocol.AuditRecord) 
 		return err
 	}
 	key := []byte{spaceAudit}
-	for valid := it.First(); valid; valid = it.Next() {
+	first, next := iterOrder(it, f.Newest)
+	for valid := first(); valid; valid = next() {
 		key = append(key[:1], it.Key()[len(prefix):]...)
 		val, ok, err := db.get(key)
 		if err != nil {

@@ -245,7 +245,8 @@ func TestSweepDeletesInBoundedBatches(t *testing.T) {
 }
 
 // TestScanAuditFilteredMatchesScan: every filter gives what a full scan and
-// a check of each record gives, oldest first, and stops when fn says so.
+// a check of each record gives, oldest first (and newest first, reversed),
+// and stops when fn says so.
 func TestScanAuditFilteredMatchesScan(t *testing.T) {
 	c := &clock{t0}
 	db := openRetention(t, Retention{}, c, nil)
@@ -286,6 +287,19 @@ func TestScanAuditFilteredMatchesScan(t *testing.T) {
 		}
 		if want := all(f); !slices.Equal(got, want) {
 			t.Errorf("%+v:\n got %v\nwant %v", f, got, want)
+		}
+		// Newest first: the same records, the other way round.
+		f.Newest = true
+		var newest []string
+		if err := db.ScanAuditFiltered(f, func(r *protocol.AuditRecord) bool {
+			newest = append(newest, r.GetMutation()+"/"+r.GetState())
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		slices.Reverse(newest)
+		if !slices.Equal(newest, got) {
+			t.Errorf("%+v newest first, reversed:\n got %v\nwant %v", f, newest, got)
 		}
 	}
 	n := 0

@@ -159,6 +159,7 @@ function messageRows(ctx, ns, type, id, msgs, opts) {
         try { showReceipt(`Skipped ${m.key}`, (await request('/inbox/' + path + '/skip', {method: 'POST', body: {key: m.key, reason: ok.reason}})).data); } catch (err) { notify('error', 'Skip failed', err.message); }
         ctx.reload();
       }),
+      writeButton('Edit', {class: 'small', 'aria-label': `Edit message ${m.key}`}, () => editMessage(ctx, path, m, opts)),
       opts.inflight ? null : writeButton('Cancel', {class: 'small danger', 'aria-label': `Cancel message ${m.key}`}, async () => {
         const ok = await confirmWrite({title: `Cancel message ${m.key}?`, text: 'The message is dropped. A revert from the audit log puts it back at the end of the inbox.', confirmLabel: 'Cancel message', danger: true});
         if (!ok) return;
@@ -167,6 +168,34 @@ function messageRows(ctx, ns, type, id, msgs, opts) {
       }),
     ], cls: 'actions'},
   ]}));
+}
+
+// editMessage replaces the typename and value of a message where it
+// waits (POST /inbox/…/edit). The API does not show a queued message's
+// value, so there is nothing to diff against; the value it replaces is
+// kept in the edit's audit record, which the receipt links to.
+async function editMessage(ctx, path, m, opts) {
+  const typename = h('input', {id: 'msg-typename', name: 'typename', type: 'text', autocomplete: 'off', required: true, value: m.typename, 'aria-describedby': 'msg-typename-hint'});
+  const format = h('select', {id: 'msg-format', name: 'format'}, h('option', {value: 'text'}, 'text (UTF-8)'), h('option', {value: 'base64'}, 'base64 (any bytes)'));
+  const value = h('textarea', {id: 'msg-value', name: 'value', rows: 6, spellcheck: 'false', required: true});
+  const extra = h('div', null,
+    h('p', {class: 'muted'}, 'The runtime does not show a waiting message\'s value: the one this edit replaces is kept in its audit record. The message keeps its place' +
+      (opts.inflight ? ' in the failed batch, which a resume retries with it.' : ' in the queue.')),
+    h('div', {class: 'field'}, h('label', {for: 'msg-typename'}, 'Typename'), typename,
+      h('div', {class: 'hint', id: 'msg-typename-hint'}, `Now ${m.typename}; keep it to change only the value.`)),
+    h('div', {class: 'field'}, h('label', {for: 'msg-format'}, 'Value as'), format),
+    h('div', {class: 'field'}, h('label', {for: 'msg-value'}, 'New value'), value));
+  const ok = await confirmWrite({title: `Edit message ${m.key}?`, extra, confirmLabel: 'Edit message',
+    validate: () => {
+      if (!typename.value.trim()) return [typename, 'Give the message\'s typename (the current one to keep it).'];
+      if (format.value === 'base64' && !/^[A-Za-z0-9+/]*={0,2}$/.test(value.value.trim())) return [value, 'The value is not base64.'];
+      return null;
+    }});
+  if (!ok) return;
+  const body = {key: m.key, typename: typename.value.trim(), reason: ok.reason};
+  if (format.value === 'base64') body.value = value.value.trim(); else body.text = value.value;
+  try { showReceipt(`Edited ${m.key}`, (await request('/inbox/' + path + '/edit', {method: 'POST', body})).data); } catch (err) { notify('error', 'Edit failed', err.message); }
+  ctx.reload();
 }
 
 function renderInbox(box, ctx, ns, type, id, inbox) {

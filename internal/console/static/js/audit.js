@@ -22,6 +22,12 @@ function toLocal(t) {
 export async function audit(main, ctx) {
   const q = ctx.query;
   const inputs = {};
+  // Newest first unless asked otherwise: during an incident the operator
+  // wants what changed last.
+  const oldest = q.get('order') === 'oldest';
+  const order = h('select', {id: 'f-order', name: 'order'},
+    h('option', {value: 'newest', selected: !oldest}, 'Newest first'),
+    h('option', {value: 'oldest', selected: oldest}, 'Oldest first'));
   const field = (name, label, attrs = {}) => {
     inputs[name] = h('input', Object.assign({id: 'f-' + name, name, type: 'text', autocomplete: 'off', value: q.get(name) || ''}, attrs));
     return h('div', {class: 'field'}, h('label', {for: 'f-' + name}, label), inputs[name]);
@@ -31,6 +37,7 @@ export async function audit(main, ctx) {
     const p = new URLSearchParams();
     for (const f of FILTERS) if (inputs[f].value.trim()) p.set(f, inputs[f].value.trim());
     for (const f of ['since', 'until']) if (inputs[f].value) p.set(f, new Date(inputs[f].value).toISOString());
+    if (order.value === 'oldest') p.set('order', 'oldest');
     location.hash = '#/audit' + (p.toString() ? '?' + p : '');
   }},
   field('namespace', 'Namespace', {size: 10}), field('type', 'Type', {size: 10}), field('id', 'Id', {size: 12}), field('state', 'State', {size: 10}),
@@ -38,13 +45,14 @@ export async function audit(main, ctx) {
   field('since', 'Since', {type: 'datetime-local', step: 1, value: toLocal(q.get('since'))}),
   field('until', 'Until', {type: 'datetime-local', step: 1, value: toLocal(q.get('until'))}),
   field('mutation', 'Mutation', {size: 14}),
+  h('div', {class: 'field'}, h('label', {for: 'f-order'}, 'Order'), order),
   h('button', {type: 'submit', class: 'primary'}, 'Filter'),
   h('a', {class: 'button', href: '#/audit'}, 'Clear'));
   replace(main, h('div', {class: 'page-head'}, h('div', null, h('h1', null, 'Audit log'),
-    h('div', {class: 'muted'}, 'Every change an operator or the runtime made, oldest first. An address filter needs its namespace and type.'))),
+    h('div', {class: 'muted'}, `Every change an operator or the runtime made, ${oldest ? 'oldest' : 'newest'} first. An address filter needs its namespace and type.`))),
   h('section', {class: 'panel'}, form));
 
-  const params = new URLSearchParams({limit: '100'});
+  const params = new URLSearchParams({limit: '100', order: oldest ? 'oldest' : 'newest'});
   for (const f of [...FILTERS, 'since', 'until', 'after']) if (q.get(f)) params.set(f, q.get(f));
   let page;
   try { page = (await request('/audit?' + params)).data; } catch (err) { main.append(errorBox(err)); return; }
@@ -81,8 +89,7 @@ function details(rec) {
 
 async function beforeAfter(rec) {
   const before = rec.before ? valueFromBytes(rec.before.typename, rec.before.valueBase64) : null;
-  const msgs = (rec.messages || []).length || (rec.delayed || []).length
-    ? h('p', null, `Messages: ${(rec.messages || []).map((m) => m.typename).join(', ') || 'none'}; delayed messages: ${(rec.delayed || []).length}.`) : null;
+  const msgs = (rec.messages || []).length || (rec.delayed || []).length ? messagesOf(rec) : null;
   if (!rec.state) {
     return h('div', null, h('dl', {class: 'kv'}, h('dt', null, 'Mutation'), h('dd', null, h('code', null, rec.mutation)),
       rec.reverts ? [h('dt', null, 'Reverts'), h('dd', null, h('code', null, rec.reverts))] : null), msgs);
@@ -107,6 +114,21 @@ async function beforeAfter(rec) {
       h('div', null, h('h3', null, 'After'), afterNote ? h('p', {class: 'muted'}, afterNote) : show(after))),
     !afterNote ? [h('h3', null, 'Change'), showDiff(editText(before), editText(after), ['before', 'after'])] : null,
     msgs);
+}
+
+// messagesOf lists the messages and delayed messages a repair of an inbox
+// took away or put back, with their values (for an edit: the message as
+// it was before, and the typename it got).
+function messagesOf(rec) {
+  const valueOf = (v) => v.text != null ? h('pre', {class: 'value'}, v.text) : h('span', null, `${v.length} bytes, base64 `, h('code', null, v.base64));
+  const rows = [
+    ...(rec.messages || []).map((m) => ({cells: ['message', h('code', null, m.typename), m.caller ? `${m.caller.namespace}/${m.caller.type}/${m.caller.id}` : 'ingress', valueOf(m.value)]})),
+    ...(rec.delayed || []).map((d) => ({cells: [`delayed, due ${fmtTime(d.dueAt)}`, h('code', null, d.typename), d.sender ? `${d.sender.namespace}/${d.sender.type}/${d.sender.id}` : 'ingress', valueOf(d.value)]})),
+  ];
+  return h('div', {class: 'audit-messages'},
+    h('h3', null, rec.op === 'edit-message' ? 'The message before the edit' : 'Messages'),
+    table('', ['What', 'Type', 'From', 'Value'], rows, {label: 'Messages of ' + rec.mutation}),
+    rec.op === 'edit-message' && rec.typename ? h('p', null, 'Its typename after the edit: ', h('code', null, rec.typename)) : null);
 }
 
 async function revert(ctx, rec) {

@@ -10,7 +10,7 @@ import {types, ids} from './browse.js';
 import {address} from './address.js';
 import {entry} from './entry.js';
 import {audit} from './audit.js';
-import {deadLetters} from './deadletters.js';
+import {deadLetters, ingressDeadLetters} from './deadletters.js';
 
 const main = document.getElementById('main');
 let generation = 0; // bumps on every navigation; a page's timers check it
@@ -85,14 +85,32 @@ async function render() {
         else await types(main, ctx);
         break;
       case 'audit': await audit(main, ctx); break;
-      case 'dead-letters': await deadLetters(main, ctx); break;
+      case 'dead-letters':
+        if (segs.length === 3) await ingressDeadLetters(main, ctx, segs[1], segs[2]);
+        else await deadLetters(main, ctx);
+        break;
       default: replace(main, h('h1', null, 'Not found'), h('p', null, h('a', {href: '#/'}, 'Overview')));
     }
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) { clearToken(); gate(err); return; }
     main.append(errorBox(err));
   }
-  if (gen === generation) document.body.dataset.page = section;
+  if (gen === generation) {
+    document.body.dataset.page = section;
+    viewRendered(section);
+  }
+}
+
+// viewRendered marks, with the Performance API, when a page's first data
+// view is in the document (every page resolves once it is), and when the
+// frame showing it has been painted (the first task after the next
+// animation frame). Their startTime is in milliseconds from the
+// navigation's start: how bench/console_test.go measures the first view,
+// without a clock in the page of its own.
+function viewRendered(section) {
+  const detail = {page: section, route: location.hash};
+  performance.mark('statefun:rendered', {detail});
+  requestAnimationFrame(() => setTimeout(() => performance.mark('statefun:painted', {detail})));
 }
 
 let lastHash = null;
@@ -104,6 +122,12 @@ window.addEventListener('hashchange', () => {
   delete document.body.dataset.keepNotice;
   lastHash = location.hash;
   render().then(() => {
+    // Move the focus to the new page's heading (screen readers announce
+    // it) — unless the operator has already put it in the page, say in a
+    // search field while the page's data was on the way: their typing
+    // must not be cut off.
+    const a = document.activeElement;
+    if (a && a !== main && main.contains(a)) return;
     const h1 = main.querySelector('h1');
     if (h1) { h1.setAttribute('tabindex', '-1'); h1.focus({preventScroll: true}); }
   });

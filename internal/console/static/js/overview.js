@@ -8,7 +8,7 @@ import {errorBox} from './ui.js';
 const REFRESH_MS = 3000;
 let last = null; // the previous overview read, for the invocation rate
 
-export function overview(main, ctx) {
+export async function overview(main, ctx) {
   const live = h('input', {type: 'checkbox', id: 'live', checked: true});
   const updated = h('span', {class: 'muted', 'aria-live': 'off'});
   const body = h('div', null, h('p', {class: 'muted'}, 'Loading…'));
@@ -35,7 +35,9 @@ export function overview(main, ctx) {
   };
   live.addEventListener('change', schedule);
   ctx.onLeave(() => clearTimeout(timer));
-  load().then(schedule);
+  // Resolve once the first figures are shown: the page's first view.
+  await load();
+  if (ctx.current()) schedule();
 }
 
 function rate(t, now) {

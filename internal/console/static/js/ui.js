@@ -55,7 +55,9 @@ export function showReceipt(title, rc) {
 // confirmWrite opens the confirm dialog of a write: a title, what will
 // happen, optional extra content (a diff), and a reason field (required
 // when the runtime requires reasons). It resolves to {reason} or null.
-export function confirmWrite({title, text, extra, confirmLabel = 'Confirm', danger = false, reasonPlaceholder = ''}) {
+// validate, when given, runs on submit: null lets it through, [element,
+// message] keeps the dialog open with the message and focuses element.
+export function confirmWrite({title, text, extra, confirmLabel = 'Confirm', danger = false, reasonPlaceholder = '', validate = null}) {
   const dlg = document.getElementById('dialog');
   return new Promise((resolve) => {
     const reasonId = 'dialog-reason';
@@ -66,6 +68,8 @@ export function confirmWrite({title, text, extra, confirmLabel = 'Confirm', dang
     const finish = (v) => { if (!done) { done = true; dlg.close(); resolve(v); } };
     const form = h('form', {method: 'dialog', onsubmit: (e) => {
       e.preventDefault();
+      const bad = validate ? validate() : null;
+      if (bad) { err.textContent = bad[1]; bad[0].focus(); return; }
       if (session.requireReason && !reason.value.trim()) { err.textContent = 'This runtime requires a reason for every change.'; reason.focus(); return; }
       finish({reason: reason.value.trim()});
     }},
@@ -83,7 +87,8 @@ export function confirmWrite({title, text, extra, confirmLabel = 'Confirm', dang
     replace(dlg, form);
     dlg.onclose = () => finish(null);
     dlg.showModal();
-    reason.focus();
+    // The first field of the dialog: an editor's, else the reason.
+    (form.querySelector('input, select, textarea') || reason).focus();
   });
 }
 

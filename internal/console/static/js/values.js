@@ -136,6 +136,16 @@ export function show(v, opts = {}) {
   }
 }
 
+// bytesView renders bytes as the API gives them ({length, base64, text?}):
+// the text when they are UTF-8, else hex and base64; with their length.
+export function bytesView(b) {
+  if (b.text != null) {
+    return h('div', {class: 'value'}, h('pre', null, b.text === '' ? h('span', {class: 'empty'}, 'empty') : b.text.length > 500 ? b.text.slice(0, 500) + ' …' : b.text),
+      h('div', {class: 'muted'}, b.length + ' bytes'));
+  }
+  return show({kind: 'bytes', base64: b.base64});
+}
+
 function compactJSON(text) {
   try { return JSON.stringify(JSON.parse(text, keepNumbers)); } catch { return text; }
 }

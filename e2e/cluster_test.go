@@ -172,6 +172,9 @@ func TestClusterOneNode(t *testing.T) {
 	n := newClusterNode(t, dk.brokers, "one", "node-a", fn)
 	n.launch()
 	n.waitReady(60 * time.Second)
+	// A record no statefun node wrote, in partition 0 of the messages
+	// topic: skipped (with a metric), it must not hold up the partition.
+	kcatProduceTo(t, dk.brokers, "one-messages", 0, "not an envelope")
 
 	want := map[string]int{}
 	for i := range 300 {
@@ -182,14 +185,17 @@ func TestClusterOneNode(t *testing.T) {
 		}
 		want[id]++
 	}
-	n.waitCounters(want, 30*time.Second)
+	waitCounts(t, []*clusterNode{n}, want, 30*time.Second)
 	out := kcatReadUntil(t, dk.brokers, "counts", 300, 30*time.Second)
 	checkEffects(t, out, want, nil)
 
 	// The messages went through the messages topic, keyed by address.
 	msgs := kcatRead(t, dk.brokers, "one-messages")
-	if len(msgs) < 300 {
-		t.Errorf("one-messages holds %d records, want at least the 300 sent", len(msgs))
+	if len(msgs) != 301 {
+		t.Errorf("one-messages holds %d records, want the 300 sent and the foreign one", len(msgs))
+	}
+	if v, err := n.metric("statefun_cluster_skipped_records_total", `reason="undecodable"`); err != nil || v != 1 {
+		t.Errorf("statefun_cluster_skipped_records_total{reason=\"undecodable\"} = %v (%v), want 1", v, err)
 	}
 	if members := memberRecords(t, dk.brokers, "one"); members["node-a"] != "http://"+n.admin {
 		t.Errorf("member records %v: want node-a at http://%s", members, n.admin)
@@ -199,6 +205,32 @@ func TestClusterOneNode(t *testing.T) {
 	}
 	if members := memberRecords(t, dk.brokers, "one"); len(members) != 0 {
 		t.Errorf("member records after a clean stop: %v, want none", members)
+	}
+
+	// Its data directory holds application one's 8 partitions: a node of
+	// an application with another P is refused, naming both, and the
+	// directory is left as it was.
+	other := append(n.args()[:0:0], n.args()...)
+	for i := range other {
+		switch other[i-min(i, 1)] {
+		case "--cluster-app-id":
+			other[i] = "two"
+		case "--cluster-partitions":
+			other[i] = "4"
+		}
+	}
+	ex := badRunBinary(t, n.dir, nil, other...)
+	checkBadExit(t, ex, 1, "cluster: the data directory "+filepath.Join(n.dir, "data")+" belongs to another application or was made with another partition count: application two has 4 partitions")
+}
+
+// kcatProduceTo produces one record with a null key to a partition of
+// topic with kcat.
+func kcatProduceTo(t testing.TB, brokers, topic string, partition int, value string) {
+	t.Helper()
+	cmd := exec.Command(kcat, "-P", "-b", brokers, "-t", topic, "-p", strconv.Itoa(partition))
+	cmd.Stdin = strings.NewReader(value + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kcat -P: %v\n%s", err, out)
 	}
 }
 
@@ -380,6 +412,21 @@ func TestClusterKillNode(t *testing.T) {
 		if pr.Status != http.StatusServiceUnavailable || ra == "" || pr.OwnerNode != owner.id || pr.OwnerURL != "http://"+owner.admin || pr.Partition == nil {
 			t.Errorf("read of %s on %s (not its owner): %+v, Retry-After %q; want 503 naming %s at http://%s", id, other.id, pr, ra, owner.id, owner.admin)
 		}
+		// A write there is not applied: 503 too (mutations are not
+		// forwarded yet), and the counter keeps its value.
+		req, _ := http.NewRequest(http.MethodPut, "http://"+other.admin+"/state/kc/counter/"+id+"/count", strings.NewReader("1000"))
+		req.Header.Set("Content-Type", "text/plain")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("PUT of %s on %s (not its owner): %s, Retry-After %q; want 503 with Retry-After", id, other.id, resp.Status, resp.Header.Get("Retry-After"))
+		}
+		if v, _ := count(t, survivors, id); v != int64(final[id]) {
+			t.Errorf("counter %s = %d after a refused PUT, want %d", id, v, final[id])
+		}
 		checked = true
 		break
 	}
@@ -398,6 +445,30 @@ func TestClusterKillNode(t *testing.T) {
 	}
 	if _, ok := ms["node-b"]; ok {
 		t.Errorf("member records %v: node-b stopped cleanly and withdrew its record", ms)
+	}
+}
+
+// waitCounts waits until every counter in want, read from its owner
+// among nodes, has its count (a partition being restored answers 503
+// meanwhile).
+func waitCounts(t *testing.T, nodes []*clusterNode, want map[string]int, timeout time.Duration) {
+	t.Helper()
+	var wrong []string
+	ok := func() bool {
+		wrong = wrong[:0]
+		for id, n := range want {
+			if v, ok := count(t, nodes, id); !ok || v != int64(n) {
+				wrong = append(wrong, fmt.Sprintf("%s=%d (want %d, read %v)", id, v, n, ok))
+			}
+		}
+		return len(wrong) == 0
+	}
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v, %d counters are wrong: %s", timeout, len(wrong), strings.Join(first(wrong, 20), ", "))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -303,7 +303,7 @@ func Start(cfg Config) (*App, error) {
 	apiOpts.Metrics = reg // GET /overview reads the engine's counters and gauges
 	var sink ingress.Sink = eng
 	if cn != nil {
-		apiOpts.Owner = cn.Owner
+		apiOpts.Owner, apiOpts.NodeID = cn.Owner, cfg.Cluster.NodeID
 		sink = cn // the playground ingress produces to the messages topic
 	}
 	api := stateapi.New(eng, apiOpts)

@@ -56,6 +56,9 @@ type Options struct {
 	// request about an address this node does not own. Nil (embedded
 	// mode, or not known): the 503 names no owner.
 	Owner func(ctx context.Context, partition int) (node, adminURL string, ok bool)
+	// NodeID is this node's id in cluster mode: a partition Owner names
+	// this node for is being restored here.
+	NodeID string
 }
 
 // Server serves the state API routes on the admin listener.
@@ -280,6 +283,8 @@ func (s *Server) moved(w http.ResponseWriter, r *http.Request, err error) {
 		}
 	}
 	switch {
+	case pr.OwnerNode != "" && pr.OwnerNode == s.opts.NodeID:
+		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is assigned to this node and being restored; retry", p)
 	case pr.OwnerNode != "" && pr.OwnerURL != "":
 		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s (%s), not by this node; send the request there (nodes do not forward requests yet)", p, pr.OwnerNode, pr.OwnerURL)
 	case pr.OwnerNode != "":

@@ -209,8 +209,10 @@ func Start(cfg Config) (*App, error) {
 		// Kafka egress records are produced in the node's transaction;
 		// Kafka ingresses were refused.
 		kafka = &kafkaEdges{log: cfg.Logger}
-		if routes, err = clusterRoutes(mod, cfg); err == nil {
-			cn, err = newNode(cfg, db, reg)
+		if cn, err = newNode(cfg, db, reg); err == nil {
+			if routes, err = clusterRoutes(mod, cfg, cn.MaxRecord()); err != nil {
+				cn.Close()
+			}
 		}
 	}
 	if err != nil {

@@ -70,7 +70,7 @@ func storeForApplication(err error, cfg Config, app *topics.Application) error {
 // records are produced in the node's transaction on the application's
 // Kafka, so an egress must name the same brokers; its delivery semantic
 // and client properties do not apply (every record is exactly once).
-func clusterRoutes(mod *module.Module, cfg Config) (*egress.Routes, error) {
+func clusterRoutes(mod *module.Module, cfg Config, maxRecord int) (*egress.Routes, error) {
 	routes := egress.NewRoutes()
 	var errs module.Errors
 	brokers := slices.Sorted(slices.Values(cfg.Cluster.Brokers))
@@ -91,9 +91,10 @@ func clusterRoutes(mod *module.Module, cfg Config) (*egress.Routes, error) {
 			if got := namespace + "/" + typ; got != id {
 				return "", fmt.Errorf("the Kafka egress %s got a record for %s", id, got)
 			}
-			// The node's producer limit is checked when the record is
-			// produced; 1 MiB is Kafka's default.
-			if _, err := kafkaegress.ToRecord(arg, 1<<20); err != nil {
+			// Checked against the node's producer limit here, as the
+			// relay's Route does: a record Outbound could not produce
+			// would fail its partition's commit.
+			if _, err := kafkaegress.ToRecord(arg, maxRecord); err != nil {
 				return "", err
 			}
 			return id, nil

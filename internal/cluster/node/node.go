@@ -119,6 +119,11 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// MaxRecord is the largest key plus value of a Kafka egress record the
+// node's producer takes: a function's record over it is a protocol
+// violation at the egress's Route, as in embedded mode.
+func (n *Node) MaxRecord() int { return n.maxRecord }
+
 // Durability is the engine's Options.Durability: the session.
 func (n *Node) Durability() engine.Durability { return n.sess }
 

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,7 +72,7 @@ type Node struct {
 	maxRecord   int // bytes of key plus value a Kafka egress record may have
 	incarnation string
 	watcher     *members.Watcher
-	published   bool
+	published   atomic.Bool // read by /readyz
 	skipped     *prometheus.CounterVec
 }
 
@@ -149,7 +150,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := members.Publish(ctx, n.cfg.Cluster, time.Now(), n.incarnation); err != nil {
 		return err
 	}
-	n.published = true
+	n.published.Store(true)
 	return nil
 }
 
@@ -159,7 +160,7 @@ func (n *Node) Ready() error {
 	if !n.sess.Ready() {
 		return fmt.Errorf("cluster: node %s: not serving every partition assigned to it yet (joining the group, or restoring)", n.cfg.Cluster.NodeID)
 	}
-	if !n.published {
+	if !n.published.Load() {
 		return fmt.Errorf("cluster: node %s: its member record is not published yet", n.cfg.Cluster.NodeID)
 	}
 	return nil
@@ -189,7 +190,7 @@ func (n *Node) Owner(ctx context.Context, p int) (node, adminURL string, ok bool
 
 // Withdraw deletes this node's member record, on a clean shutdown.
 func (n *Node) Withdraw() {
-	if !n.published {
+	if !n.published.Load() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -197,7 +198,7 @@ func (n *Node) Withdraw() {
 	if err := members.Withdraw(ctx, n.cfg.Cluster, n.incarnation); err != nil {
 		n.log.Warn("cluster: the member record was not withdrawn; other nodes may name this node as an owner until its partitions move", "err", err)
 	}
-	n.published = false
+	n.published.Store(false)
 }
 
 // Close stops the member watcher and the ingress producer; the session

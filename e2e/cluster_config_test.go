@@ -12,13 +12,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// TestClusterSettingsRefusedUntilBuilt runs the statefun binary with
-// cluster settings against a devkafka process. Valid settings exit 1 with
-// the not-built-yet message and touch neither Kafka (no topic is created:
-// there is no pretend mode) nor the disk; invalid ones exit 2 naming the
-// setting. The module file does not even exist: cluster settings are
-// checked first.
-func TestClusterSettingsRefusedUntilBuilt(t *testing.T) {
+// TestClusterSettingsCheckedFirst runs the statefun binary with cluster
+// settings against a devkafka process. Invalid ones exit 2 naming the
+// setting, before the module is read; valid ones go on to read the module,
+// which does not exist here, so they exit 1 saying so. Either way neither
+// Kafka (no topic is created) nor the disk is touched: the module is read
+// before anything is made.
+func TestClusterSettingsCheckedFirst(t *testing.T) {
 	dk := startDevkafka(t, "-port", "0", "-brokers", "3")
 	dir := t.TempDir()
 	valid := []string{"run", "--module", "module.yaml", "--data-dir", "data",
@@ -30,10 +30,10 @@ func TestClusterSettingsRefusedUntilBuilt(t *testing.T) {
 		code int
 		want string
 	}{
-		{"valid flags", valid, nil, 1, "statefun: cluster mode: the cluster engine is not built yet; see docs/cluster.md"},
+		{"valid flags", valid, nil, 1, "statefun: module: reading module file: open module.yaml: no such file or directory"},
 		{"valid environment", []string{"run", "--data-dir", "data"}, []string{"STATEFUN_CLUSTER_BROKERS=" + dk.brokers, "STATEFUN_CLUSTER_APP_ID=shop",
 			"STATEFUN_CLUSTER_NODE_ID=node-b", "STATEFUN_CLUSTER_ADVERTISE=https://node-b.statefun:8443", "STATEFUN_CLUSTER_PROPERTIES=client.properties"},
-			1, "statefun: cluster mode: the cluster engine is not built yet; see docs/cluster.md"},
+			1, "statefun: module: reading module file: open module.yaml: no such file or directory"},
 		{"bad node id", append(valid, "--cluster-node-id", "node/a"), nil, 2, `statefun run: --cluster-node-id: "node/a": "/" is not allowed: want only letters, digits, '.', '_' and '-'`},
 		{"bad advertise from environment", valid[:len(valid)-2], []string{"STATEFUN_CLUSTER_ADVERTISE=127.0.0.1:8070"}, 2,
 			`statefun run: --cluster-advertise: "127.0.0.1:8070": not a URL; want an absolute http or https URL`},

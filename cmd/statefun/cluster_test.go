@@ -79,17 +79,42 @@ func TestRunRefusesBadClusterSettings(t *testing.T) {
 	}
 }
 
-// Valid cluster settings are refused while the cluster engine does not
-// exist: exit 1, saying so, with nothing created. Without cluster settings
-// run is embedded as before (covered by every other run test).
-func TestRunClusterNotBuiltYet(t *testing.T) {
+// A module holding what cluster mode does not run is refused with exit 1,
+// naming the kind and what to use instead, before Kafka is contacted (the
+// brokers here do not exist) or a data directory made.
+func TestRunClusterRefusesModuleEdges(t *testing.T) {
+	dir := t.TempDir()
+	mod := filepath.Join(dir, "module.yaml")
+	doc := `kind: io.statefun.endpoints.v2/http
+spec:
+  functions: ns/*
+  urlPathTemplate: http://127.0.0.1:1/{function.name}
+---
+kind: io.statefun.playground.v1/egress
+spec:
+  port: 9999
+  topics: [out]
+---
+kind: io.statefun.kafka.v1/ingress
+spec:
+  id: ns/in
+  address: 127.0.0.1:9092
+  consumerGroupId: g
+  topics:
+    - topic: in
+      valueType: ns/text
+      targets: [ns/fn]
+`
+	if err := os.WriteFile(mod, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		args []string
 		env  map[string]string
 	}{
 		{"flags", clusterArgs, nil},
-		{"environment", nil, map[string]string{"STATEFUN_CLUSTER_BROKERS": "127.0.0.1:9092", "STATEFUN_CLUSTER_APP_ID": "shop",
+		{"environment", nil, map[string]string{"STATEFUN_CLUSTER_BROKERS": "127.0.0.1:1", "STATEFUN_CLUSTER_APP_ID": "shop",
 			"STATEFUN_CLUSTER_NODE_ID": "node-a", "STATEFUN_CLUSTER_ADVERTISE": "https://node-a.statefun:8443/"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -98,9 +123,22 @@ func TestRunClusterNotBuiltYet(t *testing.T) {
 			}
 			var stderr bytes.Buffer
 			data := filepath.Join(t.TempDir(), "data")
-			if code := run(with(c.args, "--data-dir", data), &stderr); code != 1 ||
-				!strings.Contains(stderr.String(), "statefun: cluster mode: the cluster engine is not built yet; see docs/cluster.md") {
-				t.Errorf("exit %d: %s", code, stderr.String())
+			start := time.Now()
+			code := run(with(c.args, "--module", mod, "--data-dir", data), &stderr)
+			if code != 1 {
+				t.Errorf("exit %d, want 1: %s", code, stderr.String())
+			}
+			for _, w := range []string{
+				"(io.statefun.playground.v1/egress): cluster mode does not run the playground egress",
+				"send records to an io.statefun.kafka.v1/egress and read its topic instead",
+				"(io.statefun.kafka.v1/ingress): cluster mode does not run Kafka ingresses yet",
+			} {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+			if time.Since(start) > 10*time.Second {
+				t.Errorf("the refusal took %v: was Kafka contacted?", time.Since(start))
 			}
 			if _, err := os.Stat(data); !os.IsNotExist(err) {
 				t.Errorf("the data directory was created: %v", err)

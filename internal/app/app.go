@@ -23,6 +23,8 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/admin"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/cluster/node"
+	"github.com/statefun-go/statefun/internal/cluster/topics"
 	"github.com/statefun-go/statefun/internal/connlimit"
 	"github.com/statefun-go/statefun/internal/diskguard"
 	"github.com/statefun-go/statefun/internal/egress"
@@ -80,14 +82,10 @@ type Config struct {
 	// (docs/limits.md).
 	Listeners ListenerLimits
 	// Cluster, when set, runs the application in cluster mode on Kafka
-	// (docs/cluster.md); nil runs it embedded. Until the cluster engine
-	// exists, Start validates it and refuses to start (ErrClusterNotBuilt).
+	// (docs/cluster.md); nil runs it embedded. Partitions must then be 0:
+	// P is the application's.
 	Cluster *clusterconfig.Config
 }
-
-// ErrClusterNotBuilt is Start's answer to a valid cluster configuration
-// while the cluster engine is not built: there is no pretend mode.
-var ErrClusterNotBuilt = errors.New("cluster mode: the cluster engine is not built yet; see docs/cluster.md")
 
 // App is a running runtime.
 type App struct {
@@ -100,6 +98,7 @@ type App struct {
 	eng     *engine.Engine
 	fns     *functions.Router
 	kafka   *kafkaEdges
+	node    *node.Node // cluster mode; nil embedded
 	servers []*http.Server
 	addrs   map[string]string
 	names   map[string]string // listener name → what to call it in errors
@@ -123,7 +122,9 @@ func Start(cfg Config) (*App, error) {
 		if err := cfg.Cluster.Validate(); err != nil {
 			return nil, err
 		}
-		return nil, ErrClusterNotBuilt
+		if cfg.Partitions != 0 {
+			return nil, errors.New("app: Partitions is the embedded store's; in cluster mode P is the application's")
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -153,6 +154,11 @@ func Start(cfg Config) (*App, error) {
 	for _, w := range mod.Warnings {
 		cfg.Logger.Warn("module: " + w.Error())
 	}
+	if cfg.Cluster != nil {
+		if err := refuseInCluster(mod); err != nil {
+			return nil, err
+		}
+	}
 	lim, err := resolveLimits(cfg, mod)
 	if err != nil {
 		return nil, err
@@ -174,12 +180,41 @@ func Start(cfg Config) (*App, error) {
 		return nil, err
 	}
 	cfg.Store.Retention.KeepEgress = append(cfg.Store.Retention.KeepEgress, keepEgress(mod)...)
+	var capp *topics.Application
+	if cfg.Cluster != nil {
+		// The application's P, agreed through its meta topic, is the
+		// store's.
+		if capp, err = ensureApplication(cfg); err != nil {
+			fns.Close()
+			return nil, err
+		}
+		cfg.Partitions = capp.Partitions
+	}
 	guard, db, err := openStore(cfg, reg)
 	if err != nil {
 		fns.Close()
+		if capp != nil {
+			err = storeForApplication(err, cfg, capp)
+		}
 		return nil, err
 	}
-	kafka, routes, err := kafkaEgresses(mod, kplan, db, reg, cfg.Logger)
+	var (
+		kafka  *kafkaEdges
+		routes *egress.Routes
+		cn     *node.Node
+	)
+	if cfg.Cluster == nil {
+		kafka, routes, err = kafkaEgresses(mod, kplan, db, reg, cfg.Logger)
+	} else {
+		// Kafka egress records are produced in the node's transaction;
+		// Kafka ingresses were refused.
+		kafka = &kafkaEdges{log: cfg.Logger}
+		if cn, err = newNode(cfg, db, reg); err == nil {
+			if routes, err = clusterRoutes(mod, cfg, cn.MaxRecord()); err != nil {
+				cn.Close()
+			}
+		}
+	}
 	if err != nil {
 		guard.Stop()
 		db.Close()
@@ -203,12 +238,21 @@ func Start(cfg Config) (*App, error) {
 	if cfg.PauseOnViolation {
 		eopts.PauseOnViolation = func(address.TypeName) bool { return true }
 	}
+	if cn != nil {
+		eopts.Owned, eopts.Durability, eopts.Outbound = true, cn.Durability(), cn.Outbound()
+	}
 	eng, err := engine.New(eopts)
 	if err != nil {
+		if cn != nil {
+			cn.Close()
+		}
 		guard.Stop()
 		db.Close()
 		fns.Close()
 		return nil, err
+	}
+	if cn != nil {
+		cn.Bind(eng)
 	}
 	if err := kafka.addIngresses(kplan, fns, eng, reg); err != nil {
 		kafka.close()
@@ -218,7 +262,7 @@ func Start(cfg Config) (*App, error) {
 		fns.Close()
 		return nil, err
 	}
-	a := &App{cfg: cfg, log: cfg.Logger, db: db, guard: guard, eng: eng, fns: fns, kafka: kafka, addrs: map[string]string{}, names: map[string]string{},
+	a := &App{cfg: cfg, log: cfg.Logger, db: db, guard: guard, eng: eng, fns: fns, kafka: kafka, node: cn, addrs: map[string]string{}, names: map[string]string{},
 		lim: lim, connM: connlimit.NewMetrics(reg)}
 	a.failed, a.closing = make(chan struct{}), make(chan struct{})
 	go func() {
@@ -247,6 +291,11 @@ func Start(cfg Config) (*App, error) {
 		if err := guard.Ready(); err != nil {
 			return err
 		}
+		if cn != nil {
+			if err := cn.Ready(); err != nil {
+				return err
+			}
+		}
 		return kafka.ready()
 	}
 	// The API serves its routes on the path exactly as sent (no redirects
@@ -254,13 +303,18 @@ func Start(cfg Config) (*App, error) {
 	// everything else goes to the admin mux.
 	apiOpts := cfg.API
 	apiOpts.Metrics = reg // GET /overview reads the engine's counters and gauges
+	var sink ingress.Sink = eng
+	if cn != nil {
+		apiOpts.Owner, apiOpts.NodeID = cn.Owner, cfg.Cluster.NodeID
+		sink = cn // the playground ingress produces to the messages topic
+	}
 	api := stateapi.New(eng, apiOpts)
 	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready)), cfg.TLSCert, cfg.TLSKey); err != nil {
 		a.Close()
 		return nil, err
 	}
 	for i, in := range mod.Ingresses {
-		h := &ingress.Playground{Sink: eng, Busy: unavailable,
+		h := &ingress.Playground{Sink: sink, Busy: unavailable,
 			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Served: fns.ServesName}
 		a.names[fmt.Sprintf("ingress%d", i)] = fmt.Sprintf("playground ingress (%s)", in.Pos)
 		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
@@ -277,6 +331,17 @@ func Start(cfg Config) (*App, error) {
 			return nil, err
 		}
 	}
+	if cn != nil {
+		// Published once the admin listener serves: other nodes name its
+		// URL as this node's.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := cn.Start(ctx)
+		cancel()
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+	}
 	a.up.Store(true)
 	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir,
 		"partitions", eng.Partitions(), "admin", a.addrs["admin"])
@@ -289,7 +354,7 @@ func Start(cfg Config) (*App, error) {
 // Retry-After, so clients retry (against the restarted runtime at the
 // latest) instead of taking a 500 for a final answer.
 func unavailable(err error) bool {
-	return errors.Is(err, engine.ErrBusy) || errors.Is(err, engine.ErrClosed)
+	return errors.Is(err, engine.ErrBusy) || errors.Is(err, engine.ErrClosed) || errors.Is(err, node.ErrNotAcknowledged)
 }
 
 // isLoopback reports whether a listen address can only be reached from
@@ -349,14 +414,25 @@ func (a *App) Close() error {
 		}
 		wg.Wait()
 		a.wg.Wait()
+		if a.node != nil {
+			// First, so that no node names this one as an owner while it
+			// stops.
+			a.node.Withdraw()
+		}
 		a.guard.Stop()
 		a.kafka.close()
 		if dead != nil {
+			if a.node != nil {
+				a.node.Close()
+			}
 			a.fns.Close()
 			err = dead
 			return
 		}
-		a.eng.Close()
+		a.eng.Close() // in cluster mode, stops the session too
+		if a.node != nil {
+			a.node.Close()
+		}
 		a.fns.Close()
 		err = a.db.Close()
 	})

@@ -98,7 +98,25 @@ var ErrAborted = errors.New("engine: the transaction was aborted")
 var ErrPlaygroundEgress = errors.New("engine: the playground egress is not available in cluster mode; use io.statefun.kafka.v1/egress")
 
 // movedErr is ErrMoved for partition p.
-func movedErr(p int) error { return fmt.Errorf("%w (partition %d)", ErrMoved, p) }
+func movedErr(p int) error { return &movedError{p: p} }
+
+// movedError is ErrMoved naming its partition, so that an edge can say
+// who owns it instead (MovedPartition).
+type movedError struct{ p int }
+
+func (e *movedError) Error() string { return fmt.Sprintf("%v (partition %d)", ErrMoved, e.p) }
+func (e *movedError) Unwrap() error { return ErrMoved }
+
+// MovedPartition returns the partition an ErrMoved of the engine names, so
+// that the state API can name its owner; false when err names none (it is
+// not ErrMoved, or came from the cluster session without a partition).
+func MovedPartition(err error) (int, bool) {
+	var m *movedError
+	if errors.As(err, &m) {
+		return m.p, true
+	}
+	return 0, false
+}
 
 // SourceMessages is the InboxKey.Source of a message or command that
 // arrived through the cluster's messages topic; its Seq is the record's

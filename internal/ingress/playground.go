@@ -31,6 +31,11 @@ type Sink interface {
 	IngestOnce(ctx context.Context, env *protocol.Envelope, r idempotency.Request) (replayed bool, err error)
 }
 
+// ErrNotSupported is wrapped by a Sink's error for a request the runtime
+// cannot serve in its mode (an Idempotency-Key in cluster mode); the
+// ingress answers 501 with the error.
+var ErrNotSupported = errors.New("ingress: not supported")
+
 // DefaultTypename is the typename of a playground message whose
 // Content-Type does not name one, as in StateFun's playground.
 const DefaultTypename = "io.statefun.types/string"
@@ -113,6 +118,10 @@ func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
+		if errors.Is(err, ErrNotSupported) {
+			http.Error(w, err.Error(), http.StatusNotImplemented)
+			return
+		}
 		if p.Busy != nil && p.Busy(err) {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)

@@ -135,3 +135,15 @@ func kafkaRecord(rec Record) *kgo.Record {
 	}
 	return kr
 }
+
+// ToRecord checks an egress record's value as Route does (typename,
+// encoding, topic, key plus value within maxBytes) and returns the Kafka
+// record to produce for it, as the relay produces it. Cluster mode uses it
+// to produce Kafka egress records in the node's own transaction.
+func ToRecord(arg *protocol.TypedValue, maxBytes int) (*kgo.Record, error) {
+	rec, err := parse(arg, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	return kafkaRecord(rec), nil
+}

@@ -298,7 +298,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request, ingress
 	})
 	switch {
 	case err != nil && page.n == 0:
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	case err != nil || page.err != nil || r.Context().Err() != nil:
 		// The status is out; cut the connection so that the client cannot
@@ -369,7 +369,7 @@ func (s *Server) deadLetterSummary(w http.ResponseWriter, r *http.Request) {
 		err = r.Context().Err()
 	}
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	byIngress := map[string]*ingressDeadLetters{}

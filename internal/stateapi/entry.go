@@ -34,7 +34,7 @@ func (s *Server) getEntry(w http.ResponseWriter, r *http.Request, a address.Addr
 	}
 	rep, err := s.eng.Read(r.Context(), a, state)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	if len(rep.Entries) == 0 {
@@ -259,7 +259,7 @@ func (s *Server) putEntry(w http.ResponseWriter, r *http.Request, principal stri
 	typename, status, err := s.targetType(r, a, state, env)
 	if err != nil {
 		if status == 0 {
-			engineError(w, r, err)
+			s.engineError(w, r, err)
 			return
 		}
 		fail(w, r, status, err.Error())
@@ -382,7 +382,7 @@ type receiptJSON struct {
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, m partition.Mutation) {
 	rc, err := s.eng.Mutate(r.Context(), m)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	if m.Ack == partition.AckAccepted {

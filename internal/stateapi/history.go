@@ -87,7 +87,7 @@ func (s *Server) awaitMinCommit(w http.ResponseWriter, r *http.Request, a addres
 	defer cancel()
 	cur, ok, err := s.eng.WaitDurable(ctx, p, min)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return false
 	}
 	if !ok {
@@ -240,7 +240,7 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request, a address.Ad
 		return true
 	})
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	if more {
@@ -292,7 +292,7 @@ func pastEntry(rec *store.HistoryRecord) partition.Entry {
 func (s *Server) getEntryAsOf(w http.ResponseWriter, r *http.Request, a address.Address, state string, pt store.Point) {
 	es, _, err := s.eng.HistoryAt(a, state, pt)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	e := es[0]
@@ -341,7 +341,7 @@ type pastEntryJSON struct {
 func (s *Server) listEntriesAsOf(w http.ResponseWriter, r *http.Request, a address.Address, pt store.Point) {
 	es, complete, err := s.eng.HistoryAt(a, "", pt)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	out := struct {
@@ -390,7 +390,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request, principal strin
 	}
 	es, complete, err := s.eng.HistoryAt(a, state, pt)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	if !complete {

@@ -192,7 +192,7 @@ func (s *Server) serveInboxAction(w http.ResponseWriter, r *http.Request, segs [
 	}
 	rc, err := s.eng.Repair(r.Context(), m)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	s.answerRepair(w, r, rc, action)
@@ -261,7 +261,7 @@ func (s *Server) cancelDelayed(w http.ResponseWriter, r *http.Request, principal
 		return
 	}
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	s.answerRepair(w, r, rc, "cancel")
@@ -329,7 +329,7 @@ func (s *Server) serveAddresses(w http.ResponseWriter, r *http.Request) {
 	rc, err := s.eng.Repair(r.Context(), partition.Mutation{ID: s.newMutationID(), Addr: a, Op: partition.OpDeleteAddress,
 		Principal: principal, Reason: rb.Reason, Repair: &partition.MessageRepair{}})
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	if rc.Reject == partition.RejectConflict {
@@ -389,7 +389,7 @@ func (s *Server) revertRepair(w http.ResponseWriter, r *http.Request, principal,
 			Principal: principal, Reason: reason, Reverts: id, Repair: rep})
 	}
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return true
 	}
 	s.answerRepair(w, r, rc, "revert")
@@ -459,7 +459,7 @@ func (s *Server) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 	if len(segs) == 2 {
 		d, ok, err := s.eng.MessageDeadLetter(segs[1])
 		if err != nil {
-			engineError(w, r, err)
+			s.engineError(w, r, err)
 			return
 		}
 		if !ok {
@@ -500,7 +500,7 @@ func (s *Server) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 		return true
 	})
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
@@ -534,7 +534,7 @@ func (s *Server) resend(w http.ResponseWriter, r *http.Request, principal, id st
 		fail(w, r, http.StatusBadRequest, "target: no endpoint in module.yaml serves "+req.Target.Type.String())
 		return
 	case err != nil:
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	out := struct {

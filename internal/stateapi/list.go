@@ -30,7 +30,7 @@ type specInfo struct {
 func (s *Server) listEntries(w http.ResponseWriter, r *http.Request, a address.Address) {
 	rep, err := s.eng.Read(r.Context(), a, "")
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	out := struct {

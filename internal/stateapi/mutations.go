@@ -55,7 +55,7 @@ func (s *Server) serveMutations(w http.ResponseWriter, r *http.Request) {
 		rc, ok, err = s.eng.Receipt(id)
 	}
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	if !ok {
@@ -87,7 +87,7 @@ func storedReceipt(rc *protocol.Receipt) receiptJSON {
 func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id string) {
 	rc, ok, err := s.eng.Receipt(id)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	if !ok {
@@ -100,7 +100,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 	}
 	records, err := s.eng.AuditOf(id, rc.GetAt())
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	if len(records) == 0 {
@@ -139,7 +139,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 		}
 		out, err := s.eng.Mutate(r.Context(), m)
 		if err != nil {
-			engineError(w, r, err)
+			s.engineError(w, r, err)
 			return
 		}
 		if out.Reject != partition.Applied && rejected < 0 {

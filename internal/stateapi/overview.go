@@ -123,7 +123,7 @@ func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
 	}
 	queued, err := s.eng.QueuedByType(r.Context())
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	for t, n := range queued {

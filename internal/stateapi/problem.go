@@ -21,6 +21,13 @@ type problem struct {
 	// Position accompanies the 412 of a read whose ?minCommit= was not
 	// reached: the partition's durable commit.
 	Position *string `json:"position,omitempty"`
+	// Partition, OwnerNode and OwnerURL accompany the 503 of a request
+	// about an address whose partition this node does not own (cluster
+	// mode): the partition, the node that owns it and that node's admin
+	// URL, when known.
+	Partition *int   `json:"partition,omitempty"`
+	OwnerNode string `json:"ownerNode,omitempty"`
+	OwnerURL  string `json:"ownerUrl,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {

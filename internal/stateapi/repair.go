@@ -245,7 +245,7 @@ func (s *Server) serveFailing(w http.ResponseWriter, r *http.Request) {
 	}
 	list, err := s.eng.Failing(r.Context(), t)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	page := struct {
@@ -330,7 +330,7 @@ func (s *Server) serveInbox(w http.ResponseWriter, r *http.Request) {
 	a := address.Address{Type: address.TypeName{Namespace: segs[0], Name: segs[1]}, ID: segs[2]}
 	in, err := s.eng.Inbox(r.Context(), a)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	out := inboxJSON{Address: addressOf(a), Paused: pauseOf(a, in.Pause), TypePaused: pauseOf(address.Address{Type: a.Type}, in.TypePause),
@@ -386,7 +386,7 @@ func (s *Server) servePauses(w http.ResponseWriter, r *http.Request) {
 	}
 	list, err := s.eng.Pauses(r.Context(), t)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	out := struct {
@@ -476,7 +476,7 @@ func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, resume bo
 	}
 	rc, err := s.eng.Pause(r.Context(), req)
 	if err != nil {
-		engineError(w, r, err)
+		s.engineError(w, r, err)
 		return
 	}
 	out := receiptOf(rc)

@@ -51,6 +51,14 @@ type Options struct {
 	// browser pages may send state-changing requests; any other
 	// cross-origin PUT, DELETE or POST is a 403.
 	AllowedOrigins []string
+	// Owner, in cluster mode, names the node that owns a partition and the
+	// URL of its admin listener (empty when not known), for the 503 of a
+	// request about an address this node does not own. Nil (embedded
+	// mode, or not known): the 503 names no owner.
+	Owner func(ctx context.Context, partition int) (node, adminURL string, ok bool)
+	// NodeID is this node's id in cluster mode: a partition Owner names
+	// this node for is being restored here.
+	NodeID string
 }
 
 // Server serves the state API routes on the admin listener.
@@ -237,8 +245,10 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
 }
 
 // engineError maps an engine error to a response.
-func engineError(w http.ResponseWriter, r *http.Request, err error) {
+func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
+	case errors.Is(err, engine.ErrMoved):
+		s.moved(w, r, err)
 	case errors.Is(err, engine.ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		fail(w, r, http.StatusServiceUnavailable, "the partition's queue is full; retry later")
@@ -251,6 +261,38 @@ func engineError(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		fail(w, r, http.StatusInternalServerError, err.Error())
 	}
+}
+
+// moved answers a request about a partition this node does not own
+// (cluster mode): 503 with Retry-After, naming the owner and its admin URL
+// when they are known. Requests are not forwarded to the owner yet.
+func (s *Server) moved(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set("Retry-After", "1")
+	p, ok := engine.MovedPartition(err)
+	if !ok {
+		fail(w, r, http.StatusServiceUnavailable, "the address's partition is not served by this node (it moved, or is moving); retry")
+		return
+	}
+	pr := problem{Status: http.StatusServiceUnavailable, Partition: &p}
+	if s.opts.Owner != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		node, url, known := s.opts.Owner(ctx, p)
+		cancel()
+		if known {
+			pr.OwnerNode, pr.OwnerURL = node, url
+		}
+	}
+	switch {
+	case pr.OwnerNode != "" && pr.OwnerNode == s.opts.NodeID:
+		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is assigned to this node and being restored; retry", p)
+	case pr.OwnerNode != "" && pr.OwnerURL != "":
+		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s (%s), not by this node; send the request there (nodes do not forward requests yet)", p, pr.OwnerNode, pr.OwnerURL)
+	case pr.OwnerNode != "":
+		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s, not by this node, and its admin URL is not known; send the request there (nodes do not forward requests yet)", p, pr.OwnerNode)
+	default:
+		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is not served by this node and has no owner at the moment (it is moving); retry", p)
+	}
+	writeProblem(w, r, pr)
 }
 
 // newMutationID returns a unique, time-ordered mutation id.

@@ -109,3 +109,12 @@ func prefixSuccessor(prefix []byte) []byte {
 	}
 	return nil
 }
+
+// AddressKey returns str(namespace) str(type) str(id): an address in the
+// key form of the store's state entries, which is also the key of a
+// cluster's messages-topic record (docs/cluster.md).
+func AddressKey(namespace, typ, id string) []byte {
+	b := appendString(nil, namespace)
+	b = appendString(b, typ)
+	return appendString(b, id)
+}

@@ -1,0 +1,336 @@
+// Package node joins the parts of a cluster-mode node (docs/cluster.md):
+// the Kafka session (internal/cluster/session) and the engine
+// (internal/engine) meet here, through adapters between their interfaces,
+// which were written apart: the session's Engine (records polled from the
+// messages topic) and the engine's Outbound (messages for other partitions,
+// Kafka egress records). Besides, a Node is the playground ingress's sink on
+// a cluster node (it produces to the messages topic), its member record,
+// and the owner lookup the state API names in a 503.
+//
+// The record format of the messages topic is defined here: key
+// str(namespace) str(type) str(id) of the target address (store.AddressKey),
+// value the protocol.Envelope's protobuf encoding, as the store keeps it in
+// an inbox; partition address.Partition(id, P).
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/cluster/members"
+	"github.com/statefun-go/statefun/internal/cluster/session"
+	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/idempotency"
+	"github.com/statefun-go/statefun/internal/ingress"
+	"github.com/statefun-go/statefun/internal/kafkaegress"
+	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// ErrNotAcknowledged is wrapped by the playground ingress's error when
+// Kafka did not acknowledge a message in time (a broker unreachable, the
+// request ended): the message may or may not be in the messages topic. The
+// ingress answers 503 with Retry-After.
+var ErrNotAcknowledged = errors.New("cluster: Kafka did not acknowledge the message")
+
+// Config configures a Node.
+type Config struct {
+	// Cluster is the node's validated configuration.
+	Cluster *clusterconfig.Config
+	// DB is the node's store, opened with the application's P.
+	DB *store.DB
+	// Metrics receives the session's collectors and the node's.
+	Metrics prometheus.Registerer
+	// Logger receives the node's log lines; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Node is a cluster-mode node's Kafka side and its adapters to the engine.
+// New, then engine.New with Durability and Outbound, then Bind; Start
+// (after the engine started) publishes the member record; Withdraw and
+// Close on shutdown.
+type Node struct {
+	cfg         Config
+	log         *slog.Logger
+	p           int
+	sess        *session.Session
+	eng         *engine.Engine
+	producer    *kgo.Client // the playground ingress's: idempotent, acks=all
+	adm         *kadm.Client
+	maxRecord   int // bytes of key plus value a Kafka egress record may have
+	incarnation string
+	watcher     *members.Watcher
+	published   atomic.Bool // read by /readyz
+	skipped     *prometheus.CounterVec
+}
+
+// New makes the node's session and ingress producer; nothing talks to
+// Kafka yet.
+func New(cfg Config) (*Node, error) {
+	if cfg.Cluster == nil || cfg.DB == nil {
+		return nil, errors.New("cluster: node: Config.Cluster and Config.DB are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Cluster.NodeID), p: cfg.DB.Partitions(), incarnation: members.NewIncarnation()}
+	sess, err := session.New(session.Config{Cluster: cfg.Cluster, DB: cfg.DB, Metrics: cfg.Metrics, Logger: cfg.Logger,
+		Aborted: engine.ErrAborted, Moved: engine.ErrMoved})
+	if err != nil {
+		return nil, err
+	}
+	n.sess = sess
+	cl, err := cfg.Cluster.Client()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: node: %w", err)
+	}
+	opts := append(append([]kgo.Opt(nil), cl.Opts...), cl.ProducerOpts...)
+	// The record names its partition (address.Partition, not Kafka's key
+	// hash); idempotent writes are kgo's default, acks=all with them.
+	opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()))
+	if n.producer, err = kgo.NewClient(opts...); err != nil {
+		return nil, fmt.Errorf("cluster: node: Kafka client: %w", err)
+	}
+	n.adm = kadm.NewClient(n.producer)
+	n.maxRecord = 1 << 20
+	if v, ok := n.producer.OptValue(kgo.ProducerBatchMaxBytes).(int32); ok {
+		// A batch of one record carries about a hundred bytes besides its
+		// key and value (as the Kafka egress relay reckons).
+		n.maxRecord = max(int(v)-256, 1)
+	}
+	n.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "statefun_cluster_skipped_records_total",
+		Help: "Records of the messages topic that no statefun node wrote and that were skipped, by reason.",
+	}, []string{"reason"})
+	if cfg.Metrics != nil {
+		cfg.Metrics.MustRegister(n.skipped)
+	}
+	return n, nil
+}
+
+// MaxRecord is the largest key plus value of a Kafka egress record the
+// node's producer takes: a function's record over it is a protocol
+// violation at the egress's Route, as in embedded mode.
+func (n *Node) MaxRecord() int { return n.maxRecord }
+
+// Durability is the engine's Options.Durability: the session.
+func (n *Node) Durability() engine.Durability { return n.sess }
+
+// Outbound is the engine's Options.Outbound: messages for other partitions
+// and Kafka egress records, produced in the session's open transaction.
+func (n *Node) Outbound() engine.Outbound { return outbound{n} }
+
+// Bind attaches the engine (made with Durability, Outbound and Owned) to
+// the session. Call it before the engine starts.
+func (n *Node) Bind(e *engine.Engine) {
+	n.eng = e
+	n.sess.Bind(arrivals{n})
+}
+
+// Start reads the member records (for Owner) and publishes this node's,
+// with its advertised admin URL. Call it once the admin listener serves.
+func (n *Node) Start(ctx context.Context) error {
+	w, err := members.Watch(ctx, n.cfg.Cluster, n.log)
+	if err != nil {
+		return fmt.Errorf("cluster: node: reading member records: %w", err)
+	}
+	n.watcher = w
+	if err := members.Publish(ctx, n.cfg.Cluster, time.Now(), n.incarnation); err != nil {
+		return err
+	}
+	n.published.Store(true)
+	return nil
+}
+
+// Ready is nil once the node joined the group and serves every partition
+// assigned to it (for /readyz).
+func (n *Node) Ready() error {
+	if !n.sess.Ready() {
+		return fmt.Errorf("cluster: node %s: not serving every partition assigned to it yet (joining the group, or restoring)", n.cfg.Cluster.NodeID)
+	}
+	if !n.published.Load() {
+		return fmt.Errorf("cluster: node %s: its member record is not published yet", n.cfg.Cluster.NodeID)
+	}
+	return nil
+}
+
+// Owner names the node that owns partition p now and its admin URL (empty
+// when its member record is not known), from the consumer group's
+// assignment; ok is false when p has no owner at the moment or the group
+// cannot be read.
+func (n *Node) Owner(ctx context.Context, p int) (node, adminURL string, ok bool) {
+	o, err := members.Owners(ctx, n.adm, n.cfg.Cluster)
+	if err != nil {
+		n.log.Debug("cluster: reading the group's assignment", "err", err)
+		return "", "", false
+	}
+	node, ok = o.Owners[int32(p)]
+	if !ok {
+		return "", "", false
+	}
+	if n.watcher != nil {
+		if m, found := n.watcher.Lookup(node); found {
+			adminURL = m.AdminURL
+		}
+	}
+	return node, adminURL, true
+}
+
+// Withdraw deletes this node's member record, on a clean shutdown.
+func (n *Node) Withdraw() {
+	if !n.published.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := members.Withdraw(ctx, n.cfg.Cluster, n.incarnation); err != nil {
+		n.log.Warn("cluster: the member record was not withdrawn; other nodes may name this node as an owner until its partitions move", "err", err)
+	}
+	n.published.Store(false)
+}
+
+// Close stops the member watcher and the ingress producer; the session
+// stops with the engine.
+func (n *Node) Close() {
+	if n.watcher != nil {
+		n.watcher.Close()
+	}
+	n.producer.Close()
+}
+
+// Ingest produces a playground ingress message to the messages topic, at
+// its address's partition, and returns once Kafka acknowledged it (all
+// replicas in sync). It implements ingress.Sink.
+func (n *Node) Ingest(ctx context.Context, env *protocol.Envelope) error {
+	rec, err := n.record(env)
+	if err != nil {
+		return err
+	}
+	if err := n.producer.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		return fmt.Errorf("%w (%s, partition %d): %w", ErrNotAcknowledged, rec.Topic, rec.Partition, err)
+	}
+	return nil
+}
+
+// IngestOnce refuses: idempotency keys live in one node's store, which
+// another node does not see, so cluster mode does not take them yet.
+func (n *Node) IngestOnce(context.Context, *protocol.Envelope, idempotency.Request) (bool, error) {
+	return false, fmt.Errorf("%w: the %s header in cluster mode (keys are not shared between nodes yet); send the message without it",
+		ingress.ErrNotSupported, idempotency.Header)
+}
+
+// record is the messages-topic record of env.
+func (n *Node) record(env *protocol.Envelope) (*kgo.Record, error) {
+	key, p, err := Key(env, n.p)
+	if err != nil {
+		return nil, err
+	}
+	v, err := proto.MarshalOptions{Deterministic: true}.Marshal(env)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: encoding a message: %w", err)
+	}
+	return &kgo.Record{Topic: n.cfg.Cluster.MessagesTopic(), Partition: int32(p), Key: key, Value: v}, nil
+}
+
+// Key returns the messages-topic key of a command (its target address,
+// str(namespace) str(type) str(id)) and its partition among p: the
+// message's target, or a mutation's.
+func Key(env *protocol.Envelope, p int) ([]byte, int, error) {
+	t := target(env)
+	if t == nil {
+		return nil, 0, errors.New("cluster: a command without a target address")
+	}
+	return store.AddressKey(t.GetNamespace(), t.GetType(), t.GetId()), address.Partition(t.GetId(), p), nil
+}
+
+// Decode reads a messages-topic record's value.
+func Decode(value []byte) (*protocol.Envelope, error) {
+	env := &protocol.Envelope{}
+	if err := proto.Unmarshal(value, env); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+func target(env *protocol.Envelope) *protocol.Address {
+	if m := env.GetMutation(); m != nil {
+		return m.GetTarget()
+	}
+	return env.GetTarget()
+}
+
+// outbound is the engine's Outbound over the session's.
+type outbound struct{ n *Node }
+
+// Message produces a message for another partition in the transaction.
+func (o outbound) Message(key partition.InboxKey, env *protocol.Envelope) error {
+	rec, err := o.n.record(env)
+	if err != nil {
+		return err
+	}
+	if int(rec.Partition) != key.Partition {
+		return fmt.Errorf("cluster: a message for partition %d addressed to partition %d", key.Partition, rec.Partition)
+	}
+	return o.n.sess.Message(key.Partition, rec.Key, rec.Value)
+}
+
+// Egress produces a Kafka egress record in the transaction, mapped as the
+// Kafka egress relay maps it (kafkaegress.ToRecord).
+func (o outbound) Egress(from int, eg partition.Egress) error {
+	rec, err := kafkaegress.ToRecord(eg.Record.GetArgument(), o.n.maxRecord)
+	if err != nil {
+		return fmt.Errorf("cluster: a record for egress %s from partition %d: %w", eg.Egress, from, err)
+	}
+	return o.n.sess.Egress(rec)
+}
+
+// arrivals is the session's Engine over the engine.
+type arrivals struct{ n *Node }
+
+func (a arrivals) Assign(p int) error { return a.n.eng.Assign(p) }
+func (a arrivals) Revoke(p int)       { a.n.eng.Revoke(p) }
+
+// SubmitArrivals decodes the records polled from partition p and submits
+// them to the engine as one request. A record no statefun node could have
+// written (it does not decode, names no target, or belongs to another
+// partition) is skipped with a log line and a metric: handing it over
+// would make the engine refuse the whole run, and the session poll it
+// again forever.
+func (a arrivals) SubmitArrivals(p int, recs []*kgo.Record) error {
+	arr := make([]engine.Arrival, 0, len(recs))
+	for _, r := range recs {
+		env, err := Decode(r.Value)
+		reason := ""
+		switch {
+		case err != nil:
+			reason = "undecodable"
+		case target(env) == nil || env.GetMutation() != nil && env.GetMutation().GetId() == "":
+			reason = "no-target"
+		case address.Partition(target(env).GetId(), a.n.p) != p:
+			reason = "wrong-partition"
+		}
+		if reason != "" {
+			a.n.skipped.WithLabelValues(reason).Inc()
+			a.n.log.Error("cluster: skipping a record of the messages topic that no statefun node wrote", "partition", p, "offset", r.Offset, "reason", reason, "err", err)
+			continue
+		}
+		arr = append(arr, engine.Arrival{Offset: r.Offset, Env: env})
+	}
+	if len(arr) == 0 {
+		return nil
+	}
+	_, err := a.n.eng.SubmitArrivals(p, arr)
+	return err
+}

@@ -2,6 +2,7 @@ package kafkaingress
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -377,7 +378,7 @@ func TestStaticMembershipByDefault(t *testing.T) {
 	} {
 		cfg := baseConfig(kc, "g-static", route("in", counterA))
 		cfg.ClientOpts = tc.opts
-		c, err := New(cfg, nil)
+		c, err := New(cfg, idleEngine{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -389,3 +390,11 @@ func TestStaticMembershipByDefault(t *testing.T) {
 		}
 	}
 }
+
+// idleEngine stores nothing and knows no positions: for tests of the
+// consumer's client options, where the group may still assign partitions
+// before the client closes (a nil engine made that a nil-pointer panic).
+type idleEngine struct{}
+
+func (idleEngine) IngestFrom(context.Context, engine.SourceBatch) error   { return engine.ErrBusy }
+func (idleEngine) SourcePositions(string) ([]store.SourcePosition, error) { return nil, nil }

@@ -66,22 +66,7 @@ func BenchmarkConsoleFirstView(b *testing.B) {
 		b.Skip("bench: the console benchmark needs a headless Chromium on PATH (Debian's chromium package)")
 	}
 	fn := startCounter(b)
-	ingressPort, egressPort := freePort(b), freePort(b)
-	module := fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
-spec:
-  functions: sdktest/*
-  urlPathTemplate: %s
----
-kind: io.statefun.playground.v1/ingress
-spec:
-  port: %d
----
-kind: io.statefun.playground.v1/egress
-spec:
-  port: %d
-  topics: [%s]
-`, fn.url, ingressPort, egressPort, sdktest.CounterTopic)
-	rt := startRuntime(b, module)
+	rt := startRuntime(b, counterModule(b, fn))
 	ctx := b.Context()
 	mc := &http.Client{Timeout: 10 * time.Second}
 	// One message registers the counter's state, so that the fill's

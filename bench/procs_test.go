@@ -375,13 +375,7 @@ func runRuntimeChild() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	modPath := filepath.Join(dir, "module.yaml")
-	if err := os.WriteFile(modPath, []byte(spec.Module), 0o644); err != nil {
-		return err
-	}
-	a, err := app.Start(app.Config{ModulePath: modPath, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
-		Partitions: spec.Partitions, ListenHost: "127.0.0.1",
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	a, err := startApp(dir, spec.Module, spec.Partitions)
 	if err != nil {
 		return err
 	}
@@ -411,14 +405,7 @@ func startRuntime(b *testing.B, module string) benchRuntime {
 		admin := c.expect(b, "admin ", time.Minute)
 		return benchRuntime{admin: admin, ingress: c.expect(b, "ingress ", time.Minute), pid: c.pid}
 	case "inprocess":
-		dir := b.TempDir()
-		modPath := filepath.Join(dir, "module.yaml")
-		if err := os.WriteFile(modPath, []byte(module), 0o644); err != nil {
-			b.Fatal(err)
-		}
-		a, err := app.Start(app.Config{ModulePath: modPath, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
-			Partitions: *flagPartitions, ListenHost: "127.0.0.1",
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		a, err := startApp(b.TempDir(), module, *flagPartitions)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -427,4 +414,35 @@ func startRuntime(b *testing.B, module string) benchRuntime {
 	}
 	b.Fatalf("bench: -load.runtime %q: want process or inprocess", *flagRuntime)
 	return benchRuntime{}
+}
+
+// startApp runs module (its text) on a store in dir/data, listening on
+// loopback, logging warnings and worse.
+func startApp(dir, module string, partitions int) (*app.App, error) {
+	modPath := filepath.Join(dir, "module.yaml")
+	if err := os.WriteFile(modPath, []byte(module), 0o644); err != nil {
+		return nil, err
+	}
+	return app.Start(app.Config{ModulePath: modPath, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
+		Partitions: partitions, ListenHost: "127.0.0.1",
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+}
+
+// counterModule is the module of the state API and console benchmarks:
+// sdktest/* served by fn, a playground ingress and egress on free ports.
+func counterModule(b *testing.B, fn *counterFn) string {
+	return fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
+spec:
+  functions: sdktest/*
+  urlPathTemplate: %s
+---
+kind: io.statefun.playground.v1/ingress
+spec:
+  port: %d
+---
+kind: io.statefun.playground.v1/egress
+spec:
+  port: %d
+  topics: [%s]
+`, fn.url, freePort(b), freePort(b), sdktest.CounterTopic)
 }

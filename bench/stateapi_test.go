@@ -30,22 +30,7 @@ var (
 func BenchmarkStateAPI(b *testing.B) {
 	fn := startCounter(b)
 	ctx := b.Context()
-	ingressPort, egressPort := freePort(b), freePort(b)
-	module := fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
-spec:
-  functions: sdktest/*
-  urlPathTemplate: %s
----
-kind: io.statefun.playground.v1/ingress
-spec:
-  port: %d
----
-kind: io.statefun.playground.v1/egress
-spec:
-  port: %d
-  topics: [%s]
-`, fn.url, ingressPort, egressPort, sdktest.CounterTopic)
-	rt := startRuntime(b, module)
+	rt := startRuntime(b, counterModule(b, fn))
 	ingress := "http://" + rt.ingress + "/" + sdktest.CounterFn + "/"
 	entry := "http://" + rt.admin + "/state/" + sdktest.CounterFn + "/api-key/" + sdktest.CounterState
 	mc := &http.Client{Timeout: 10 * time.Second}

@@ -2,7 +2,7 @@
 #   make example   runs the runtime with the greeter example on the embedded store
 #   make example-kafka  the same with Kafka in and out (a development Kafka included)
 #   make test      runs every test
-.PHONY: example example-kafka test build bench bench-kafka bench-restate deps fuzz soak
+.PHONY: example example-kafka test build bench bench-kafka bench-cluster bench-restate deps fuzz soak
 
 build:
 	go build -o bin/statefun ./cmd/statefun
@@ -40,6 +40,16 @@ bench-kafka:
 	go test -c -o bin/bench.test ./bench
 	cd bench && ../bin/bench.test -test.run '^$$' -test.benchtime 1x \
 		-test.bench 'KafkaCounter|EndToEnd' -load.addresses=10000 -load.gogc=400 $(BENCH_KAFKA_FLAGS)
+
+# Cluster mode: 1, 2 and 3 nodes, a node killed with SIGKILL, and the
+# restore of a partition at 10k/100k/1M keys (docs/benchmarks.md, "Cluster
+# mode"). Flags go in BENCH_CLUSTER_FLAGS, e.g.
+# BENCH_CLUSTER_FLAGS='-kafka.records=50000 -cluster.nodes=3'.
+bench-cluster:
+	go test -c -o bin/bench.test ./bench
+	cd bench && ../bin/bench.test -test.run '^$$' -test.benchtime 1x -test.v \
+		-test.bench 'Cluster' $(BENCH_CLUSTER_FLAGS)
+	go test ./internal/cluster/changelog -run '^$$' -bench Restore -benchtime 1x -timeout 30m
 
 # Side by side with Restate (bench/restate, its own Go module): writes its
 # section of docs/benchmarks.md and docs/benchmarks-restate.png. Flags go

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -50,6 +51,8 @@ const (
 	kafkaEgressID  = "bench/out"
 	kafkaCountName = "count"
 	kafkaWarmupKey = "warmup"
+	// kafkaStampType is the input's typename (the ingress's valueType).
+	kafkaStampType = "bench/stamp"
 )
 
 // kafkaEnv carries the kfake cluster's settings, as JSON, to the kafka
@@ -127,6 +130,11 @@ type kafkaLoadSpec struct {
 	Keys    int
 	Window  int
 	MaxTime time.Duration
+	// Ingress, when set, sends the records through these playground
+	// ingresses instead of producing them to the input topic: a POST of
+	// the record's value to <ingress><key>, the ingresses taken in turn
+	// (the cluster benchmarks' input).
+	Ingress []string
 }
 
 // kafkaLoadResult is what a Kafka load generator measured.
@@ -181,6 +189,8 @@ func runKafkaLoadChild() error {
 type kafkaLoad struct {
 	spec      kafkaLoadSpec
 	prod, con *kgo.Client
+	web       *http.Client  // the ingresses' client, with Ingress
+	posts     chan struct{} // a slot per POST in flight
 }
 
 func newKafkaLoad(spec kafkaLoadSpec) (*kafkaLoad, error) {
@@ -197,10 +207,69 @@ func newKafkaLoad(spec kafkaLoadSpec) (*kafkaLoad, error) {
 		prod.Close()
 		return nil, err
 	}
-	return &kafkaLoad{spec: spec, prod: prod, con: con}, nil
+	l := &kafkaLoad{spec: spec, prod: prod, con: con}
+	if len(spec.Ingress) > 0 {
+		l.web = newLoadClient(ingressPosts)
+		l.posts = make(chan struct{}, ingressPosts)
+	}
+	return l, nil
 }
 
-func (l *kafkaLoad) close() { l.prod.Close(); l.con.Close() }
+func (l *kafkaLoad) close() {
+	l.prod.Close()
+	l.con.Close()
+	if l.web != nil {
+		l.web.CloseIdleConnections()
+	}
+}
+
+// ingressPosts bounds the POSTs in flight to the playground ingresses.
+const ingressPosts = 64
+
+// send hands record i (key, value) to the input — the topic, or the
+// ingresses in turn — and calls done with the outcome once it is durable
+// there.
+func (l *kafkaLoad) send(ctx context.Context, i int, key string, value []byte, done func(error)) {
+	if l.web == nil {
+		l.prod.Produce(ctx, &kgo.Record{Key: []byte(key), Value: value}, func(_ *kgo.Record, err error) { done(err) })
+		return
+	}
+	select {
+	case l.posts <- struct{}{}:
+	case <-ctx.Done():
+		done(ctx.Err())
+		return
+	}
+	go func() {
+		defer func() { <-l.posts }()
+		u := l.spec.Ingress[i%len(l.spec.Ingress)] + key
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(value))
+		if err != nil {
+			done(err)
+			return
+		}
+		req.Header.Set("Content-Type", kafkaStampType)
+		resp, err := l.web.Do(req)
+		if err != nil {
+			done(err)
+			return
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			done(fmt.Errorf("POST %s: %s: %s", u, resp.Status, body))
+			return
+		}
+		done(nil)
+	}()
+}
+
+// sendSync is send, waiting for the outcome.
+func (l *kafkaLoad) sendSync(ctx context.Context, key string, value []byte) error {
+	errc := make(chan error, 1)
+	l.send(ctx, 0, key, value, func(err error) { errc <- err })
+	return <-errc
+}
 
 // stamp is a record value: the time it is produced, in Unix nanoseconds.
 func stamp() []byte { return strconv.AppendInt(nil, time.Now().UnixNano(), 10) }
@@ -210,7 +279,7 @@ func stamp() []byte { return strconv.AppendInt(nil, time.Now().UnixNano(), 10) }
 func (l *kafkaLoad) warmup(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := l.prod.ProduceSync(ctx, &kgo.Record{Key: []byte(kafkaWarmupKey), Value: stamp()}).FirstErr(); err != nil {
+	if err := l.sendSync(ctx, kafkaWarmupKey, stamp()); err != nil {
 		return fmt.Errorf("bench: warm-up record: %w", err)
 	}
 	for {
@@ -246,8 +315,7 @@ func (l *kafkaLoad) run(ctx context.Context) (kafkaLoadResult, error) {
 			case <-ctx.Done():
 				return
 			}
-			rec := &kgo.Record{Key: []byte(idName(i % l.spec.Keys)), Value: stamp()}
-			l.prod.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			l.send(ctx, i, idName(i%l.spec.Keys), stamp(), func(err error) {
 				if err != nil {
 					prodErr.CompareAndSwap(nil, &err)
 					cancel()
@@ -397,7 +465,7 @@ spec:
     type: earliest
   topics:
     - topic: %s
-      valueType: bench/stamp
+      valueType: %s
       targets: [%s]
 ---
 kind: io.statefun.kafka.v1/egress
@@ -407,7 +475,7 @@ spec:
   deliverySemantic:
     type: exactly-once
     transactionTimeout: 1min
-`, fnURL, brokers, kafkaInTopic, kafkaCounterFn, kafkaEgressID, brokers)
+`, fnURL, brokers, kafkaInTopic, kafkaStampType, kafkaCounterFn, kafkaEgressID, brokers)
 	modPath := filepath.Join(dir, "module.yaml")
 	if err := os.WriteFile(modPath, []byte(module), 0o644); err != nil {
 		b.Fatal(err)

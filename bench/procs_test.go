@@ -38,6 +38,7 @@ import (
 //	kcounter serve bench/counter, the Kafka benchmark's counter
 //	kload    run the Kafka load generator (see runKafkaLoadChild)
 //	runtime  run the runtime described by runtimeEnv (see runRuntimeChild)
+//	cnode    run a cluster node described by clusterNodeEnv (see runClusterNodeChild)
 const roleEnv = "STATEFUN_BENCH_ROLE"
 
 // loadEnv carries a loadSpec, as JSON, to a load generator child.
@@ -64,6 +65,11 @@ func TestMain(m *testing.M) {
 	case "runtime":
 		if err := runRuntimeChild(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench: runtime:", err)
+			os.Exit(1)
+		}
+	case "cnode":
+		if err := runClusterNodeChild(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: cluster node:", err)
 			os.Exit(1)
 		}
 	case "kcounter":

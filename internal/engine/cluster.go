@@ -393,6 +393,53 @@ func (r *arrivalsReq) Fail(err error) {
 	r.done <- r.e.stopErr(err)
 }
 
+// sweepThroughChangelog is the store's ChangelogSweep in cluster mode:
+// the retention deletions of keys partition p's changelog wrote go into
+// p's next transaction as tombstones (and reach the store once it
+// commits), so that a restore elsewhere does not bring the keys back and
+// compaction can drop them. Keys of a partition this node does not own
+// now are its owner's to delete: they stay in this node's store, a cache
+// of the changelog, until a restore drops or updates them. A sweep whose
+// request fails is redone by the next sweep.
+func (e *Engine) sweepThroughChangelog(p int, keys [][]byte) {
+	if e.closed.Load() {
+		return
+	}
+	pt, err := e.owner(p)
+	if err != nil {
+		return
+	}
+	if err := e.submit(&sweepReq{reqOf: reqOf{p: pt}, keys: keys}); err != nil {
+		e.log.Debug("retention sweep through the changelog not submitted", "partition", p, "error", err)
+	}
+}
+
+// sweepReq is a batch of retention deletions of one partition's keys.
+type sweepReq struct {
+	reqOf
+	keys [][]byte
+}
+
+func (r *sweepReq) Encode(b *store.Batch) error {
+	if r.p.encodable() != nil {
+		// Unlike the partition's own work, a sweep is no reason to abort
+		// a transaction: skip it, and the next sweep finds the keys again.
+		return nil
+	}
+	for _, k := range r.keys {
+		b.DeleteKey(k)
+	}
+	r.encoded()
+	return nil
+}
+
+func (r *sweepReq) Durable() { r.settled() }
+
+func (r *sweepReq) Fail(err error) {
+	r.settled()
+	r.failed(err)
+}
+
 // restorePart builds partition p's part from the store, for Assign: as
 // restore does for every partition at New, with p's inbox alone (in
 // cluster mode a message from another partition arrives through the
@@ -471,6 +518,7 @@ var (
 	_ committer.Answerer = (*partCommit)(nil)
 	_ Request            = (*partCommit)(nil)
 	_ Request            = (*arrivalsReq)(nil)
+	_ Request            = (*sweepReq)(nil)
 	_ Request            = (*sourceReq)(nil)
 	_ Request            = (*popReq)(nil)
 	_ Request            = (*ackReq)(nil)

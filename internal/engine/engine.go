@@ -219,6 +219,7 @@ func New(opts Options) (*Engine, error) {
 	if opts.Owned {
 		e.slots = make([]atomic.Pointer[part], e.n)
 		e.prev = make([]*part, e.n)
+		e.db.SetChangelogSweep(e.sweepThroughChangelog)
 	} else if err := e.restore(); err != nil {
 		return nil, err
 	}
@@ -286,6 +287,9 @@ func (e *Engine) Start() {
 func (e *Engine) Close() {
 	if e.closed.Swap(true) {
 		return
+	}
+	if e.opts.Owned {
+		e.db.SetChangelogSweep(nil)
 	}
 	e.cancel()
 	e.wg.Wait()

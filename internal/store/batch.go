@@ -223,6 +223,11 @@ func (b *Batch) Stage(fn func(*Batch) error) error {
 	return nil
 }
 
+// DeleteKey deletes key, whatever its space: the deletions a partition's
+// owner makes through its changelog for the retention sweep
+// (DB.SetChangelogSweep).
+func (b *Batch) DeleteKey(key []byte) { b.delete(key) }
+
 // Len returns the number of writes in the batch.
 func (b *Batch) Len() int { return int(b.live().Count()) }
 

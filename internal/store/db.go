@@ -182,6 +182,9 @@ type DB struct {
 	// histTouched is the entries given history records since the last
 	// sweep (history.go).
 	histTouched historyTouched
+	// changelogSweep, when set, takes the retention deletions of keys a
+	// partition's changelog wrote (cluster mode; retention.go).
+	changelogSweep atomic.Pointer[ChangelogSweep]
 }
 
 // Open opens the store in dir, creating it if it does not exist.

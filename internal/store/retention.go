@@ -227,8 +227,73 @@ func (d *deleter) flush() error {
 	}
 	b := d.b
 	d.b = nil
+	if sink := d.db.changelogSweep.Load(); sink != nil {
+		return d.db.routeSweep(b, *sink)
+	}
 	// Retention deletions need no sync: lost ones are redone next sweep.
 	return b.Commit(false)
+}
+
+// ChangelogSweep takes, in cluster mode, the retention deletions of keys
+// that partition p's changelog wrote into the store. It must delete them
+// through the changelog — tombstones in the transaction of p's owner,
+// applied to the store once committed — or not at all: a key deleted only
+// here would come back with the next restore from the changelog, on this
+// node or another, and the compacted changelog would keep every key ever
+// written. It is called from the sweep's goroutine and must not block on
+// the sweep; keys are the callee's to keep.
+type ChangelogSweep func(p int, keys [][]byte)
+
+// SetChangelogSweep makes Sweep hand the deletions of keys a partition's
+// changelog wrote to fn instead of deleting them itself (cluster mode);
+// deletions of keys no changelog wrote stay local. nil restores local
+// deletion of everything.
+func (db *DB) SetChangelogSweep(fn ChangelogSweep) {
+	if fn == nil {
+		db.changelogSweep.Store(nil)
+		return
+	}
+	db.changelogSweep.Store(&fn)
+}
+
+// routeSweep splits a batch of retention deletions: a key in a
+// partition's changelog index goes to sink with the other keys of its
+// partition; the rest is deleted here.
+func (db *DB) routeSweep(b *Batch, sink ChangelogSweep) error {
+	defer b.Close()
+	local := db.NewBatch()
+	defer local.Close()
+	byPart := map[int][][]byte{}
+	var idx []byte
+	// Retention only deletes; Ops lists each key once.
+	err := b.Ops(func(op Op) error {
+		key := op.Key
+		for p := range db.partitions {
+			idx = changelogKeysKey(idx[:0], p, key)
+			_, found, err := db.get(idx)
+			if err != nil {
+				return err
+			}
+			if found {
+				byPart[p] = append(byPart[p], append([]byte(nil), key...))
+				return nil
+			}
+		}
+		local.delete(key)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for p := range db.partitions {
+		if keys := byPart[p]; len(keys) > 0 {
+			sink(p, keys)
+		}
+	}
+	if local.Len() == 0 {
+		return nil
+	}
+	return local.Commit(false)
 }
 
 // countKeys counts the keys in [lower, upper) without reading values.

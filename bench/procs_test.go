@@ -228,11 +228,20 @@ func startChild(b *testing.B, role string, env ...string) *child {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(exe)
+	argv := []string{exe}
 	if n := *flagNice; n != 0 && role != "runtime" {
 		// nice execs the test binary: the pid stays the child's.
-		cmd = exec.Command("nice", "-n", strconv.Itoa(n), exe)
+		argv = append([]string{"nice", "-n", strconv.Itoa(n)}, argv...)
 	}
+	if rt, others, ok := strings.Cut(*flagPin, ":"); ok {
+		cpus := others
+		if role == "runtime" {
+			cpus = rt
+		}
+		// taskset execs too: the pid stays the child's.
+		argv = append([]string{"taskset", "-c", cpus}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

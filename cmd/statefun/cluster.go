@@ -22,6 +22,7 @@ type clusterFlags struct {
 	partitions, replication     *int
 	retention, commitInterval   *time.Duration
 	propsFile                   *string
+	leave                       *bool
 	props                       []module.KafkaProperty
 	propErr                     error
 }
@@ -38,6 +39,7 @@ func registerClusterFlags(fs *flag.FlagSet) *clusterFlags {
 	c.replication = fs.Int("cluster-replication", envInt("STATEFUN_CLUSTER_REPLICATION", 0), "cluster mode: replication factor of the internal topics this node creates; 0 means 3, or the number of brokers when fewer (env STATEFUN_CLUSTER_REPLICATION)")
 	c.retention = fs.Duration("cluster-messages-retention", envDuration("STATEFUN_CLUSTER_MESSAGES_RETENTION", clusterconfig.DefaultMessagesRetention), "cluster mode: retention of the messages topic when this node creates it; -1s keeps records forever (env STATEFUN_CLUSTER_MESSAGES_RETENTION)")
 	c.commitInterval = fs.Duration("cluster-commit-interval", envDuration("STATEFUN_CLUSTER_COMMIT_INTERVAL", clusterconfig.DefaultCommitInterval), "cluster mode: how often a node commits its Kafka transaction (env STATEFUN_CLUSTER_COMMIT_INTERVAL)")
+	c.leave = fs.Bool("cluster-leave-on-stop", envBool("STATEFUN_CLUSTER_LEAVE_ON_STOP", false), "cluster mode: a clean stop (SIGTERM) removes this node from the group at once, so its partitions move without waiting for the session timeout; for a node stopped for good (env STATEFUN_CLUSTER_LEAVE_ON_STOP)")
 	c.propsFile = fs.String("cluster-properties", env("STATEFUN_CLUSTER_PROPERTIES", ""), "cluster mode: a Kafka client properties file (key=value lines, as client.properties); --cluster-property overrides it (env STATEFUN_CLUSTER_PROPERTIES)")
 	fs.Func("cluster-property", "cluster mode: one Kafka client property key=value, e.g. security.protocol=SASL_SSL; repeatable (docs/kafka.md, client properties)", func(v string) error {
 		p, err := clusterconfig.ParsePropertyFlag(v)
@@ -113,6 +115,7 @@ func (c *clusterFlags) config() (*clusterconfig.Config, error) {
 		Replication:       *c.replication,
 		MessagesRetention: *c.retention,
 		CommitInterval:    *c.commitInterval,
+		LeaveOnStop:       *c.leave,
 		Properties:        props,
 	}
 	if err := cfg.Validate(); err != nil {

@@ -118,6 +118,20 @@ func envInt(name string, def int) int {
 	return n
 }
 
+// envBool returns the boolean in the environment variable (as
+// strconv.ParseBool reads it: true, false, 1, 0, ...), or def.
+func envBool(name string, def bool) bool {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil && badEnv == "" {
+		badEnv = fmt.Sprintf("%s=%q is not true or false", name, v)
+	}
+	return b
+}
+
 // parseBytes reads a size: a number of bytes, optionally with a KiB, MiB or
 // GiB suffix (KB, MB, GB and K, M, G are read as the same powers of two).
 func parseBytes(s string) (uint64, error) {

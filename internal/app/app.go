@@ -431,6 +431,9 @@ func (a *App) Close() error {
 		}
 		a.eng.Close() // in cluster mode, stops the session too
 		if a.node != nil {
+			if a.cfg.Cluster.LeaveOnStop {
+				a.node.Leave()
+			}
 			a.node.Close()
 		}
 		a.fns.Close()

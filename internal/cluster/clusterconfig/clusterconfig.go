@@ -90,6 +90,13 @@ type Config struct {
 	// CommitInterval is how often a node commits its transaction; 0 means
 	// DefaultCommitInterval (--cluster-commit-interval).
 	CommitInterval time.Duration
+	// LeaveOnStop makes a clean stop remove the node from the consumer
+	// group at once (by its instance id), so that its partitions move now
+	// instead of after the session timeout: for a node stopped for good,
+	// scaling down. Without it a stopped node keeps its partitions for one
+	// session timeout, which a restart within it finds again
+	// (--cluster-leave-on-stop).
+	LeaveOnStop bool
 	// Properties are Kafka client properties (security, timeouts, tuning)
 	// with the Java client's names, mapped by kafkaclient.ForCluster
 	// (--cluster-property, --cluster-properties).

@@ -201,6 +201,29 @@ func (n *Node) Withdraw() {
 	n.published.Store(false)
 }
 
+// Leave removes this node from the application's consumer group at once,
+// by its static-membership instance id, so that its partitions move now
+// rather than after the session timeout: a permanent stop (scaling down,
+// --cluster-leave-on-stop). Call it after the engine, and with it the
+// session, stopped: a node that left must commit nothing more. A failure
+// is logged; the partitions then move after the session timeout, as
+// without it.
+func (n *Node) Leave() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := n.cfg.Cluster
+	resps, err := n.adm.LeaveGroup(ctx, kadm.LeaveGroup(c.AppID).InstanceIDs(c.NodeID).
+		Reason("statefun: node "+c.NodeID+" stopped for good (--cluster-leave-on-stop)"))
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		n.log.Warn("cluster: the node did not leave the group; its partitions move after the session timeout", "err", err)
+		return
+	}
+	n.log.Info("cluster: the node left the group; its partitions move to the other nodes now")
+}
+
 // Close stops the member watcher and the ingress producer; the session
 // stops with the engine.
 func (n *Node) Close() {

@@ -316,16 +316,18 @@ type arrivalsReq struct {
 	// left out); keys their inbox keys.
 	keep []int
 	keys []partition.InboxKey
-	// ids are the mutation ids this request added to the part's commands.
-	ids  []string
-	done chan error
+	// ids are the mutation ids this request added to the part's commands;
+	// ikeys the ingress keys it added to the part's ingressKeys.
+	ids   []string
+	ikeys []string
+	done  chan error
 }
 
 func (r *arrivalsReq) Encode(b *store.Batch) error {
 	if err := r.p.encodable(); err != nil {
 		return err
 	}
-	r.keep, r.keys, r.ids = r.keep[:0], r.keys[:0], r.ids[:0]
+	r.keep, r.keys, r.ids, r.ikeys = r.keep[:0], r.keys[:0], r.ids[:0], r.ikeys[:0]
 	now := r.e.opts.Now().UnixMilli()
 	for i, rec := range r.recs {
 		k := partition.InboxKey{Partition: r.p.id, Source: SourceMessages, Seq: uint64(rec.Offset)}
@@ -341,6 +343,16 @@ func (r *arrivalsReq) Encode(b *store.Batch) error {
 			r.p.commands[m.GetId()] = true
 			r.ids = append(r.ids, m.GetId())
 			b.PutReceipt(&protocol.Receipt{Mutation: m.GetId(), Status: "accepted", At: now, Target: m.GetTarget(), State: m.GetState()})
+		}
+		if ik := rec.Env.GetIngressKey(); ik != nil {
+			deliver, err := r.firstOfKey(b, ik, rec, now)
+			if err != nil {
+				r.undo()
+				return err
+			}
+			if !deliver {
+				continue
+			}
 		}
 		b.PutInbox(r.p.arr.assign(k), rec.Env)
 		r.keep = append(r.keep, i)
@@ -369,11 +381,20 @@ func (r *arrivalsReq) undo() {
 	for _, id := range r.ids {
 		delete(r.p.commands, id)
 	}
+	for _, k := range r.ikeys {
+		delete(r.p.ingressKeys, k)
+	}
+	r.ikeys = r.ikeys[:0]
 	r.keep, r.keys, r.ids = r.keep[:0], r.keys[:0], r.ids[:0]
 }
 
 func (r *arrivalsReq) Durable() {
 	r.settled()
+	// The store has the keys now; the part's map holds only those of
+	// requests not yet durable, so it does not grow with every key.
+	for _, k := range r.ikeys {
+		delete(r.p.ingressKeys, k)
+	}
 	commands := false
 	for j, i := range r.keep {
 		env := r.recs[i].Env

@@ -22,6 +22,7 @@ type Metrics struct {
 	ingressed       prometheus.Counter
 	ingressRejected prometheus.Counter
 	ingressReplayed prometheus.Counter
+	ingressKeyReuse prometheus.Counter
 	stateRequest    *prometheus.HistogramVec
 	stateReads      *prometheus.CounterVec
 	repair          *repairGauges
@@ -69,6 +70,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ingressReplayed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "statefun_ingress_replayed_total", Help: "Ingress requests answered from an earlier request with the same Idempotency-Key, without a new message.",
 		}),
+		ingressKeyReuse: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "statefun_ingress_key_reused_total", Help: "Cluster mode: ingress messages whose Idempotency-Key was used before, for the same address, by a different request: not delivered, kept as message dead letters.",
+		}),
 		// The engine's share of a state API request's latency: with the
 		// HTTP round trip measured by the client, it says whether a slow
 		// answer waited in the runtime (the partition's mailbox, the group
@@ -85,7 +89,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.invocations, m.batchSize, m.callSeconds, m.retries, m.commitSeconds,
-			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed, m.stateRequest, m.stateReads)
+			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed, m.ingressKeyReuse, m.stateRequest, m.stateReads)
 		reg.MustRegister(m.repair.collectors()...)
 	}
 	return m

@@ -74,6 +74,11 @@ type part struct {
 	// (SubmitArrivals): a repeat of one is not applied twice. Owned by the
 	// durability goroutine.
 	commands map[string]bool
+	// ingressKeys is the Idempotency-Keys of the ingress messages this
+	// part encoded (SubmitArrivals), scope and key to fingerprint: a
+	// repeat polled before the first is durable is known here. Owned by
+	// the durability goroutine.
+	ingressKeys map[string][]byte
 	// stop ends the runner, which closes done (cluster mode).
 	stop context.CancelFunc
 	done chan struct{}
@@ -81,7 +86,8 @@ type part struct {
 
 func newPart(id int, core *partition.Core, out effects, now func() time.Time) *part {
 	return &part{id: id, core: core, mb: mailbox.New[partition.Event](), out: out, now: now, held: map[partition.InboxKey]int{},
-		pending: newPendingWrites(), arr: newArrivals(), commands: map[string]bool{}}
+		pending: newPendingWrites(), arr: newArrivals(), commands: map[string]bool{},
+		ingressKeys: map[string][]byte{}}
 }
 
 // encodable returns nil while requests of this part may be encoded, and

@@ -36,7 +36,11 @@ type Envelope struct {
 	CancellationToken string `protobuf:"bytes,4,opt,name=cancellation_token,json=cancellationToken,proto3" json:"cancellation_token,omitempty"`
 	// mutation is set (and the fields above unset) for an operator mutation
 	// accepted before it was applied.
-	Mutation      *StateMutation `protobuf:"bytes,5,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	Mutation *StateMutation `protobuf:"bytes,5,opt,name=mutation,proto3" json:"mutation,omitempty"`
+	// ingress_key is set, in cluster mode, on a playground ingress message
+	// sent with an Idempotency-Key: the owner of the target delivers the
+	// first message of each key and drops repeats (docs/cluster.md).
+	IngressKey    *IngressKey `protobuf:"bytes,6,opt,name=ingress_key,json=ingressKey,proto3" json:"ingress_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -106,6 +110,79 @@ func (x *Envelope) GetMutation() *StateMutation {
 	return nil
 }
 
+func (x *Envelope) GetIngressKey() *IngressKey {
+	if x != nil {
+		return x.IngressKey
+	}
+	return nil
+}
+
+// IngressKey is an Idempotency-Key a playground ingress message carries
+// through the messages topic in cluster mode.
+type IngressKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// scope is where the key is unique: the target address,
+	// "namespace/type/id" (the owner of one partition sees only its own).
+	Scope string `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`
+	Key   string `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	// fingerprint is the request's (idempotency.Fingerprint): a repeat with
+	// another one is a key reused for a different request.
+	Fingerprint   []byte `protobuf:"bytes,3,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngressKey) Reset() {
+	*x = IngressKey{}
+	mi := &file_protocol_stored_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngressKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngressKey) ProtoMessage() {}
+
+func (x *IngressKey) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngressKey.ProtoReflect.Descriptor instead.
+func (*IngressKey) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *IngressKey) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *IngressKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *IngressKey) GetFingerprint() []byte {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return nil
+}
+
 // Specs is every state a function type has declared, in registration order.
 type Specs struct {
 	state         protoimpl.MessageState             `protogen:"open.v1"`
@@ -116,7 +193,7 @@ type Specs struct {
 
 func (x *Specs) Reset() {
 	*x = Specs{}
-	mi := &file_protocol_stored_proto_msgTypes[1]
+	mi := &file_protocol_stored_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -128,7 +205,7 @@ func (x *Specs) String() string {
 func (*Specs) ProtoMessage() {}
 
 func (x *Specs) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[1]
+	mi := &file_protocol_stored_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -141,7 +218,7 @@ func (x *Specs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Specs.ProtoReflect.Descriptor instead.
 func (*Specs) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{1}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Specs) GetSpecs() []*FromFunction_PersistedValueSpec {
@@ -164,7 +241,7 @@ type EgressRecord struct {
 
 func (x *EgressRecord) Reset() {
 	*x = EgressRecord{}
-	mi := &file_protocol_stored_proto_msgTypes[2]
+	mi := &file_protocol_stored_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -176,7 +253,7 @@ func (x *EgressRecord) String() string {
 func (*EgressRecord) ProtoMessage() {}
 
 func (x *EgressRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[2]
+	mi := &file_protocol_stored_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -189,7 +266,7 @@ func (x *EgressRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressRecord.ProtoReflect.Descriptor instead.
 func (*EgressRecord) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{2}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EgressRecord) GetEgressNamespace() string {
@@ -231,7 +308,7 @@ type PartitionMeta struct {
 
 func (x *PartitionMeta) Reset() {
 	*x = PartitionMeta{}
-	mi := &file_protocol_stored_proto_msgTypes[3]
+	mi := &file_protocol_stored_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +320,7 @@ func (x *PartitionMeta) String() string {
 func (*PartitionMeta) ProtoMessage() {}
 
 func (x *PartitionMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[3]
+	mi := &file_protocol_stored_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +333,7 @@ func (x *PartitionMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMeta.ProtoReflect.Descriptor instead.
 func (*PartitionMeta) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{3}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *PartitionMeta) GetCommitId() uint64 {
@@ -306,7 +383,7 @@ type StateMutation struct {
 
 func (x *StateMutation) Reset() {
 	*x = StateMutation{}
-	mi := &file_protocol_stored_proto_msgTypes[4]
+	mi := &file_protocol_stored_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -318,7 +395,7 @@ func (x *StateMutation) String() string {
 func (*StateMutation) ProtoMessage() {}
 
 func (x *StateMutation) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[4]
+	mi := &file_protocol_stored_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -331,7 +408,7 @@ func (x *StateMutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateMutation.ProtoReflect.Descriptor instead.
 func (*StateMutation) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{4}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StateMutation) GetId() string {
@@ -454,7 +531,7 @@ type RestoreEntry struct {
 
 func (x *RestoreEntry) Reset() {
 	*x = RestoreEntry{}
-	mi := &file_protocol_stored_proto_msgTypes[5]
+	mi := &file_protocol_stored_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +543,7 @@ func (x *RestoreEntry) String() string {
 func (*RestoreEntry) ProtoMessage() {}
 
 func (x *RestoreEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[5]
+	mi := &file_protocol_stored_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +556,7 @@ func (x *RestoreEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreEntry.ProtoReflect.Descriptor instead.
 func (*RestoreEntry) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RestoreEntry) GetState() string {
@@ -535,7 +612,7 @@ type MessageRepair struct {
 
 func (x *MessageRepair) Reset() {
 	*x = MessageRepair{}
-	mi := &file_protocol_stored_proto_msgTypes[6]
+	mi := &file_protocol_stored_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +624,7 @@ func (x *MessageRepair) String() string {
 func (*MessageRepair) ProtoMessage() {}
 
 func (x *MessageRepair) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[6]
+	mi := &file_protocol_stored_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +637,7 @@ func (x *MessageRepair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRepair.ProtoReflect.Descriptor instead.
 func (*MessageRepair) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MessageRepair) GetKey() *InboxKey {
@@ -610,7 +687,7 @@ type InboxKey struct {
 
 func (x *InboxKey) Reset() {
 	*x = InboxKey{}
-	mi := &file_protocol_stored_proto_msgTypes[7]
+	mi := &file_protocol_stored_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +699,7 @@ func (x *InboxKey) String() string {
 func (*InboxKey) ProtoMessage() {}
 
 func (x *InboxKey) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[7]
+	mi := &file_protocol_stored_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +712,7 @@ func (x *InboxKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboxKey.ProtoReflect.Descriptor instead.
 func (*InboxKey) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{7}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *InboxKey) GetPartition() int32 {
@@ -673,7 +750,7 @@ type EntryImage struct {
 
 func (x *EntryImage) Reset() {
 	*x = EntryImage{}
-	mi := &file_protocol_stored_proto_msgTypes[8]
+	mi := &file_protocol_stored_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +762,7 @@ func (x *EntryImage) String() string {
 func (*EntryImage) ProtoMessage() {}
 
 func (x *EntryImage) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[8]
+	mi := &file_protocol_stored_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +775,7 @@ func (x *EntryImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryImage.ProtoReflect.Descriptor instead.
 func (*EntryImage) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{8}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EntryImage) GetState() string {
@@ -749,7 +826,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_protocol_stored_proto_msgTypes[9]
+	mi := &file_protocol_stored_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +838,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[9]
+	mi := &file_protocol_stored_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +851,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{9}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Condition) GetAny() bool {
@@ -812,7 +889,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_protocol_stored_proto_msgTypes[10]
+	mi := &file_protocol_stored_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +901,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[10]
+	mi := &file_protocol_stored_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +914,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{10}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Receipt) GetMutation() string {
@@ -941,7 +1018,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_protocol_stored_proto_msgTypes[11]
+	mi := &file_protocol_stored_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1030,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[11]
+	mi := &file_protocol_stored_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1043,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{11}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AuditRecord) GetMutation() string {
@@ -1101,7 +1178,7 @@ type TimerImage struct {
 
 func (x *TimerImage) Reset() {
 	*x = TimerImage{}
-	mi := &file_protocol_stored_proto_msgTypes[12]
+	mi := &file_protocol_stored_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1190,7 @@ func (x *TimerImage) String() string {
 func (*TimerImage) ProtoMessage() {}
 
 func (x *TimerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[12]
+	mi := &file_protocol_stored_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1203,7 @@ func (x *TimerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerImage.ProtoReflect.Descriptor instead.
 func (*TimerImage) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{12}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TimerImage) GetPartition() int32 {
@@ -1181,7 +1258,7 @@ type MessageDeadLetter struct {
 
 func (x *MessageDeadLetter) Reset() {
 	*x = MessageDeadLetter{}
-	mi := &file_protocol_stored_proto_msgTypes[13]
+	mi := &file_protocol_stored_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1270,7 @@ func (x *MessageDeadLetter) String() string {
 func (*MessageDeadLetter) ProtoMessage() {}
 
 func (x *MessageDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[13]
+	mi := &file_protocol_stored_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1283,7 @@ func (x *MessageDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDeadLetter.ProtoReflect.Descriptor instead.
 func (*MessageDeadLetter) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{13}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MessageDeadLetter) GetId() string {
@@ -1269,13 +1346,20 @@ var File_protocol_stored_proto protoreflect.FileDescriptor
 
 const file_protocol_stored_proto_rawDesc = "" +
 	"\n" +
-	"\x15protocol/stored.proto\x12\x17statefun.runtime.stored\x1a\x1bprotocol/requestreply.proto\"\xaf\x02\n" +
+	"\x15protocol/stored.proto\x12\x17statefun.runtime.stored\x1a\x1bprotocol/requestreply.proto\"\xf5\x02\n" +
 	"\bEnvelope\x127\n" +
 	"\x06target\x18\x01 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x127\n" +
 	"\x06caller\x18\x02 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06caller\x12>\n" +
 	"\bargument\x18\x03 \x01(\v2\".statefun.wire.reqreply.TypedValueR\bargument\x12-\n" +
 	"\x12cancellation_token\x18\x04 \x01(\tR\x11cancellationToken\x12B\n" +
-	"\bmutation\x18\x05 \x01(\v2&.statefun.runtime.stored.StateMutationR\bmutation\"V\n" +
+	"\bmutation\x18\x05 \x01(\v2&.statefun.runtime.stored.StateMutationR\bmutation\x12D\n" +
+	"\vingress_key\x18\x06 \x01(\v2#.statefun.runtime.stored.IngressKeyR\n" +
+	"ingressKey\"V\n" +
+	"\n" +
+	"IngressKey\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12 \n" +
+	"\vfingerprint\x18\x03 \x01(\fR\vfingerprint\"V\n" +
 	"\x05Specs\x12M\n" +
 	"\x05specs\x18\x01 \x03(\v27.statefun.wire.reqreply.FromFunction.PersistedValueSpecR\x05specs\"\x9a\x01\n" +
 	"\fEgressRecord\x12)\n" +
@@ -1394,54 +1478,56 @@ func file_protocol_stored_proto_rawDescGZIP() []byte {
 	return file_protocol_stored_proto_rawDescData
 }
 
-var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_protocol_stored_proto_goTypes = []any{
 	(*Envelope)(nil),                        // 0: statefun.runtime.stored.Envelope
-	(*Specs)(nil),                           // 1: statefun.runtime.stored.Specs
-	(*EgressRecord)(nil),                    // 2: statefun.runtime.stored.EgressRecord
-	(*PartitionMeta)(nil),                   // 3: statefun.runtime.stored.PartitionMeta
-	(*StateMutation)(nil),                   // 4: statefun.runtime.stored.StateMutation
-	(*RestoreEntry)(nil),                    // 5: statefun.runtime.stored.RestoreEntry
-	(*MessageRepair)(nil),                   // 6: statefun.runtime.stored.MessageRepair
-	(*InboxKey)(nil),                        // 7: statefun.runtime.stored.InboxKey
-	(*EntryImage)(nil),                      // 8: statefun.runtime.stored.EntryImage
-	(*Condition)(nil),                       // 9: statefun.runtime.stored.Condition
-	(*Receipt)(nil),                         // 10: statefun.runtime.stored.Receipt
-	(*AuditRecord)(nil),                     // 11: statefun.runtime.stored.AuditRecord
-	(*TimerImage)(nil),                      // 12: statefun.runtime.stored.TimerImage
-	(*MessageDeadLetter)(nil),               // 13: statefun.runtime.stored.MessageDeadLetter
-	(*Address)(nil),                         // 14: statefun.wire.reqreply.Address
-	(*TypedValue)(nil),                      // 15: statefun.wire.reqreply.TypedValue
-	(*FromFunction_PersistedValueSpec)(nil), // 16: statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	(*IngressKey)(nil),                      // 1: statefun.runtime.stored.IngressKey
+	(*Specs)(nil),                           // 2: statefun.runtime.stored.Specs
+	(*EgressRecord)(nil),                    // 3: statefun.runtime.stored.EgressRecord
+	(*PartitionMeta)(nil),                   // 4: statefun.runtime.stored.PartitionMeta
+	(*StateMutation)(nil),                   // 5: statefun.runtime.stored.StateMutation
+	(*RestoreEntry)(nil),                    // 6: statefun.runtime.stored.RestoreEntry
+	(*MessageRepair)(nil),                   // 7: statefun.runtime.stored.MessageRepair
+	(*InboxKey)(nil),                        // 8: statefun.runtime.stored.InboxKey
+	(*EntryImage)(nil),                      // 9: statefun.runtime.stored.EntryImage
+	(*Condition)(nil),                       // 10: statefun.runtime.stored.Condition
+	(*Receipt)(nil),                         // 11: statefun.runtime.stored.Receipt
+	(*AuditRecord)(nil),                     // 12: statefun.runtime.stored.AuditRecord
+	(*TimerImage)(nil),                      // 13: statefun.runtime.stored.TimerImage
+	(*MessageDeadLetter)(nil),               // 14: statefun.runtime.stored.MessageDeadLetter
+	(*Address)(nil),                         // 15: statefun.wire.reqreply.Address
+	(*TypedValue)(nil),                      // 16: statefun.wire.reqreply.TypedValue
+	(*FromFunction_PersistedValueSpec)(nil), // 17: statefun.wire.reqreply.FromFunction.PersistedValueSpec
 }
 var file_protocol_stored_proto_depIdxs = []int32{
-	14, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
-	14, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
-	15, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
-	4,  // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
-	16, // 4: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
-	15, // 5: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
-	14, // 6: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
-	9,  // 7: statefun.runtime.stored.StateMutation.if_match_tags:type_name -> statefun.runtime.stored.Condition
-	9,  // 8: statefun.runtime.stored.StateMutation.if_none_match_tags:type_name -> statefun.runtime.stored.Condition
-	5,  // 9: statefun.runtime.stored.StateMutation.image:type_name -> statefun.runtime.stored.RestoreEntry
-	6,  // 10: statefun.runtime.stored.StateMutation.repair:type_name -> statefun.runtime.stored.MessageRepair
-	7,  // 11: statefun.runtime.stored.MessageRepair.key:type_name -> statefun.runtime.stored.InboxKey
-	15, // 12: statefun.runtime.stored.MessageRepair.argument:type_name -> statefun.wire.reqreply.TypedValue
-	8,  // 13: statefun.runtime.stored.MessageRepair.entries:type_name -> statefun.runtime.stored.EntryImage
-	0,  // 14: statefun.runtime.stored.MessageRepair.messages:type_name -> statefun.runtime.stored.Envelope
-	12, // 15: statefun.runtime.stored.MessageRepair.timers:type_name -> statefun.runtime.stored.TimerImage
-	14, // 16: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
-	14, // 17: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
-	0,  // 18: statefun.runtime.stored.AuditRecord.messages:type_name -> statefun.runtime.stored.Envelope
-	12, // 19: statefun.runtime.stored.AuditRecord.timers:type_name -> statefun.runtime.stored.TimerImage
-	0,  // 20: statefun.runtime.stored.TimerImage.envelope:type_name -> statefun.runtime.stored.Envelope
-	0,  // 21: statefun.runtime.stored.MessageDeadLetter.envelope:type_name -> statefun.runtime.stored.Envelope
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	15, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
+	15, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
+	16, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
+	5,  // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
+	1,  // 4: statefun.runtime.stored.Envelope.ingress_key:type_name -> statefun.runtime.stored.IngressKey
+	17, // 5: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	16, // 6: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
+	15, // 7: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
+	10, // 8: statefun.runtime.stored.StateMutation.if_match_tags:type_name -> statefun.runtime.stored.Condition
+	10, // 9: statefun.runtime.stored.StateMutation.if_none_match_tags:type_name -> statefun.runtime.stored.Condition
+	6,  // 10: statefun.runtime.stored.StateMutation.image:type_name -> statefun.runtime.stored.RestoreEntry
+	7,  // 11: statefun.runtime.stored.StateMutation.repair:type_name -> statefun.runtime.stored.MessageRepair
+	8,  // 12: statefun.runtime.stored.MessageRepair.key:type_name -> statefun.runtime.stored.InboxKey
+	16, // 13: statefun.runtime.stored.MessageRepair.argument:type_name -> statefun.wire.reqreply.TypedValue
+	9,  // 14: statefun.runtime.stored.MessageRepair.entries:type_name -> statefun.runtime.stored.EntryImage
+	0,  // 15: statefun.runtime.stored.MessageRepair.messages:type_name -> statefun.runtime.stored.Envelope
+	13, // 16: statefun.runtime.stored.MessageRepair.timers:type_name -> statefun.runtime.stored.TimerImage
+	15, // 17: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
+	15, // 18: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
+	0,  // 19: statefun.runtime.stored.AuditRecord.messages:type_name -> statefun.runtime.stored.Envelope
+	13, // 20: statefun.runtime.stored.AuditRecord.timers:type_name -> statefun.runtime.stored.TimerImage
+	0,  // 21: statefun.runtime.stored.TimerImage.envelope:type_name -> statefun.runtime.stored.Envelope
+	0,  // 22: statefun.runtime.stored.MessageDeadLetter.envelope:type_name -> statefun.runtime.stored.Envelope
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_protocol_stored_proto_init() }
@@ -1456,7 +1542,7 @@ func file_protocol_stored_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_stored_proto_rawDesc), len(file_protocol_stored_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

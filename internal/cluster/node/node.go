@@ -32,7 +32,6 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/session"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/idempotency"
-	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -247,11 +246,18 @@ func (n *Node) Ingest(ctx context.Context, env *protocol.Envelope) error {
 	return nil
 }
 
-// IngestOnce refuses: idempotency keys live in one node's store, which
-// another node does not see, so cluster mode does not take them yet.
-func (n *Node) IngestOnce(context.Context, *protocol.Envelope, idempotency.Request) (bool, error) {
-	return false, fmt.Errorf("%w: the %s header in cluster mode (keys are not shared between nodes yet); send the message without it",
-		ingress.ErrNotSupported, idempotency.Header)
+// IngestOnce produces a message sent with an Idempotency-Key, the key in
+// the record (Envelope.IngressKey), scoped to the target address: the
+// owner of the address delivers the first message of each key and drops
+// repeats (engine.SubmitArrivals), so a client that retries until it gets
+// a 200 has sent one message. It never reports a replay — whether the key
+// was seen before is known only to the owner, after the answer — so a
+// repeat is answered 200 like the first (docs/cluster.md, "Edges").
+func (n *Node) IngestOnce(ctx context.Context, env *protocol.Envelope, r idempotency.Request) (bool, error) {
+	t := env.GetTarget()
+	keyed := proto.Clone(env).(*protocol.Envelope)
+	keyed.IngressKey = &protocol.IngressKey{Scope: r.Scope + "/" + t.GetId(), Key: r.Key, Fingerprint: r.Fingerprint}
+	return false, n.Ingest(ctx, keyed)
 }
 
 // record is the messages-topic record of env.

@@ -203,7 +203,15 @@ func (s *Sender) fetch(ctx context.Context, adminURL, id, auth string) (*protoco
 		return nil, &stateapi.CommandError{Status: http.StatusForbidden, Mutation: id,
 			Detail: fmt.Sprintf("mutation %s was sent to the owner as a command, but its receipt cannot be read there with this token (%s): a write through a node that does not own the address reads the owner's receipt with the caller's token, which needs the read scope; use ?ack=accepted, or give the token the read scope", id, resp.Status)}
 	default:
-		return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+		if resp.StatusCode >= 500 {
+			// The owner stopping, busy or moving: ask again.
+			return nil, fmt.Errorf("GET %s: %s: %s", u, resp.Status, strings.TrimSpace(string(body)))
+		}
+		// Asking again would get the same answer (a Host the owner does
+		// not allow, say): say what the owner said.
+		return nil, &stateapi.CommandError{Status: http.StatusBadGateway, Mutation: id,
+			Detail: fmt.Sprintf("mutation %s was sent to the owner as a command, but the owner refused to give its receipt (GET %s: %s: %s); the write applies once regardless",
+				id, u, resp.Status, strings.TrimSpace(string(body)))}
 	}
 	var rj receiptJSON
 	if err := json.Unmarshal(body, &rj); err != nil {

@@ -307,6 +307,10 @@ func Start(cfg Config) (*App, error) {
 	if cn != nil {
 		apiOpts.Owner, apiOpts.NodeID = cn.Owner, cfg.Cluster.NodeID
 		sink = cn // the playground ingress produces to the messages topic
+		if apiOpts.Commands, err = newCommands(cfg, cn, eng, db.Partitions()); err != nil {
+			a.Close()
+			return nil, err
+		}
 	}
 	api := stateapi.New(eng, apiOpts)
 	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready)), cfg.TLSCert, cfg.TLSKey); err != nil {

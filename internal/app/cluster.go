@@ -9,9 +9,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/statefun-go/statefun/internal/cluster/command"
 	"github.com/statefun-go/statefun/internal/cluster/node"
 	"github.com/statefun-go/statefun/internal/cluster/topics"
 	"github.com/statefun-go/statefun/internal/egress"
+	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/kafkaclient"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
 	"github.com/statefun-go/statefun/internal/module"
@@ -112,4 +114,11 @@ func clusterRoutes(mod *module.Module, cfg Config, maxRecord int) (*egress.Route
 // newNode makes the cluster node over the opened store.
 func newNode(cfg Config, db *store.DB, reg prometheus.Registerer) (*node.Node, error) {
 	return node.New(node.Config{Cluster: cfg.Cluster, DB: db, Metrics: reg, Logger: cfg.Logger})
+}
+
+// newCommands makes what sends the state API's writes about addresses
+// owned elsewhere to their owner, through the messages topic.
+func newCommands(cfg Config, cn *node.Node, eng *engine.Engine, partitions int) (*command.Sender, error) {
+	return command.New(command.Config{Produce: cn.Ingest, Owner: cn.Owner, Self: cfg.Cluster.NodeID,
+		Local: eng.WaitReceipt, Partitions: partitions, Budget: cfg.API.MaxWait, Logger: cfg.Logger})
 }

@@ -545,3 +545,12 @@ var (
 	_ Request            = (*ackReq)(nil)
 	_ Durability         = (*committer.Committer)(nil)
 )
+
+// Command is the messages-topic form of an operator mutation (cluster
+// mode): the envelope whose Mutation carries everything the owner's core
+// needs to apply it at its turn, with its id, so that SubmitArrivals
+// applies it once however often it is produced. m.Request and m.Ack belong
+// to the caller waiting on this node and do not travel.
+func Command(m partition.Mutation) *protocol.Envelope {
+	return &protocol.Envelope{Mutation: mutationToProto(m)}
+}

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/types"
 )
@@ -257,6 +258,14 @@ func (s *Server) putEntry(w http.ResponseWriter, r *http.Request, principal stri
 		}
 	}
 	typename, status, err := s.targetType(r, a, state, env)
+	if err != nil && status == 0 && s.opts.Commands != nil && errors.Is(err, engine.ErrMoved) {
+		// Owned elsewhere: the owner resolves the typename when the
+		// command takes its turn, but a text or JSON value is parsed here.
+		typename, err = "", nil
+		if media != mediaOctet {
+			status, err = http.StatusBadRequest, noTypenameHere(state)
+		}
+	}
 	if err != nil {
 		if status == 0 {
 			s.engineError(w, r, err)
@@ -294,7 +303,7 @@ func (s *Server) putEntry(w http.ResponseWriter, r *http.Request, principal stri
 	if m.Value == nil {
 		m.Value = []byte{}
 	}
-	if err := types.Validate(typename, m.Value); err != nil {
+	if err := types.Validate(typename, m.Value); typename != "" && err != nil {
 		fail(w, r, http.StatusUnprocessableEntity, valueDetail(err))
 		return
 	}
@@ -373,6 +382,10 @@ type receiptJSON struct {
 	Version         *string `json:"version"`
 	PreviousVersion *string `json:"previousVersion"`
 	Reason          string  `json:"reason,omitempty"`
+	// Rejection names why a rejected mutation was not applied
+	// (rejectionName): "precondition", "type-conflict", "no-typename",
+	// "not-found", "conflict".
+	Rejection string `json:"rejection,omitempty"`
 	// Commit is the position of the commit carrying the mutation,
 	// "<partition>.<commit id>", for a read's ?minCommit= (history.go).
 	Commit string `json:"commit,omitempty"`
@@ -380,9 +393,11 @@ type receiptJSON struct {
 
 // submit hands a mutation to the engine and answers with its receipt.
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, m partition.Mutation) {
-	rc, err := s.eng.Mutate(r.Context(), m)
+	rc, err := s.mutate(r, m)
 	if err != nil {
-		s.engineError(w, r, err)
+		if !commandError(w, r, err) {
+			s.engineError(w, r, err)
+		}
 		return
 	}
 	if m.Ack == partition.AckAccepted {
@@ -426,6 +441,7 @@ func receiptOf(rc partition.Receipt) receiptJSON {
 	}
 	if rc.Reject != partition.Applied {
 		out.Status = "rejected"
+		out.Rejection = rejectionName(rc.Reject)
 		out.Version = versionString(rc.Version)
 	} else {
 		out.Version = versionString(rc.Version)

@@ -70,6 +70,9 @@ func (s *Server) serveMutations(w http.ResponseWriter, r *http.Request) {
 func storedReceipt(rc *protocol.Receipt) receiptJSON {
 	out := receiptJSON{Mutation: rc.GetMutation(), Status: rc.GetStatus(), Reason: rc.GetReason(),
 		Version: versionString(rc.GetVersion())}
+	if rc.GetStatus() == "rejected" {
+		out.Rejection = rejectionName(partition.RejectCode(rc.GetReject()))
+	}
 	if rc.GetStatus() != "accepted" {
 		cp := rc.GetCheckpoint()
 		out.Checkpoint = &cp

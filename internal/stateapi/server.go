@@ -47,6 +47,11 @@ type Options struct {
 	// engine's invocation counters and repair gauges from it (nil: those
 	// figures are zero).
 	Metrics prometheus.Gatherer
+	// Commands, in cluster mode, takes the writes (PUT and DELETE of an
+	// entry, DELETE of an address) about addresses whose partition this
+	// node does not serve: they go to the owner as commands through the
+	// messages topic (commands.go). Nil: those answer 503 naming the owner.
+	Commands Commands
 	// AllowedOrigins are other origins (scheme://host[:port]) whose
 	// browser pages may send state-changing requests; any other
 	// cross-origin PUT, DELETE or POST is a 403.

@@ -1,0 +1,117 @@
+package stateapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/partition"
+)
+
+// Commands takes, in cluster mode, the mutations this node cannot apply
+// itself: a write about an address whose partition it does not serve
+// goes to the partition's owner as a command through the messages topic
+// (docs/cluster.md, "The state access API on every node").
+type Commands interface {
+	// Send produces m as a command carrying its id and returns when m.Ack
+	// says: AckAccepted once Kafka acknowledged the command (the receipt
+	// then holds only the id and AckAccepted); otherwise once the owner's
+	// receipt of m is final (committed or rejected), as a receipt with
+	// AckCommitted. The owner applies the id once, however often Send
+	// produces it. auth is the caller's Authorization header: the owner's
+	// receipt is read with it. An error that is a *CommandError says what
+	// to answer; ErrMoved and context errors are answered as the engine's.
+	Send(ctx context.Context, m partition.Mutation, auth string) (partition.Receipt, error)
+}
+
+// CommandError is a Commands failure with its answer: the status, a detail
+// for the problem, and the mutation id when the command may be in Kafka
+// (the answer then names its receipt, so the client can follow it instead
+// of sending the write again under a new id).
+type CommandError struct {
+	Status   int
+	Detail   string
+	Mutation string
+}
+
+func (e *CommandError) Error() string { return e.Detail }
+
+// commandOps are the mutations that travel as commands: those whose
+// request carries everything the owner needs. A restore reads its image
+// from the history and a revert its before-images from the audit log, of
+// this node's store; for an address owned elsewhere those may be missing
+// or stale, so they keep answering 503 naming the owner.
+var commandOps = map[partition.MutationOp]bool{partition.OpPut: true, partition.OpDelete: true, partition.OpDeleteAll: true}
+
+// mutate hands m to the engine, or in cluster mode, when the engine does
+// not serve m's partition, to Options.Commands. The engine answers ErrMoved
+// before the mutation reached a core, or when the core that had it was
+// revoked: then it was applied only if the commit carrying it committed,
+// and its receipt is then in the changelog, so the command, carrying the
+// same id, is skipped by the owner and its receipt read. Either way the id
+// applies once.
+func (s *Server) mutate(r *http.Request, m partition.Mutation) (partition.Receipt, error) {
+	rc, err := s.eng.Mutate(r.Context(), m)
+	if err == nil || s.opts.Commands == nil || !commandOps[m.Op] || !errors.Is(err, engine.ErrMoved) {
+		return rc, err
+	}
+	return s.opts.Commands.Send(r.Context(), m, r.Header.Get("Authorization"))
+}
+
+// commandError answers a Commands failure; false when err is not one.
+func commandError(w http.ResponseWriter, r *http.Request, err error) bool {
+	var ce *CommandError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	if ce.Mutation != "" {
+		w.Header().Set("Location", "/mutations/"+ce.Mutation)
+	}
+	if ce.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	fail(w, r, ce.Status, ce.Detail)
+	return true
+}
+
+// noTypenameHere is the 400 of a text or JSON write about an address owned
+// elsewhere whose typename this node does not know: the value cannot be
+// parsed without it, and only the owner holds the entry.
+func noTypenameHere(state string) error {
+	return fmt.Errorf("no typename for %q known on this node, which does not own the address: send a Statefun-Type header, or the value as %s (the owner then takes the registered or the stored typename)", state, mediaOctet)
+}
+
+// rejectionName names a rejection in a receipt's "rejection" field, so a
+// client (and a node reading the owner's receipt) can tell a failed
+// condition from a type conflict without parsing the reason.
+func rejectionName(c partition.RejectCode) string {
+	switch c {
+	case partition.Applied:
+		return ""
+	case partition.RejectPrecondition:
+		return "precondition"
+	case partition.RejectTypeConflict:
+		return "type-conflict"
+	case partition.RejectNoTypename:
+		return "no-typename"
+	case partition.RejectNotFound:
+		return "not-found"
+	case partition.RejectConflict:
+		return "conflict"
+	default:
+		return "other"
+	}
+}
+
+// RejectionCode is the code a receipt's "rejection" field names.
+func RejectionCode(name string) (partition.RejectCode, bool) {
+	for _, c := range []partition.RejectCode{partition.RejectPrecondition, partition.RejectTypeConflict,
+		partition.RejectNoTypename, partition.RejectNotFound, partition.RejectConflict} {
+		if rejectionName(c) == name {
+			return c, true
+		}
+	}
+	return 0, false
+}

@@ -80,6 +80,12 @@ func TestSimulation(t *testing.T) { runSeeds(t, false) }
 //     would): every seed failed at the first rebuild; seed 1 after 42
 //     lines, "partition 0: the store holds 0200…0003, which the committed
 //     changelog does not (an aborted or lost write)".
+//   - Assign's restore forgets the sequence of the partition's messages to
+//     itself (outSeq left at 0 in restorePart): the fixed set passed; over
+//     100 seeds, seeds 15, 18, 31, 38, 44 and others failed, seed 15 after
+//     208 lines, "settled with a message still in partition 1's inbox"
+//     (a new message took the key of one still pending, which then never
+//     ran). make soak runs enough seeds for that.
 func TestSimulationCluster(t *testing.T) { runSeeds(t, true) }
 
 // runSeeds runs the fixed set of seeds, or the flags' seeds, each in a

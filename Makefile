@@ -85,9 +85,9 @@ fuzz:
 	done
 
 # The long budget: fuzzing for minutes per target, and the deterministic
-# simulation over a thousand seeds (a failing seed prints the command that
-# replays it).
+# simulation over a thousand seeds, embedded and in cluster mode (a failing
+# seed prints the command that replays it).
 soak:
 	$(MAKE) fuzz FUZZTIME=5m
-	go test ./internal/sim -run 'TestSimulation$$' -sim.seeds=1000 -sim.steps=1200 -timeout 2h
+	go test ./internal/sim -run 'TestSimulation(Cluster)?$$' -sim.seeds=1000 -sim.steps=1200 -timeout 3h
 	STATEFUN_KAFKA_SOAK=1 go test -race ./e2e -run 'TestKafkaCrashExactlyOnce$$' -timeout 30m

@@ -14,276 +14,25 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statefun-go/statefun/internal/address"
-	"github.com/statefun-go/statefun/internal/engine/committer"
+	"github.com/statefun-go/statefun/internal/engine/clustertest"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
 // The tests of this file drive the cluster-mode seam (cluster.go) with its
-// own test double of the cluster session: fakeKafka holds the topics (a
-// messages log and a changelog per partition, the consumed offsets and the
-// egress records) in memory, and a fakeSession per engine implements
-// Durability and Outbound on it the way docs/cluster.md's commit protocol
-// says — one overlay per partition, records staged in the transaction,
-// the overlays applied with their changelog position only after the
-// commit, everything dropped on an abort. The real session is tested
-// against Kafka in internal/cluster/session.
+// own test double of the cluster session (package clustertest): the
+// topics in memory, and a session per engine that implements Durability
+// and Outbound on them the way docs/cluster.md's commit protocol says. The
+// real session is tested against Kafka in internal/cluster/session.
 
-// fakeKafka is the topics every node of a test shares.
-type fakeKafka struct {
-	mu        sync.Mutex
-	messages  map[int][]*protocol.Envelope // by partition; the offset is the index
-	changelog map[int][]store.Op           // by partition; the offset is the index
-	committed map[int]int64                // consumed offsets of the messages topic
-	egress    []partition.Egress
-}
-
-func newFakeKafka() *fakeKafka {
-	return &fakeKafka{messages: map[int][]*protocol.Envelope{}, changelog: map[int][]store.Op{}, committed: map[int]int64{}}
-}
-
-// produce appends a record to the messages topic as the playground ingress
-// or the state API would (outside any transaction).
-func (k *fakeKafka) produce(p int, env *protocol.Envelope) {
-	k.mu.Lock()
-	k.messages[p] = append(k.messages[p], env)
-	k.mu.Unlock()
-}
-
-// restore applies partition p's changelog from the store's position to its
-// end, as changelog.Restore does before Assign.
-func (k *fakeKafka) restore(t *testing.T, db *store.DB, p int) {
+// restoreFrom applies partition p's changelog from the store's position
+// to its end, as the session's restore does before Assign.
+func restoreFrom(t *testing.T, k *clustertest.Kafka, db *store.DB, p int) {
 	t.Helper()
-	pos, _, err := db.ChangelogPosition(p)
-	if err != nil {
+	if err := k.Restore(db, p); err != nil {
 		t.Fatal(err)
 	}
-	k.mu.Lock()
-	ops := append([]store.Op(nil), k.changelog[p][pos.Next:]...)
-	end := int64(len(k.changelog[p]))
-	k.mu.Unlock()
-	if err := db.ApplyChangelog(p, ops, store.ChangelogPosition{Next: end}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// fakeSession is one node's session: Durability and Outbound of its engine.
-type fakeSession struct {
-	t  *testing.T
-	k  *fakeKafka
-	db *store.DB
-	e  *Engine
-
-	mu      sync.Mutex
-	queue   []committer.Request
-	fetched map[int]int64 // the consumer's position, past the committed offsets (under k.mu)
-	wake    chan struct{}
-	auto    bool // Run commits whatever is submitted
-	// arrivalsDone is the channel of the last SubmitArrivals.
-	arrivalsDone <-chan error
-
-	// The open transaction (touched by the goroutine running a cycle).
-	open     []committer.Request
-	bad      map[int]bool // open requests whose Encode failed
-	overlays map[int]*store.Batch
-	msgs     []stagedMessage
-	egress   []partition.Egress
-}
-
-type stagedMessage struct {
-	p   int
-	env *protocol.Envelope
-}
-
-func newFakeSession(t *testing.T, k *fakeKafka, db *store.DB, auto bool) *fakeSession {
-	return &fakeSession{t: t, k: k, db: db, fetched: map[int]int64{}, wake: make(chan struct{}, 1), auto: auto}
-}
-
-func (s *fakeSession) Submit(r committer.Request) error {
-	if _, ok := r.(Request); !ok {
-		s.t.Errorf("the engine submitted a %T, which does not name its partition", r)
-	}
-	s.mu.Lock()
-	s.queue = append(s.queue, r)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-func (s *fakeSession) Run(ctx context.Context) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.wake:
-			if s.auto {
-				s.cycle(true)
-			}
-		}
-	}
-}
-
-func (s *fakeSession) Close() {
-	s.mu.Lock()
-	q := s.queue
-	s.queue = nil
-	s.mu.Unlock()
-	for _, r := range q {
-		r.Fail(committer.ErrStopped)
-	}
-}
-
-func (s *fakeSession) Pending() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.queue)
-}
-
-// CommitGroup is one committed cycle, for Driver.Commit.
-func (s *fakeSession) CommitGroup() (int, error) { return s.cycle(true), nil }
-
-// Message and Egress are Outbound: staged in the open transaction.
-func (s *fakeSession) Message(key partition.InboxKey, env *protocol.Envelope) error {
-	if want := address.Partition(env.GetTarget().GetId(), s.db.Partitions()); key.Partition != want {
-		s.t.Errorf("Outbound.Message for partition %d of a message to %s (partition %d)", key.Partition, env.GetTarget().GetId(), want)
-	}
-	s.msgs = append(s.msgs, stagedMessage{key.Partition, env})
-	return nil
-}
-
-func (s *fakeSession) Egress(from int, eg partition.Egress) error {
-	s.egress = append(s.egress, eg)
-	return nil
-}
-
-// encode takes the waiting requests into the open transaction: each into
-// its partition's overlay.
-func (s *fakeSession) encode() int {
-	s.mu.Lock()
-	q := s.queue
-	s.queue = nil
-	s.mu.Unlock()
-	if s.overlays == nil {
-		s.overlays, s.bad = map[int]*store.Batch{}, map[int]bool{}
-	}
-	for _, r := range q {
-		p := r.(Request).Partition()
-		if p < 0 {
-			s.t.Errorf("a %T reached the cluster session", r)
-			continue
-		}
-		b := s.overlays[p]
-		if b == nil {
-			b = s.db.NewBatch()
-			s.overlays[p] = b
-		}
-		if err := b.Stage(r.Encode); err != nil {
-			s.bad[len(s.open)] = true
-			r.Fail(err)
-		}
-		s.open = append(s.open, r)
-	}
-	return len(q)
-}
-
-// finish ends the open transaction: committed, every overlay goes to its
-// changelog and then to the store with the position it reaches, staged
-// messages and egress records become visible, the consumed offsets are
-// committed, and the requests hear Durable and AfterGroup; aborted, all of
-// it is dropped and the requests hear Fail(ErrAborted).
-func (s *fakeSession) finish(commit bool) {
-	open, bad, overlays := s.open, s.bad, s.overlays
-	s.open, s.bad, s.overlays = nil, nil, nil
-	msgs, egress := s.msgs, s.egress
-	s.msgs, s.egress = nil, nil
-	if !commit {
-		for _, b := range overlays {
-			b.Close()
-		}
-		s.k.mu.Lock()
-		for p := range s.fetched {
-			s.fetched[p] = s.k.committed[p]
-		}
-		s.k.mu.Unlock()
-		for i, r := range open {
-			if !bad[i] {
-				r.Fail(fmt.Errorf("%w: the test aborted it", ErrAborted))
-			}
-		}
-		return
-	}
-	s.k.mu.Lock()
-	for p, b := range overlays {
-		var ops []store.Op
-		err := b.Ops(func(op store.Op) error {
-			ops = append(ops, store.Op{Key: append([]byte(nil), op.Key...), Value: append([]byte(nil), op.Value...), Delete: op.Delete})
-			return nil
-		})
-		if err != nil {
-			s.t.Errorf("partition %d's overlay cannot be logged: %v", p, err)
-		}
-		b.Close()
-		s.k.changelog[p] = append(s.k.changelog[p], ops...)
-		if err := s.db.ApplyChangelog(p, ops, store.ChangelogPosition{Next: int64(len(s.k.changelog[p]))}); err != nil {
-			s.t.Errorf("apply partition %d: %v", p, err)
-		}
-	}
-	for _, m := range msgs {
-		s.k.messages[m.p] = append(s.k.messages[m.p], m.env)
-	}
-	s.k.egress = append(s.k.egress, egress...)
-	for p, off := range s.fetched {
-		s.k.committed[p] = off
-	}
-	s.k.mu.Unlock()
-	for i, r := range open {
-		if !bad[i] {
-			r.Durable()
-		}
-	}
-	for i, r := range open {
-		if a, ok := r.(committer.Answerer); ok && !bad[i] {
-			a.AfterGroup()
-		}
-	}
-}
-
-// cycle encodes what waits and ends the transaction; it returns the number
-// of requests.
-func (s *fakeSession) cycle(commit bool) int {
-	n := s.encode()
-	if n > 0 || len(s.open) > 0 {
-		s.finish(commit)
-	}
-	return n
-}
-
-// poll hands the records of partition p past the consumer's position to
-// the engine, as the session does for an owned partition.
-func (s *fakeSession) poll(p int) {
-	s.t.Helper()
-	s.k.mu.Lock()
-	from := max(s.fetched[p], s.k.committed[p])
-	var recs []Arrival
-	for off := from; off < int64(len(s.k.messages[p])); off++ {
-		recs = append(recs, Arrival{Offset: off, Env: s.k.messages[p][off]})
-	}
-	if len(recs) > 0 {
-		s.fetched[p] = recs[len(recs)-1].Offset + 1
-	}
-	s.k.mu.Unlock()
-	if len(recs) == 0 {
-		return
-	}
-	ch, err := s.e.SubmitArrivals(p, recs)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.arrivalsDone = ch
 }
 
 // relay is a remote function for the cluster tests: it counts its
@@ -364,16 +113,19 @@ func (f *relay) messages() []string {
 
 // clusterNode is one engine in cluster mode on its own store.
 type clusterNode struct {
+	t  *testing.T
 	e  *Engine
-	s  *fakeSession
+	s  *clustertest.Session
 	db *store.DB
+	// arrivalsDone is the channel of the last poll's SubmitArrivals.
+	arrivalsDone <-chan error
 }
 
-// newClusterNode returns an owned engine over db with a fake session on k
+// newClusterNode returns an owned engine over db with a session on k
 // (auto-committing unless driven), with nothing assigned.
-func newClusterNode(t *testing.T, k *fakeKafka, db *store.DB, fn Functions, driven bool, mod func(*Options)) *clusterNode {
+func newClusterNode(t *testing.T, k *clustertest.Kafka, db *store.DB, fn Functions, driven bool, mod func(*Options)) *clusterNode {
 	t.Helper()
-	s := newFakeSession(t, k, db, !driven)
+	s := clustertest.NewSession(k, db, clustertest.Options{Auto: !driven, Aborted: ErrAborted, Errorf: t.Errorf})
 	e := newEngine(t, db, fn, func(o *Options) {
 		o.Owned, o.Durability, o.Outbound, o.Driven = true, s, s, driven
 		o.Egress = func(namespace, typ string, arg *protocol.TypedValue) (string, error) { return "route", nil }
@@ -381,8 +133,26 @@ func newClusterNode(t *testing.T, k *fakeKafka, db *store.DB, fn Functions, driv
 			mod(o)
 		}
 	})
-	s.e = e
-	return &clusterNode{e: e, s: s, db: db}
+	return &clusterNode{t: t, e: e, s: s, db: db}
+}
+
+// poll hands the records of partition p past the consumer's position to
+// the engine, as the session does for an owned partition.
+func (n *clusterNode) poll(p int) {
+	n.t.Helper()
+	recs := n.s.Poll(p)
+	if len(recs) == 0 {
+		return
+	}
+	arr := make([]Arrival, len(recs))
+	for i, r := range recs {
+		arr[i] = Arrival(r)
+	}
+	ch, err := n.e.SubmitArrivals(p, arr)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.arrivalsDone = ch
 }
 
 // inboxKeysOf lists the partitions whose inbox keys ops write.
@@ -398,7 +168,7 @@ func inboxPartitions(ops []store.Op) map[int]bool {
 
 func TestClusterOptionsGoTogether(t *testing.T) {
 	db := openStore(t, vfs.NewMem(), 2)
-	s := newFakeSession(t, newFakeKafka(), db, false)
+	s := clustertest.NewSession(clustertest.NewKafka(), db, clustertest.Options{Errorf: t.Errorf})
 	for name, o := range map[string]Options{
 		"owned without outbound":   {Owned: true, Durability: s},
 		"outbound without owned":   {Outbound: s, Durability: s},
@@ -417,7 +187,7 @@ func TestClusterOptionsGoTogether(t *testing.T) {
 // the same partition stays local: in the batch, and delivered here.
 func TestClusterMessagesToOtherPartitionsGoOutbound(t *testing.T) {
 	const parts = 2
-	k := newFakeKafka()
+	k := clustertest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), parts), fn, false, nil)
 	for p := range parts {
@@ -428,19 +198,17 @@ func TestClusterMessagesToOtherPartitionsGoOutbound(t *testing.T) {
 	n.e.Start()
 	a, b, c := idIn(0, parts, "a"), idIn(1, parts, "b"), idIn(0, parts, "c")
 
-	k.produce(0, msg(a, "fwd:"+b))
-	k.produce(0, msg(a, "fwd:"+c))
-	k.produce(0, msg(a, "out"))
-	n.s.poll(0)
+	k.Produce(0, msg(a, "fwd:"+b))
+	k.Produce(0, msg(a, "fwd:"+c))
+	k.Produce(0, msg(a, "out"))
+	n.poll(0)
 	waitFor(t, "c got a's message (same partition)", func() bool { return n.db != nil && storedCount(t, n.db, c) == "1" })
 	waitFor(t, "a counted its three messages", func() bool { return storedCount(t, n.db, a) == "3" })
 
-	k.mu.Lock()
-	toB := append([]*protocol.Envelope(nil), k.messages[1]...)
-	own := len(k.messages[0])
-	cl0 := append([]store.Op(nil), k.changelog[0]...)
-	egress := append([]partition.Egress(nil), k.egress...)
-	k.mu.Unlock()
+	toB := k.Messages(1)
+	own := len(k.Messages(0))
+	cl0 := k.Changelog(0)
+	egress := k.Egress()
 	if len(toB) != 1 || toB[0].GetTarget().GetId() != b || string(toB[0].GetArgument().GetValue()) != "from "+a {
 		t.Fatalf("messages topic, partition 1: %v; want a's message to %s", toB, b)
 	}
@@ -461,7 +229,7 @@ func TestClusterMessagesToOtherPartitionsGoOutbound(t *testing.T) {
 	if got := storedCount(t, n.db, b); got != "" {
 		t.Fatalf("b counted %q before its partition polled the message", got)
 	}
-	n.s.poll(1)
+	n.poll(1)
 	waitFor(t, "b got a's message from the messages topic", func() bool { return storedCount(t, n.db, b) == "1" })
 }
 
@@ -508,7 +276,7 @@ func viewInbox(t *testing.T, e *Engine, id string) inboxView {
 // Meanwhile the partition answers ErrMoved instead of blocking.
 func TestClusterAssignRevokeAssignRebuildsFromTheStore(t *testing.T) {
 	const parts = 2
-	k := newFakeKafka()
+	k := clustertest.NewKafka()
 	fn := &relay{}
 	clock := &simClock{now: time.UnixMilli(1_000_000)}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), parts), fn, false, func(o *Options) { o.Now = clock.Now })
@@ -521,16 +289,16 @@ func TestClusterAssignRevokeAssignRebuildsFromTheStore(t *testing.T) {
 	ctx := context.Background()
 	a, b, c := idIn(0, parts, "a"), idIn(1, parts, "b"), idIn(0, parts, "c")
 
-	k.produce(0, msg(a, "one"))
-	k.produce(0, msg(a, "later:"+b)) // a timer in partition 0, for b
-	n.s.poll(0)
+	k.Produce(0, msg(a, "one"))
+	k.Produce(0, msg(a, "later:"+b)) // a timer in partition 0, for b
+	n.poll(0)
 	waitFor(t, "a counted two", func() bool { return storedCount(t, n.db, a) == "2" })
 	if _, err := n.e.Pause(ctx, PauseRequest{Mutation: "pause-c", Addr: addr(c), Principal: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	k.produce(0, msg(c, "held 1"))
-	k.produce(0, msg(c, "held 2"))
-	n.s.poll(0)
+	k.Produce(0, msg(c, "held 1"))
+	k.Produce(0, msg(c, "held 2"))
+	n.poll(0)
 	waitFor(t, "c's two messages held in its inbox", func() bool { return len(viewInbox(t, n.e, c).queued) == 2 })
 
 	before := struct{ c, b inboxView }{viewInbox(t, n.e, c), viewInbox(t, n.e, b)}
@@ -573,7 +341,7 @@ func TestClusterAssignRevokeAssignRebuildsFromTheStore(t *testing.T) {
 	// Another process takes partition 0 over from the changelog alone.
 	n.e.Revoke(0)
 	m := newClusterNode(t, k, openStore(t, vfs.NewMem(), parts), fn, false, func(o *Options) { o.Now = clock.Now })
-	k.restore(t, m.db, 0)
+	restoreFrom(t, k, m.db, 0)
 	if err := m.e.Assign(0); err != nil {
 		t.Fatal(err)
 	}
@@ -593,11 +361,7 @@ func TestClusterAssignRevokeAssignRebuildsFromTheStore(t *testing.T) {
 	waitFor(t, "c ran its two held messages", func() bool { return storedCount(t, m.db, c) == "2" })
 	clock.advance(time.Hour + time.Millisecond)
 	m.e.part(0).post(partition.Tick{}) // its timer waits on the wall clock
-	waitFor(t, "the delayed message for b on the messages topic", func() bool {
-		k.mu.Lock()
-		defer k.mu.Unlock()
-		return len(k.messages[1]) == 1
-	})
+	waitFor(t, "the delayed message for b on the messages topic", func() bool { return len(k.Messages(1)) == 1 })
 }
 
 func errOf[T any](_ T, err error) error { return err }
@@ -631,7 +395,7 @@ func runUntilCommit(t *testing.T, d *Driver, p int) {
 // the message come out once.
 func TestClusterAbortThenReassignRerunsOnce(t *testing.T) {
 	const parts = 2
-	k := newFakeKafka()
+	k := clustertest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), parts), fn, true, nil)
 	for p := range parts {
@@ -641,20 +405,18 @@ func TestClusterAbortThenReassignRerunsOnce(t *testing.T) {
 	}
 	d := n.e.Driver()
 	a, b := idIn(0, parts, "a"), idIn(1, parts, "b")
-	k.produce(0, msg(a, "fwd:"+b))
-	n.s.poll(0)
+	k.Produce(0, msg(a, "fwd:"+b))
+	n.poll(0)
 	if err := d.Commit(); err != nil { // the arrival is durable in a's inbox
 		t.Fatal(err)
 	}
 	runUntilCommit(t, d, 0) // a's state and its message for b wait to be committed
-	n.s.cycle(false)        // the transaction aborts
+	n.s.Cycle(false)        // the transaction aborts
 
 	if err := n.e.Err(); err != nil {
 		t.Fatalf("the abort stopped the engine: %v", err)
 	}
-	k.mu.Lock()
-	leaked := len(k.messages[1])
-	k.mu.Unlock()
+	leaked := len(k.Messages(1))
 	if leaked != 0 || storedCount(t, n.db, a) != "" {
 		t.Fatalf("aborted work reached the topic (%d messages) or the store (a = %q)", leaked, storedCount(t, n.db, a))
 	}
@@ -671,7 +433,7 @@ func TestClusterAbortThenReassignRerunsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	settle(t, d, parts)
-	n.s.poll(1)
+	n.poll(1)
 	settle(t, d, parts)
 	if got := storedCount(t, n.db, a); got != "1" {
 		t.Fatalf("a = %q after the re-run; want 1", got)
@@ -679,9 +441,7 @@ func TestClusterAbortThenReassignRerunsOnce(t *testing.T) {
 	if got := storedCount(t, n.db, b); got != "1" {
 		t.Fatalf("b = %q; want 1: a's message once", got)
 	}
-	k.mu.Lock()
-	sent := len(k.messages[1])
-	k.mu.Unlock()
+	sent := len(k.Messages(1))
 	if sent != 1 {
 		t.Fatalf("%d messages for b on the topic; want 1", sent)
 	}
@@ -693,21 +453,21 @@ func TestClusterAbortThenReassignRerunsOnce(t *testing.T) {
 // it). A request of a revoked assignment that was not encoded yet is
 // refused at Encode without stopping the engine.
 func TestClusterRequestsOfARevokedAssignment(t *testing.T) {
-	k := newFakeKafka()
+	k := clustertest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, true, nil)
 	if err := n.e.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	d := n.e.Driver()
-	k.produce(0, msg("a", "x"))
-	n.s.poll(0)
-	n.s.encode() // in the open transaction
+	k.Produce(0, msg("a", "x"))
+	n.poll(0)
+	n.s.Encode() // in the open transaction
 	n.e.Revoke(0)
 	if err := n.e.Assign(0); err == nil || !strings.Contains(err.Error(), "neither Durable nor Fail") {
 		t.Fatalf("Assign with an unsettled request of the revoked assignment: %v", err)
 	}
-	n.s.finish(true) // committed: in the store, and Durable for the old assignment
+	n.s.Finish(true) // committed: in the store, and Durable for the old assignment
 	if err := n.e.Assign(0); err != nil {
 		t.Fatal(err)
 	}
@@ -717,11 +477,11 @@ func TestClusterRequestsOfARevokedAssignment(t *testing.T) {
 	}
 
 	// Submitted, revoked before it was encoded: refused, harmlessly.
-	k.produce(0, msg("a", "y"))
-	n.s.poll(0)
+	k.Produce(0, msg("a", "y"))
+	n.poll(0)
 	n.e.Revoke(0)
-	ch := n.s.arrivalsDone
-	n.s.cycle(true)
+	ch := n.arrivalsDone
+	n.s.Cycle(true)
 	if err := <-ch; !errors.Is(err, ErrMoved) {
 		t.Fatalf("the arrivals of a revoked assignment: %v; want ErrMoved", err)
 	}
@@ -764,24 +524,24 @@ func ifMatch(env *protocol.Envelope, version uint64) *protocol.Envelope {
 // applies twice. Each one accepted gets its accepted receipt with its
 // inbox entry, then its final one when it applies.
 func TestClusterMutationCommandAppliesOnce(t *testing.T) {
-	k := newFakeKafka()
+	k := clustertest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, true, nil)
 	if err := n.e.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	d := n.e.Driver()
-	k.produce(0, msg("a", "first")) // the function registers n
-	n.s.poll(0)
+	k.Produce(0, msg("a", "first")) // the function registers n
+	n.poll(0)
 	settle(t, d, 1)
 
 	v, _, err := n.db.GetState(addr("a"), "n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.produce(0, ifMatch(putCommand("m1", "a", "10"), v.Version))
-	k.produce(0, ifMatch(putCommand("m1", "a", "10"), v.Version)) // the state API retried the produce
-	n.s.poll(0)
+	k.Produce(0, ifMatch(putCommand("m1", "a", "10"), v.Version))
+	k.Produce(0, ifMatch(putCommand("m1", "a", "10"), v.Version)) // the state API retried the produce
+	n.poll(0)
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -795,9 +555,9 @@ func TestClusterMutationCommandAppliesOnce(t *testing.T) {
 	if got := countAudit(t, n.e, "m1"); got != 1 {
 		t.Fatalf("m1 has %d audit records; want 1 (applied once)", got)
 	}
-	k.produce(0, msg("a", "next")) // n = 11
-	k.produce(0, putCommand("m1", "a", "10"))
-	n.s.poll(0)
+	k.Produce(0, msg("a", "next")) // n = 11
+	k.Produce(0, putCommand("m1", "a", "10"))
+	n.poll(0)
 	settle(t, d, 1)
 	if got := storedCount(t, n.db, "a"); got != "11" {
 		t.Fatalf("a = %q; want 11 (m1's late repeat not applied)", got)
@@ -807,9 +567,9 @@ func TestClusterMutationCommandAppliesOnce(t *testing.T) {
 	// not applied when the partition is rebuilt: it comes back from the
 	// inbox. Its repeat, and one of m1, arriving at the new assignment are
 	// known from their receipts in the store.
-	k.produce(0, msg("a", "before"))
-	k.produce(0, putCommand("m2", "a", "20"))
-	n.s.poll(0)
+	k.Produce(0, msg("a", "before"))
+	k.Produce(0, putCommand("m2", "a", "20"))
+	n.poll(0)
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -817,10 +577,10 @@ func TestClusterMutationCommandAppliesOnce(t *testing.T) {
 	if err := n.e.Assign(0); err != nil {
 		t.Fatal(err)
 	}
-	k.produce(0, msg("a", "after"))
-	k.produce(0, putCommand("m2", "a", "20"))
-	k.produce(0, putCommand("m1", "a", "10"))
-	n.s.poll(0)
+	k.Produce(0, msg("a", "after"))
+	k.Produce(0, putCommand("m2", "a", "20"))
+	k.Produce(0, putCommand("m1", "a", "10"))
+	n.poll(0)
 	settle(t, d, 1)
 	if got := storedCount(t, n.db, "a"); got != "21" {
 		t.Fatalf("a = %q; want 21 (before, m2 once, after; the repeats of m2 and m1 skipped)", got)
@@ -830,14 +590,14 @@ func TestClusterMutationCommandAppliesOnce(t *testing.T) {
 	}
 
 	// m3's arrival is aborted: it is polled again and applies once.
-	k.produce(0, putCommand("m3", "a", "30"))
-	n.s.poll(0)
-	n.s.cycle(false)
+	k.Produce(0, putCommand("m3", "a", "30"))
+	n.poll(0)
+	n.s.Cycle(false)
 	n.e.Revoke(0)
 	if err := n.e.Assign(0); err != nil {
 		t.Fatal(err)
 	}
-	n.s.poll(0)
+	n.poll(0)
 	settle(t, d, 1)
 	if got := countAudit(t, n.e, "m3"); got != 1 || storedCount(t, n.db, "a") != "30" {
 		t.Fatalf("m3: %d audit records, a = %q; want 1 and 30", got, storedCount(t, n.db, "a"))
@@ -848,7 +608,7 @@ func TestClusterMutationCommandAppliesOnce(t *testing.T) {
 // result of its invocation in flight is ignored, and the next assignment
 // runs the message again from the store.
 func TestClusterRevokeAnswersWaitersWithErrMoved(t *testing.T) {
-	k := newFakeKafka()
+	k := clustertest.NewKafka()
 	fn := &relay{gate: make(chan struct{})}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, false, nil)
 	if err := n.e.Assign(0); err != nil {
@@ -856,8 +616,8 @@ func TestClusterRevokeAnswersWaitersWithErrMoved(t *testing.T) {
 	}
 	n.e.Start()
 	ctx := context.Background()
-	k.produce(0, msg("a", "x"))
-	n.s.poll(0)
+	k.Produce(0, msg("a", "x"))
+	n.poll(0)
 	waitFor(t, "a's call in flight", func() bool {
 		fn.mu.Lock()
 		defer fn.mu.Unlock()

@@ -1,10 +1,12 @@
-// Package sim holds the deterministic simulation of the embedded engine
-// (its tests only): the real engine and partition cores, on Pebble's
-// crashable in-memory filesystem behind its error-injecting one, driven on
-// one goroutine through engine.Driver by a seeded random schedule of
-// messages, delayed messages, state mutations in every ack mode, reads,
-// function failures and protocol violations, egress pops, store errors,
-// crashes and restarts, and checked against a small reference model.
-// docs/testing.md says what it covers, how to run it and how to reproduce
-// a seed.
+// Package sim holds the deterministic simulation of the engine, embedded
+// and in cluster mode (its tests only): the real engine and partition
+// cores, on Pebble's crashable in-memory filesystem behind its
+// error-injecting one, driven on one goroutine through engine.Driver by a
+// seeded random schedule of messages, delayed messages, state mutations in
+// every ack mode, reads, function failures and protocol violations, egress
+// pops, store errors, crashes and restarts — in cluster mode on the
+// cluster session's test double over an in-memory Kafka, with aborted
+// transactions, partition moves, restores and a fenced zombie — and
+// checked against a small reference model. docs/testing.md says what it
+// covers, how to run it and how to reproduce a seed.
 package sim

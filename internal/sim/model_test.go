@@ -58,6 +58,10 @@ type mutation struct {
 	ack         partition.AckMode
 	acked       *partition.Receipt // the answer, once in
 	ackEpoch    int
+	// heardEpoch is the epoch in which the caller heard the answer: an
+	// applied one is lost by a later crash (or, in cluster mode, an
+	// aborted transaction).
+	heardEpoch int
 }
 
 // read is a read of "op" posted when pos items had arrived at its address.
@@ -288,6 +292,9 @@ func (m *model) checkSettled(w *world) {
 	for _, v := range m.popped {
 		got[v]++
 	}
+	if w.cl != nil {
+		w.kafkaEgress(got)
+	}
 	var after uint64
 	for {
 		seq, rec, ok, err := w.db.NextEgress(egressID, egressRoute, after)
@@ -314,6 +321,18 @@ func (m *model) checkSettled(w *world) {
 	}
 	for _, a := range ids {
 		m.checkOrder(w, a, logs[a], opsSeen[a])
+	}
+	// Each mutation applied or rejected once, whatever the retries.
+	audits := map[string]int{}
+	err := w.db.ScanAudit(-1<<63, 1<<63-1, func(r *protocol.AuditRecord) bool {
+		audits[r.GetMutation()]++
+		return true
+	})
+	w.must(err, "scan the audit log")
+	for id, n := range audits {
+		if n > 1 {
+			w.fail("mutation %s has %d audit records: it applied more than once", id, n)
+		}
 	}
 }
 

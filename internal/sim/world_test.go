@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/engine/clustertest"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -53,6 +55,9 @@ type world struct {
 	leaked     int // stores abandoned after a fatal disk error
 
 	m *model
+	// cl is the cluster variant's Kafka and session; nil for the
+	// embedded engine.
+	cl *clusterSim
 
 	ingresses []*pendingIngress
 	mutations []*pendingMutation
@@ -84,7 +89,7 @@ func (quietPebble) Fatalf(f string, args ...any) {
 	panic("sim: Pebble's Fatalf reached the test logger: " + fmt.Sprintf(f, args...))
 }
 
-func newWorld(t testing.TB, seed int64, steps int) *world {
+func newWorld(t testing.TB, seed int64, steps int, cluster bool) *world {
 	w := &world{
 		t: t, seed: seed, steps: steps,
 		rng: rand.New(rand.NewPCG(uint64(seed), 0x5157)),
@@ -93,6 +98,9 @@ func newWorld(t testing.TB, seed int64, steps int) *world {
 		m:   newModel(),
 	}
 	w.fn = &function{failed: w.m.failedAttempt, called: w.m.called}
+	if cluster {
+		w.cl = &clusterSim{k: clustertest.NewKafka()}
+	}
 	w.open()
 	return w
 }
@@ -107,11 +115,18 @@ func (w *world) logf(format string, args ...any) {
 func (w *world) fail(format string, args ...any) {
 	w.t.Helper()
 	tail := w.trace
+	if f := os.Getenv("SIM_TRACE"); f != "" {
+		_ = os.WriteFile(f, []byte(strings.Join(w.trace, "\n")), 0o644)
+	}
 	if len(tail) > 40 {
 		tail = tail[len(tail)-40:]
 	}
-	w.t.Fatalf("simulation seed %d failed after %d trace lines: %s\nreproduce: go test ./internal/sim -run 'TestSimulation$' -sim.seed=%d -sim.steps=%d -v\nlast steps:\n  %s",
-		w.seed, len(w.trace), fmt.Sprintf(format, args...), w.seed, w.steps, strings.Join(tail, "\n  "))
+	test := "TestSimulation"
+	if w.cl != nil {
+		test = "TestSimulationCluster"
+	}
+	w.t.Fatalf("simulation seed %d failed after %d trace lines: %s\nreproduce: go test ./internal/sim -run '%s$' -sim.seed=%d -sim.steps=%d -v\nlast steps:\n  %s",
+		w.seed, len(w.trace), fmt.Sprintf(format, args...), test, w.seed, w.steps, strings.Join(tail, "\n  "))
 }
 
 func (w *world) must(err error, what string) {
@@ -142,7 +157,7 @@ func (w *world) open() {
 	db, err := store.Open("data", store.Options{Partitions: partitions, FS: fs, Logger: quietPebble{}, SweepInterval: -1, CacheSize: 1 << 20})
 	w.must(err, "open the store")
 	w.db = db
-	e, err := engine.New(engine.Options{
+	opts := engine.Options{
 		Store: db, Functions: w.fn, Driven: true, Now: func() time.Time { return w.now },
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		RetryBase: 20 * time.Millisecond, RetryMax: 400 * time.Millisecond,
@@ -152,10 +167,17 @@ func (w *world) open() {
 			}
 			return egressRoute, nil
 		},
-	})
+	}
+	if w.cl != nil {
+		w.clusterOptions(&opts, db)
+	}
+	e, err := engine.New(opts)
 	w.must(err, "start the engine")
-	e.Start()
 	w.eng, w.d = e, e.Driver()
+	if w.cl != nil {
+		w.assignAll()
+	}
+	e.Start()
 	w.scanInboxes()
 }
 
@@ -163,6 +185,10 @@ func (w *world) open() {
 // and, at random, part of what was not; the next process restarts on it.
 // faulted says a disk error killed the store: it cannot be closed.
 func (w *world) crash(faulted bool) {
+	if w.cl != nil {
+		w.crashCluster()
+		return
+	}
 	pct := w.rng.IntN(101)
 	if faulted {
 		// Which part of the failed group's log write survives would depend
@@ -191,11 +217,17 @@ func (w *world) crash(faulted bool) {
 // the simulation waits for either outcome — which the injector decides,
 // not the scheduler.
 func (w *world) commit() {
+	if w.cl != nil {
+		w.fenceZombie()
+	}
 	if w.d.Commits() == 0 {
 		return
 	}
 	if w.faultArmed.Load() == 0 {
 		w.must(w.d.Commit(), "commit")
+		if w.cl != nil {
+			w.rebuild() // the cycle aborted if a request failed to encode
+		}
 		w.afterCommit()
 		return
 	}
@@ -261,9 +293,13 @@ func (w *world) poll() {
 		if !pm.f.Done() {
 			return false
 		}
+		if w.cl != nil && moved(pm.f.Err()) {
+			w.logf("mutation %s: %v", pm.mu.id, pm.f.Err())
+			return true // its outcome is unknown to its caller
+		}
 		w.must(pm.f.Err(), "mutation "+pm.mu.id)
 		rc := pm.f.Receipt()
-		pm.mu.acked = &rc
+		pm.mu.acked, pm.mu.heardEpoch = &rc, w.m.epoch
 		if rc.Version > 0 {
 			w.m.lastVersion[pm.mu.addr] = rc.Version
 		}
@@ -272,6 +308,9 @@ func (w *world) poll() {
 	w.reads = slices.DeleteFunc(w.reads, func(pr *pendingRead) bool {
 		if !pr.f.Done() {
 			return false
+		}
+		if w.cl != nil && moved(pr.f.Err()) {
+			return true // the caller retries elsewhere
 		}
 		w.must(pr.f.Err(), "read")
 		for _, en := range pr.f.Reply().Entries {
@@ -340,6 +379,15 @@ func (w *world) settle() {
 		if w.d.Commits() > 0 {
 			w.commit()
 			busy = true
+		}
+		if w.cl != nil {
+			w.fenceZombie()
+			for p := range partitions {
+				if w.cl.s.Unpolled(p) {
+					w.fetch(p)
+					busy = true
+				}
+			}
 		}
 		if idx := w.sortedCalls(); len(idx) > 0 {
 			w.runCall(idx[0], answerOK)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/statefun-go/statefun/internal/engine/clustertest"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -25,29 +26,29 @@ func keyed(id, text, key, fingerprint string) *protocol.Envelope {
 // another fingerprint (the key reused for a different request) is not
 // delivered but kept as a message dead letter.
 func TestClusterIngressKeyDeliversOnce(t *testing.T) {
-	k := newFakeKafka()
+	k := clustertest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, true, nil)
 	if err := n.e.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	d := n.e.Driver()
-	k.produce(0, keyed("a", "one", "k1", "f1"))
-	k.produce(0, keyed("a", "one", "k1", "f1")) // the client retried: the first answer was lost
-	n.s.poll(0)
+	k.Produce(0, keyed("a", "one", "k1", "f1"))
+	k.Produce(0, keyed("a", "one", "k1", "f1")) // the client retried: the first answer was lost
+	n.poll(0)
 	settle(t, d, 1)
-	k.produce(0, keyed("a", "one", "k1", "f1")) // again, after the first is durable
-	k.produce(0, keyed("a", "two", "k2", "f2"))
-	n.s.poll(0)
+	k.Produce(0, keyed("a", "one", "k1", "f1")) // again, after the first is durable
+	k.Produce(0, keyed("a", "two", "k2", "f2"))
+	n.poll(0)
 	settle(t, d, 1)
 	n.e.Revoke(0)
 	if err := n.e.Assign(0); err != nil {
 		t.Fatal(err)
 	}
-	k.produce(0, keyed("a", "two", "k2", "f2")) // after a move
-	k.produce(0, keyed("a", "other", "k2", "f3"))
-	k.produce(0, keyed("b", "one", "k1", "f1")) // another address: its own scope
-	n.s.poll(0)
+	k.Produce(0, keyed("a", "two", "k2", "f2")) // after a move
+	k.Produce(0, keyed("a", "other", "k2", "f3"))
+	k.Produce(0, keyed("b", "one", "k1", "f1")) // another address: its own scope
+	n.poll(0)
 	settle(t, d, 1)
 
 	got := fn.messages()
@@ -70,7 +71,7 @@ func TestClusterIngressKeyDeliversOnce(t *testing.T) {
 	// The keys are in the changelog: a node that restores the partition
 	// knows them.
 	fresh := openStore(t, vfs.NewMem(), 1)
-	k.restore(t, fresh, 0)
+	restoreFrom(t, k, fresh, 0)
 	if r, ok, err := fresh.Idempotency("test/counter/a", "k1"); err != nil || !ok || string(r.Fingerprint) != "f1" {
 		t.Fatalf("k1 after a restore: %v, %v, %v; want its record", r, ok, err)
 	}

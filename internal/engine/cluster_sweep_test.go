@@ -8,6 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/engine/clustertest"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -32,7 +33,7 @@ func TestClusterRetentionSweepsThroughTheChangelog(t *testing.T) {
 		t.Cleanup(func() { db.Close() })
 		return db
 	}
-	k := newFakeKafka()
+	k := clustertest.NewKafka()
 	db := open(vfs.NewMem())
 	n := newClusterNode(t, k, db, &relay{}, true, nil)
 	own := address.Partition("a", parts)
@@ -41,11 +42,11 @@ func TestClusterRetentionSweepsThroughTheChangelog(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := n.e.Driver()
-	k.produce(own, msg("a", "first"))
-	n.s.poll(own)
+	k.Produce(own, msg("a", "first"))
+	n.poll(own)
 	settle(t, d, parts)
-	k.produce(own, putCommand("m1", "a", "10"))
-	n.s.poll(own)
+	k.Produce(own, putCommand("m1", "a", "10"))
+	n.poll(own)
 	settle(t, d, parts)
 	if rc, ok, _ := db.Receipt("m1"); !ok || rc.GetStatus() != "committed" || countAudit(t, n.e, "m1") != 1 {
 		t.Fatalf("m1 before the sweep: receipt %v (%v), %d audit records; want committed and 1", rc, ok, countAudit(t, n.e, "m1"))
@@ -91,7 +92,7 @@ func TestClusterRetentionSweepsThroughTheChangelog(t *testing.T) {
 		t.Error("m9's receipt, of a partition this node does not own, was deleted: that is its owner's to do")
 	}
 	deleted := 0
-	for _, op := range k.changelog[own] {
+	for _, op := range k.Changelog(own) {
 		if op.Delete {
 			deleted++
 		}
@@ -102,7 +103,7 @@ func TestClusterRetentionSweepsThroughTheChangelog(t *testing.T) {
 
 	// A node that takes the partition over restores it without them.
 	fresh := open(vfs.NewMem())
-	k.restore(t, fresh, own)
+	restoreFrom(t, k, fresh, own)
 	if _, ok, _ := fresh.Receipt("m1"); ok {
 		t.Error("a restore of the partition brought m1's swept receipt back")
 	}

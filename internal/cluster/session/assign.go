@@ -73,6 +73,7 @@ func (s *Session) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]i
 // would race Run's goroutine or deadlock; Run drops the partitions before
 // it encodes anything more.
 func (s *Session) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.forgetStarts(m)
 	if ps := s.ownParts(m); len(ps) > 0 {
 		s.post(event{kind: evRevoked, parts: ps})
 	}
@@ -81,6 +82,7 @@ func (s *Session) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int
 // onLost is onRevoked for partitions lost without a clean revocation (the
 // session timed out, the member was fenced).
 func (s *Session) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.forgetStarts(m)
 	if ps := s.ownParts(m); len(ps) > 0 {
 		s.post(event{kind: evLost, parts: ps})
 	}
@@ -138,6 +140,9 @@ func (s *Session) drop(p int32, why string) {
 		return
 	}
 	delete(s.parts, p)
+	if pt.full {
+		s.m.full.Dec()
+	}
 	if pt.cancel != nil {
 		pt.cancel()
 	}
@@ -166,6 +171,10 @@ func (s *Session) rebuild(rctx context.Context, p int32, cause error) {
 	s.gts.Client().PauseFetchPartitions(map[string][]int32{s.msgs: {p}})
 	s.eng.Revoke(int(p))
 	pt.log = nil
+	if pt.full {
+		pt.full = false
+		s.m.full.Dec()
+	}
 	s.restoring.Add(1)
 	s.m.restoring.Inc()
 	s.m.lag.DeleteLabelValues(label(p))
@@ -239,6 +248,13 @@ func (s *Session) restored(rctx context.Context, ev event) error {
 		attrs = append(attrs, "dropped", ev.res.Dropped, "dropped_keys", ev.res.DroppedKeys)
 	}
 	s.log.Info("cluster: partition restored; serving", attrs...)
+	if s.eng.Full(int(ev.p)) {
+		// Restored with a full queue: fetching stays paused until it
+		// drains (resumeDrained).
+		pt.full = true
+		s.m.full.Inc()
+		return nil
+	}
 	s.gts.Client().ResumeFetchPartitions(map[string][]int32{s.msgs: {ev.p}})
 	return nil
 }

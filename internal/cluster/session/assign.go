@@ -116,6 +116,7 @@ func (s *Session) handleEvents(rctx context.Context) error {
 				kind = "lost"
 			}
 			s.m.rebalances.WithLabelValues(kind).Inc()
+			s.rearm = true
 			s.log.Info("cluster: partitions "+kind, "partitions", ev.parts)
 			for _, p := range ev.parts {
 				s.drop(p, kind)
@@ -125,6 +126,26 @@ func (s *Session) handleEvents(rctx context.Context) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// rearmRevocations ends the group transact session's "transaction" after
+// a revocation or loss when no transaction ran since. The session reports
+// a revocation (and a loss) to onRevoked (onLost) only once until its End
+// runs: a node that commits nothing between two revocations — idle while
+// nodes join one after the other — would not hear the second, and would
+// go on serving partitions the group gave to another node. An End outside
+// a transaction aborts nothing; it runs at the top of a cycle, when no
+// polled record waits for its commit (the end resets the fetch positions
+// to the committed offsets).
+func (s *Session) rearmRevocations(ctx context.Context) error {
+	if !s.rearm {
+		return nil
+	}
+	s.rearm = false
+	if _, err := s.gts.End(ctx, kgo.TryAbort); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("cluster: session: ending the session's state after a revocation: %w", err)
 	}
 	return nil
 }

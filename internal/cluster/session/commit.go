@@ -228,6 +228,8 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		}
 	}
 	endCtx, named := withStarts(ctx, s.pendingStarts())
+	// This End rearms the revocation callbacks too (see rearmRevocations).
+	s.rearm = false
 	committed, err := s.gts.End(endCtx, kgo.TransactionEndTry(abort == ""))
 	if err != nil {
 		if ctx.Err() != nil {

@@ -201,6 +201,7 @@ type Session struct {
 	gts        *kgo.GroupTransactSession
 	parts      map[int32]*part
 	gen        uint64
+	rearm      bool // a revocation was heard: End must run before the next one can be
 	restoreSem chan struct{}
 	restoreWG  sync.WaitGroup
 	txn        atomic.Pointer[txn] // the open transaction, while requests encode
@@ -430,6 +431,9 @@ func (s *Session) Run(ctx context.Context) (err error) {
 			return nil
 		}
 		if err := s.handleEvents(rctx); err != nil {
+			return err
+		}
+		if err := s.rearmRevocations(ctx); err != nil {
 			return err
 		}
 		s.resumeDrained()

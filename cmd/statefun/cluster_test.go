@@ -81,7 +81,9 @@ func TestRunRefusesBadClusterSettings(t *testing.T) {
 
 // A module holding what cluster mode does not run is refused with exit 1,
 // naming the kind and what to use instead, before Kafka is contacted (the
-// brokers here do not exist) or a data directory made.
+// brokers here do not exist) or a data directory made: the playground
+// egress, a Kafka ingress on other brokers than the cluster's, a topic two
+// ingresses share, an ingress topic that is an internal topic.
 func TestRunClusterRefusesModuleEdges(t *testing.T) {
 	dir := t.TempDir()
 	mod := filepath.Join(dir, "module.yaml")
@@ -98,10 +100,23 @@ spec:
 kind: io.statefun.kafka.v1/ingress
 spec:
   id: ns/in
-  address: 127.0.0.1:9092
+  address: 127.0.0.1:9093
   consumerGroupId: g
   topics:
     - topic: in
+      valueType: ns/text
+      targets: [ns/fn]
+---
+kind: io.statefun.kafka.v1/ingress
+spec:
+  id: ns/in2
+  address: 127.0.0.1:9093
+  consumerGroupId: g
+  topics:
+    - topic: in
+      valueType: ns/text
+      targets: [ns/fn]
+    - topic: shop-messages
       valueType: ns/text
       targets: [ns/fn]
 `
@@ -131,7 +146,9 @@ spec:
 			for _, w := range []string{
 				"(io.statefun.playground.v1/egress): cluster mode does not run the playground egress",
 				"send records to an io.statefun.kafka.v1/egress and read its topic instead",
-				"(io.statefun.kafka.v1/ingress): cluster mode does not run Kafka ingresses yet",
+				"(io.statefun.kafka.v1/ingress): address: in cluster mode a Kafka ingress's topics are consumed by the node's group session",
+				"topic: topic in is consumed by the Kafka ingress ns/in too",
+				"topic: shop-messages is one of the application's internal topics",
 			} {
 				if !strings.Contains(stderr.String(), w) {
 					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())

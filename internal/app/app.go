@@ -155,7 +155,7 @@ func Start(cfg Config) (*App, error) {
 		cfg.Logger.Warn("module: " + w.Error())
 	}
 	if cfg.Cluster != nil {
-		if err := refuseInCluster(mod); err != nil {
+		if err := refuseInCluster(mod, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -207,9 +207,9 @@ func Start(cfg Config) (*App, error) {
 		kafka, routes, err = kafkaEgresses(mod, kplan, db, reg, cfg.Logger)
 	} else {
 		// Kafka egress records are produced in the node's transaction;
-		// Kafka ingresses were refused.
+		// Kafka ingress topics are consumed by the node's session.
 		kafka = &kafkaEdges{log: cfg.Logger}
-		if cn, err = newNode(cfg, db, reg); err == nil {
+		if cn, err = newNode(cfg, db, reg, kplan, fns); err == nil {
 			if routes, err = clusterRoutes(mod, cfg, cn.MaxRecord()); err != nil {
 				cn.Close()
 			}

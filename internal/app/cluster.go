@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -14,8 +15,10 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/topics"
 	"github.com/statefun-go/statefun/internal/egress"
 	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/kafkaclient"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
+	"github.com/statefun-go/statefun/internal/kafkaingress"
 	"github.com/statefun-go/statefun/internal/module"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
@@ -28,21 +31,70 @@ import (
 
 // refuseInCluster refuses, before Kafka is contacted or a store opened,
 // what a module may hold that cluster mode does not run: the playground
-// egress (use a Kafka egress) and Kafka ingresses (not routed yet).
-func refuseInCluster(mod *module.Module) error {
+// egress (use a Kafka egress), a Kafka ingress on other brokers than the
+// cluster's, and a topic two Kafka ingresses share or that is one of the
+// application's internal topics.
+func refuseInCluster(mod *module.Module, cfg Config) error {
 	var errs module.Errors
 	for _, eg := range mod.Egresses {
 		errs = append(errs, at(eg.Pos, module.KindPlaygroundEgress, "",
 			fmt.Errorf("cluster mode does not run the playground egress (a record popped from one node would have to be claimed across all of them); send records to an %s and read its topic instead", module.KindKafkaEgress)))
 	}
+	brokers := slices.Sorted(slices.Values(cfg.Cluster.Brokers))
+	internal := map[string]bool{cfg.Cluster.MessagesTopic(): true, cfg.Cluster.ChangelogTopic(): true, cfg.Cluster.MetaTopic(): true}
+	seen := map[string]string{}
 	for _, in := range mod.KafkaIngresses {
-		errs = append(errs, at(in.Pos, module.KindKafkaIngress, "",
-			errors.New("cluster mode does not run Kafka ingresses yet (consuming them in the node's group and routing their records through the messages topic is not built); run this module embedded, or feed the application through the playground ingress")))
+		id := in.ID.String()
+		if got := slices.Sorted(slices.Values(kafkaclient.Brokers(in.Address))); !slices.Equal(got, brokers) {
+			errs = append(errs, at(in.Pos, module.KindKafkaIngress, "address",
+				fmt.Errorf("in cluster mode a Kafka ingress's topics are consumed by the node's group session on the application's Kafka, with its offsets committed in the node's transactions, so its address must be the cluster brokers %v, not %v", cfg.Cluster.Brokers, got)))
+		}
+		for _, t := range in.Topics {
+			switch {
+			case internal[t.Topic]:
+				errs = append(errs, at(t.Pos, module.KindKafkaIngress, "topic",
+					fmt.Errorf("%s is one of the application's internal topics", t.Topic)))
+			case seen[t.Topic] != "":
+				errs = append(errs, at(t.Pos, module.KindKafkaIngress, "topic",
+					fmt.Errorf("topic %s is consumed by the Kafka ingress %s too; in cluster mode the application's consumer group consumes each topic once, so route it from one ingress (a topic may have several targets)", t.Topic, seen[t.Topic])))
+			default:
+				seen[t.Topic] = id
+			}
+		}
 	}
 	if len(errs) > 0 {
 		return errs
 	}
 	return nil
+}
+
+// clusterIngresses maps the module's Kafka ingresses for the node's
+// session (docs/cluster.md, "Edges"): routes, bad-record checks and
+// startup positions as in embedded mode; the consumer group is the
+// application's, so consumerGroupId does not apply, and the client
+// properties are the node's.
+func clusterIngresses(plan *kafkaPlan, fns *functions.Router, log *slog.Logger, reg prometheus.Registerer) ([]*kafkaingress.Mapping, error) {
+	if len(plan.ingresses) == 0 {
+		return nil, nil
+	}
+	im := kafkaingress.NewMetrics(reg)
+	var ms []*kafkaingress.Mapping
+	for _, ip := range plan.ingresses {
+		in := ip.spec
+		id := in.ID.String()
+		log.Info("cluster: a Kafka ingress is consumed by the application's consumer group; its consumerGroupId does not apply", "ingress", id, "consumerGroupId", in.ConsumerGroupID)
+		if len(in.Properties) > 0 {
+			log.Warn("cluster: a Kafka ingress's properties are ignored in cluster mode: its topics are consumed by the node's client (--cluster-property)", "ingress", id)
+		}
+		m, err := kafkaingress.NewMapping(ingressConfig(ip, fns, log, im))
+		if err != nil {
+			return nil, at(in.Pos, module.KindKafkaIngress, "", err)
+		}
+		ms = append(ms, m)
+	}
+	// The node's session consumes them; no embedded consumer runs.
+	plan.ingresses = nil
+	return ms, nil
 }
 
 // ensureApplication makes or checks the application's internal topics and
@@ -111,9 +163,14 @@ func clusterRoutes(mod *module.Module, cfg Config, maxRecord int) (*egress.Route
 	return routes, nil
 }
 
-// newNode makes the cluster node over the opened store.
-func newNode(cfg Config, db *store.DB, reg prometheus.Registerer) (*node.Node, error) {
-	return node.New(node.Config{Cluster: cfg.Cluster, DB: db, Metrics: reg, Logger: cfg.Logger})
+// newNode makes the cluster node over the opened store, its session
+// consuming the module's Kafka ingresses.
+func newNode(cfg Config, db *store.DB, reg prometheus.Registerer, plan *kafkaPlan, fns *functions.Router) (*node.Node, error) {
+	ins, err := clusterIngresses(plan, fns, cfg.Logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	return node.New(node.Config{Cluster: cfg.Cluster, DB: db, Metrics: reg, Logger: cfg.Logger, Ingresses: ins})
 }
 
 // newCommands makes what sends the state API's writes about addresses

@@ -165,32 +165,40 @@ func (k *kafkaEdges) addIngresses(plan *kafkaPlan, fns *functions.Router, eng *e
 	for _, ip := range plan.ingresses {
 		in, c := ip.spec, ip.consumer
 		warn(k.log, c.Warnings)
-		cfg := kafkaingress.Config{
-			ID:              in.ID.String(),
-			Brokers:         kafkaclient.Brokers(in.Address),
-			GroupID:         in.ConsumerGroupID,
-			AutoOffsetReset: in.AutoOffsetReset,
-			Startup:         startup(in.Startup),
-			ClientOpts:      c.Opts,
-			MaxBatchRecords: c.MaxPollRecords,
-			Logger:          k.log,
-			Metrics:         im,
-		}
-		for _, t := range in.Topics {
-			cfg.Routes = append(cfg.Routes, kafkaingress.Route{Topic: t.Topic, ValueType: t.ValueType, Targets: t.Targets})
-			for _, target := range t.Targets {
-				if m := int(fns.MaxMessage(target.Namespace, target.Name)); cfg.MaxValueBytes == 0 || m < cfg.MaxValueBytes {
-					cfg.MaxValueBytes = m
-				}
-			}
-		}
-		consumer, err := kafkaingress.New(cfg, eng)
+		consumer, err := kafkaingress.New(ingressConfig(ip, fns, k.log, im), eng)
 		if err != nil {
 			return at(in.Pos, module.KindKafkaIngress, "", err)
 		}
 		k.ins = append(k.ins, consumer)
 	}
 	return nil
+}
+
+// ingressConfig is the configuration of a planned Kafka ingress. A
+// record's value larger than the smallest payload limit of its targets'
+// endpoints becomes a dead letter.
+func ingressConfig(ip ingressPlan, fns *functions.Router, log *slog.Logger, im *kafkaingress.Metrics) kafkaingress.Config {
+	in, c := ip.spec, ip.consumer
+	cfg := kafkaingress.Config{
+		ID:              in.ID.String(),
+		Brokers:         kafkaclient.Brokers(in.Address),
+		GroupID:         in.ConsumerGroupID,
+		AutoOffsetReset: in.AutoOffsetReset,
+		Startup:         startup(in.Startup),
+		ClientOpts:      c.Opts,
+		MaxBatchRecords: c.MaxPollRecords,
+		Logger:          log,
+		Metrics:         im,
+	}
+	for _, t := range in.Topics {
+		cfg.Routes = append(cfg.Routes, kafkaingress.Route{Topic: t.Topic, ValueType: t.ValueType, Targets: t.Targets})
+		for _, target := range t.Targets {
+			if m := int(fns.MaxMessage(target.Namespace, target.Name)); cfg.MaxValueBytes == 0 || m < cfg.MaxValueBytes {
+				cfg.MaxValueBytes = m
+			}
+		}
+	}
+	return cfg
 }
 
 // start runs the relays on the engine's outbox and the consumers.

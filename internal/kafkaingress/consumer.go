@@ -9,15 +9,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/engine"
-	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -53,14 +50,13 @@ type tp struct {
 // Consumer is one Kafka ingress: a consumer-group member feeding the
 // engine. Start runs it, Close stops it.
 type Consumer struct {
-	cfg    Config
-	eng    Engine
-	routes map[string]Route
-	cl     *kgo.Client
-	adm    *kadm.Client
-	log    *slog.Logger
-	m      *Metrics
-	badLog *limiter
+	cfg Config
+	eng Engine
+	mp  *Mapping
+	cl  *kgo.Client
+	adm *kadm.Client
+	log *slog.Logger
+	m   *Metrics
 
 	reseeked map[tp]int64 // partition → offset last re-seeked to (poll goroutine only)
 
@@ -87,14 +83,10 @@ func New(cfg Config, eng Engine) (*Consumer, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, eng: eng, routes: map[string]Route{}, log: cfg.Logger.With("ingress", cfg.ID), m: cfg.Metrics,
-		badLog: newLimiter(cfg.Now, 10*time.Second), workers: map[tp]*worker{}, durable: map[tp]int64{}, wakeCommit: make(chan struct{}, 1),
+	c := &Consumer{cfg: cfg, eng: eng, mp: newMapping(cfg), log: cfg.Logger.With("ingress", cfg.ID), m: cfg.Metrics,
+		workers: map[tp]*worker{}, durable: map[tp]int64{}, wakeCommit: make(chan struct{}, 1),
 		reseeked: map[tp]int64{}}
-	topics := make([]string, 0, len(cfg.Routes))
-	for _, r := range cfg.Routes {
-		c.routes[r.Topic] = r
-		topics = append(topics, r.Topic)
-	}
+	topics := c.mp.Topics()
 	reset := kgo.NewOffset().AtEnd()
 	if cfg.AutoOffsetReset == "earliest" {
 		reset = kgo.NewOffset().AtStart()
@@ -288,11 +280,7 @@ func (c *Consumer) assigned(ctx context.Context, offsets map[string]map[int32]kg
 		have[tp{p.Topic, p.Partition}] = p.Next
 	}
 	start := map[tp]int64{}
-	type need struct {
-		tp
-		how StartupKind
-	}
-	var resolve []need
+	fresh := map[string]map[int32]kgo.Offset{}
 	for topic, ps := range offsets {
 		for p, off := range ps {
 			k := tp{topic, p}
@@ -300,59 +288,30 @@ func (c *Consumer) assigned(ctx context.Context, offsets map[string]map[int32]kg
 				start[k] = next
 				continue
 			}
-			kind := c.cfg.Startup.Kind
-			if kind == StartSpecificOffsets {
-				if o, ok := c.cfg.Startup.SpecificOffsets[topic][p]; ok {
-					start[k] = o
-					continue
-				}
-				kind = StartGroupOffsets
+			if fresh[topic] == nil {
+				fresh[topic] = map[int32]kgo.Offset{}
 			}
-			if kind == StartGroupOffsets {
-				if o := off.EpochOffset().Offset; o >= 0 {
-					start[k] = o // the group's committed offset
-					continue
-				}
-				kind = StartupKind(c.cfg.AutoOffsetReset)
-			}
-			resolve = append(resolve, need{k, kind})
+			fresh[topic][p] = off
 		}
 	}
-	if len(resolve) > 0 {
-		lists := map[StartupKind]kadm.ListedOffsets{}
-		for _, n := range resolve {
-			if _, ok := lists[n.how]; ok {
-				continue
-			}
-			topics := make([]string, 0, len(offsets))
-			for t := range offsets {
-				topics = append(topics, t)
-			}
-			var l kadm.ListedOffsets
-			switch n.how {
-			case StartEarliest:
-				l, err = c.adm.ListStartOffsets(ctx, topics...)
-			case StartLatest:
-				l, err = c.adm.ListCommittedOffsets(ctx, topics...) // read_committed: the last stable offset
-			case StartDate:
-				l, err = c.adm.ListOffsetsAfterMilli(ctx, c.cfg.Startup.Date.UnixMilli(), topics...)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("kafkaingress: resolving the %s startup position: %w", n.how, err)
-			}
-			lists[n.how] = l
+	if len(fresh) > 0 {
+		resolved, listed, err := c.mp.Start(ctx, c.adm, fresh)
+		if err != nil {
+			return nil, err
 		}
-		for _, n := range resolve {
-			o, ok := lists[n.how].Lookup(n.topic, n.partition)
-			if !ok || o.Err != nil || o.Offset < 0 {
-				return nil, fmt.Errorf("kafkaingress: resolving the %s startup position of %s/%d: %v", n.how, n.topic, n.partition, o.Err)
-			}
-			start[n.tp] = o.Offset
-			// Stored before consuming: a restart before the first record
-			// resumes here rather than resolving "latest" again later.
-			pos := store.SourcePosition{Ingress: c.cfg.ID, Topic: n.topic, Partition: n.partition, Next: o.Offset}
-			if err := c.eng.IngestFrom(ctx, engine.SourceBatch{Position: pos}); err != nil {
-				return nil, fmt.Errorf("kafkaingress: storing the startup position of %s/%d: %w", n.topic, n.partition, err)
+		for topic, ps := range resolved {
+			for p, o := range ps {
+				start[tp{topic, p}] = o
+				if !listed[topic][p] {
+					continue
+				}
+				// Stored before consuming: a restart before the first
+				// record resumes here rather than resolving "latest"
+				// again later.
+				pos := store.SourcePosition{Ingress: c.cfg.ID, Topic: topic, Partition: p, Next: o}
+				if err := c.eng.IngestFrom(ctx, engine.SourceBatch{Position: pos}); err != nil {
+					return nil, fmt.Errorf("kafkaingress: storing the startup position of %s/%d: %w", topic, p, err)
+				}
 			}
 		}
 	}
@@ -602,7 +561,7 @@ func (w *worker) ingest(b batchOf) bool {
 	for {
 		err := w.c.eng.IngestFrom(w.ctx, b.SourceBatch)
 		if err == nil {
-			w.c.m.records.WithLabelValues(w.c.cfg.ID, w.k.topic).Add(float64(b.records))
+			w.c.mp.Delivered(w.k.topic, b.records)
 			return true
 		}
 		if w.ctx.Err() != nil {
@@ -635,42 +594,14 @@ func (c *Consumer) batch(k tp, recs []*kgo.Record) batchOf {
 	b := batchOf{SourceBatch: engine.SourceBatch{Position: store.SourcePosition{Ingress: c.cfg.ID, Topic: k.topic, Partition: k.partition}}}
 	for _, r := range recs {
 		b.Position.Next = r.Offset + 1
-		route, ok := c.routes[r.Topic]
-		reason := ""
-		switch {
-		case !ok:
-			reason = ReasonNoRoute
-		case r.Key == nil:
-			reason = ReasonNullKey
-		case len(r.Key) == 0:
-			reason = ReasonEmptyKey
-		case !utf8.Valid(r.Key):
-			reason = ReasonInvalidKey
-		case len(r.Key) > address.MaxSegmentBytes:
-			reason = ReasonKeyTooLong
-		case c.cfg.MaxValueBytes > 0 && len(r.Value) > c.cfg.MaxValueBytes:
-			reason = ReasonValueTooLarge
-		}
+		msgs, reason := c.mp.Messages(r)
 		if reason != "" {
-			c.m.bad.WithLabelValues(c.cfg.ID, r.Topic, reason).Inc()
-			if n, ok := c.badLog.allow(r.Topic + "\x00" + reason); ok {
-				c.log.Warn("kafka record stored as a dead letter", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "reason", reason, "suppressed", n)
-			}
+			c.mp.Bad(r, reason, "stored as a dead letter")
 			b.DeadLetters = append(b.DeadLetters, store.DeadLetter{Ingress: c.cfg.ID, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
 				Reason: reason, Timestamp: r.Timestamp.UnixMilli(), KeyNull: r.Key == nil, Key: r.Key, Value: r.Value})
 			continue
 		}
-		id := string(r.Key)
-		value := r.Value
-		if value == nil {
-			value = []byte{} // a tombstone is delivered as an empty value
-		}
-		for _, t := range route.Targets {
-			b.Messages = append(b.Messages, &protocol.Envelope{
-				Target:   &protocol.Address{Namespace: t.Namespace, Type: t.Name, Id: id},
-				Argument: &protocol.TypedValue{Typename: route.ValueType, HasValue: true, Value: value},
-			})
-		}
+		b.Messages = append(b.Messages, msgs...)
 		b.records++
 	}
 	return b

@@ -101,11 +101,12 @@ func (s *Server) readRepairBody(w http.ResponseWriter, r *http.Request) (repairB
 	return rb, true
 }
 
-// parseInboxKey reads "<partition>/<source>/<seq>" (source "ingress" or a
-// partition), as GET /inbox lists keys.
+// parseInboxKey reads "<partition>/<source>/<seq>" (source "ingress",
+// "messages" — cluster mode's messages topic, seq its offset — or a
+// partition), as GET /inbox lists keys (engine.FormatInboxKey).
 func parseInboxKey(s string) (partition.InboxKey, error) {
 	parts := strings.Split(s, "/")
-	bad := fmt.Errorf("key %q: want <partition>/<source>/<seq> as GET /inbox lists it, e.g. 3/ingress/17", s)
+	bad := fmt.Errorf("key %q: want <partition>/<source>/<seq> as GET /inbox lists it, e.g. 3/ingress/17, 3/messages/17 or 3/1/17", s)
 	if len(parts) != 3 {
 		return partition.InboxKey{}, bad
 	}
@@ -114,8 +115,13 @@ func parseInboxKey(s string) (partition.InboxKey, error) {
 	if err1 != nil || err2 != nil {
 		return partition.InboxKey{}, bad
 	}
-	k := partition.InboxKey{Partition: int(p), Source: partition.SourceIngress, Seq: seq}
-	if parts[1] != "ingress" {
+	k := partition.InboxKey{Partition: int(p), Seq: seq}
+	switch parts[1] {
+	case "ingress":
+		k.Source = partition.SourceIngress
+	case "messages":
+		k.Source = partition.SourceMessages
+	default:
 		src, err := strconv.ParseUint(parts[1], 10, 16)
 		if err != nil {
 			return partition.InboxKey{}, bad

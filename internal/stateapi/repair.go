@@ -154,11 +154,7 @@ func pauseOf(a address.Address, p *partition.Pause) *pauseJSON {
 }
 
 func messageOf(m partition.InboxMessage) messageJSON {
-	src := strconv.FormatUint(uint64(m.Key.Source), 10)
-	if m.Key.Source == partition.SourceIngress {
-		src = "ingress"
-	}
-	out := messageJSON{Key: fmt.Sprintf("%d/%s/%d", m.Key.Partition, src, m.Key.Seq), Mutation: m.Mutation,
+	out := messageJSON{Key: engine.FormatInboxKey(m.Key), Mutation: m.Mutation,
 		Typename: m.Typename, Size: m.Size, ArrivedAt: ms(m.ArrivedAt)}
 	if m.Caller != nil {
 		c := addressOf(*m.Caller)

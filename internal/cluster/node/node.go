@@ -33,6 +33,7 @@ import (
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/idempotency"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
+	"github.com/statefun-go/statefun/internal/kafkaingress"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
@@ -54,6 +55,11 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Logger receives the node's log lines; nil means slog.Default().
 	Logger *slog.Logger
+	// Ingresses are the module's Kafka ingresses: the node's session
+	// consumes their topics and routes their records through the
+	// messages topic (docs/cluster.md, "Edges"). Two may not share a
+	// topic.
+	Ingresses []*kafkaingress.Mapping
 }
 
 // Node is a cluster-mode node's Kafka side and its adapters to the engine.
@@ -85,8 +91,16 @@ func New(cfg Config) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Cluster.NodeID), p: cfg.DB.Partitions(), incarnation: members.NewIncarnation()}
-	sess, err := session.New(session.Config{Cluster: cfg.Cluster, DB: cfg.DB, Metrics: cfg.Metrics, Logger: cfg.Logger,
-		Aborted: engine.ErrAborted, Moved: engine.ErrMoved})
+	scfg := session.Config{Cluster: cfg.Cluster, DB: cfg.DB, Metrics: cfg.Metrics, Logger: cfg.Logger,
+		Aborted: engine.ErrAborted, Moved: engine.ErrMoved}
+	if len(cfg.Ingresses) > 0 {
+		in, err := newIngresses(n, cfg.Ingresses)
+		if err != nil {
+			return nil, err
+		}
+		scfg.Ingress = in
+	}
+	sess, err := session.New(scfg)
 	if err != nil {
 		return nil, err
 	}
@@ -330,6 +344,7 @@ type arrivals struct{ n *Node }
 
 func (a arrivals) Assign(p int) error { return a.n.eng.Assign(p) }
 func (a arrivals) Revoke(p int)       { a.n.eng.Revoke(p) }
+func (a arrivals) Full(p int) bool    { return a.n.eng.Full(p) }
 
 // SubmitArrivals decodes the records polled from partition p and submits
 // them to the engine as one request. A record no statefun node could have

@@ -73,6 +73,7 @@ func (s *Session) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]i
 // would race Run's goroutine or deadlock; Run drops the partitions before
 // it encodes anything more.
 func (s *Session) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.forgetStarts(m)
 	if ps := s.ownParts(m); len(ps) > 0 {
 		s.post(event{kind: evRevoked, parts: ps})
 	}
@@ -81,6 +82,7 @@ func (s *Session) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int
 // onLost is onRevoked for partitions lost without a clean revocation (the
 // session timed out, the member was fenced).
 func (s *Session) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.forgetStarts(m)
 	if ps := s.ownParts(m); len(ps) > 0 {
 		s.post(event{kind: evLost, parts: ps})
 	}
@@ -114,6 +116,7 @@ func (s *Session) handleEvents(rctx context.Context) error {
 				kind = "lost"
 			}
 			s.m.rebalances.WithLabelValues(kind).Inc()
+			s.rearm = true
 			s.log.Info("cluster: partitions "+kind, "partitions", ev.parts)
 			for _, p := range ev.parts {
 				s.drop(p, kind)
@@ -123,6 +126,26 @@ func (s *Session) handleEvents(rctx context.Context) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// rearmRevocations ends the group transact session's "transaction" after
+// a revocation or loss when no transaction ran since. The session reports
+// a revocation (and a loss) to onRevoked (onLost) only once until its End
+// runs: a node that commits nothing between two revocations — idle while
+// nodes join one after the other — would not hear the second, and would
+// go on serving partitions the group gave to another node. An End outside
+// a transaction aborts nothing; it runs at the top of a cycle, when no
+// polled record waits for its commit (the end resets the fetch positions
+// to the committed offsets).
+func (s *Session) rearmRevocations(ctx context.Context) error {
+	if !s.rearm {
+		return nil
+	}
+	s.rearm = false
+	if _, err := s.gts.End(ctx, kgo.TryAbort); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("cluster: session: ending the session's state after a revocation: %w", err)
 	}
 	return nil
 }
@@ -138,6 +161,9 @@ func (s *Session) drop(p int32, why string) {
 		return
 	}
 	delete(s.parts, p)
+	if pt.full {
+		s.m.full.Dec()
+	}
 	if pt.cancel != nil {
 		pt.cancel()
 	}
@@ -166,6 +192,10 @@ func (s *Session) rebuild(rctx context.Context, p int32, cause error) {
 	s.gts.Client().PauseFetchPartitions(map[string][]int32{s.msgs: {p}})
 	s.eng.Revoke(int(p))
 	pt.log = nil
+	if pt.full {
+		pt.full = false
+		s.m.full.Dec()
+	}
 	s.restoring.Add(1)
 	s.m.restoring.Inc()
 	s.m.lag.DeleteLabelValues(label(p))
@@ -239,6 +269,13 @@ func (s *Session) restored(rctx context.Context, ev event) error {
 		attrs = append(attrs, "dropped", ev.res.Dropped, "dropped_keys", ev.res.DroppedKeys)
 	}
 	s.log.Info("cluster: partition restored; serving", attrs...)
+	if s.eng.Full(int(ev.p)) {
+		// Restored with a full queue: fetching stays paused until it
+		// drains (resumeDrained).
+		pt.full = true
+		s.m.full.Inc()
+		return nil
+	}
 	s.gts.Client().ResumeFetchPartitions(map[string][]int32{s.msgs: {ev.p}})
 	return nil
 }

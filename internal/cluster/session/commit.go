@@ -17,17 +17,29 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// poll polls records of the messages topic until the commit interval is
-// over, enough records were polled or requests are waiting, or an event
-// needs Run's goroutine, and hands each partition's records to the engine
-// (SubmitArrivals), which submits their requests before it returns. It
-// returns the partitions it polled records of, and a reason to abort the
-// transaction if records came for a partition that is not serving or the
-// engine refused them (their offsets must not commit; the abort rewinds
-// them).
-func (s *Session) poll(ctx context.Context) (polled map[int32]int, abort string, err error) {
+// polled is what one cycle polled.
+type polled struct {
+	parts   map[int32]int // records of the messages topic, by partition
+	ingress []*kgo.Record // records of the ingress topics, in poll order
+	abort   string        // why the transaction must abort, if it must
+}
+
+// poll polls records of the messages topic and the ingress topics until
+// the commit interval is over, enough records were polled or requests are
+// waiting, or an event needs Run's goroutine. It hands each messages
+// partition's records to the engine (SubmitArrivals), which submits their
+// requests before it returns, and pauses a partition the engine reports
+// full. Ingress records are kept for the transaction, which produces their
+// messages. The result carries a reason to abort the transaction if
+// records came for a partition that is not serving or the engine refused
+// them (their offsets must not commit; the abort rewinds them).
+//
+// Ingress records count against MaxPollRecords like any other: their
+// messages are produced, and flushed, in the cycle's transaction, so a
+// slow producer slows the cycles and polling with them.
+func (s *Session) poll(ctx context.Context) (pl polled, err error) {
 	deadline := time.Now().Add(s.interval)
-	polled = map[int32]int{}
+	pl.parts = map[int32]int{}
 	n := 0
 	for n < s.cfg.MaxPollRecords && s.Pending() < s.cfg.MaxQueued && !s.hasEvents() {
 		pctx, cancel := context.WithDeadline(ctx, deadline)
@@ -56,35 +68,45 @@ func (s *Session) poll(ctx context.Context) (polled map[int32]int, abort string,
 			}
 		})
 		if fatal != nil {
-			return nil, "", fatal
+			return pl, fatal
 		}
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if fp.Topic != s.msgs || len(fp.Records) == 0 {
+			if len(fp.Records) == 0 {
+				return
+			}
+			if s.ingress[fp.Topic] {
+				pl.ingress = append(pl.ingress, fp.Records...)
+				n += len(fp.Records)
+				return
+			}
+			if fp.Topic != s.msgs {
 				return
 			}
 			p := fp.Partition
 			last := fp.Records[len(fp.Records)-1].Offset
 			s.m.lag.WithLabelValues(label(p)).Set(float64(max(fp.LastStableOffset-(last+1), 0)))
-			polled[p] += len(fp.Records)
+			pl.parts[p] += len(fp.Records)
 			n += len(fp.Records)
-			if abort != "" {
+			if pl.abort != "" {
 				return
 			}
 			if pt := s.parts[p]; pt == nil || pt.log == nil {
-				abort = "unowned"
+				pl.abort = "unowned"
 				s.log.Warn("cluster: records polled for a partition that is not serving; aborting the transaction to poll them again", "partition", p)
 				return
 			}
 			if err := s.eng.SubmitArrivals(int(p), fp.Records); err != nil {
-				abort = "engine"
+				pl.abort = "engine"
 				s.log.Warn("cluster: the engine refused polled records; aborting the transaction to poll them again", "partition", p, "err", err)
+				return
 			}
+			s.pauseIfFull(p)
 		})
 		if ctx.Err() != nil || !time.Now().Before(deadline) {
 			break
 		}
 	}
-	return polled, abort, nil
+	return pl, nil
 }
 
 func (s *Session) hasEvents() bool {
@@ -100,7 +122,8 @@ func (s *Session) hasEvents() bool {
 // with their changelog positions, then the requests are durable.
 // Aborted: nothing reaches the store, the requests fail with ErrAborted
 // and the partitions they touched are rebuilt. A returned error is fatal.
-func (s *Session) commit(ctx, rctx context.Context, reqs []Request, polled map[int32]int, abort string) error {
+func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) error {
+	abort := pl.abort
 	start := time.Now()
 	if err := s.gts.Begin(); err != nil {
 		err = fmt.Errorf("cluster: session: begin a transaction: %w", err)
@@ -112,7 +135,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, polled map[i
 	defer s.txn.Store(nil)
 
 	touched := map[int32]bool{}
-	for p := range polled {
+	for p := range pl.parts {
 		touched[p] = true
 	}
 	// Requests of a partition that is not serving are not encoded: the
@@ -127,6 +150,15 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, polled map[i
 		}
 		live[i] = true
 		touched[p] = true
+	}
+
+	var skipped []string
+	if abort == "" && len(pl.ingress) > 0 {
+		var err error
+		if skipped, err = s.routeIngress(t, pl.ingress); err != nil {
+			abort = "ingress"
+			s.log.Error("cluster: an ingress record cannot be routed; aborting the transaction", "err", err)
+		}
 	}
 
 	overlays := map[int32]*store.Batch{}
@@ -195,7 +227,10 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, polled map[i
 			s.log.Warn("cluster: this node is no longer the group member it was; aborting the transaction", "err", err)
 		}
 	}
-	committed, err := s.gts.End(ctx, kgo.TransactionEndTry(abort == ""))
+	endCtx, named := withStarts(ctx, s.pendingStarts())
+	// This End rearms the revocation callbacks too (see rearmRevocations).
+	s.rearm = false
+	committed, err := s.gts.End(endCtx, kgo.TransactionEndTry(abort == ""))
 	if err != nil {
 		if ctx.Err() != nil {
 			s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
@@ -229,6 +264,10 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, polled map[i
 	if err := s.apply(overlays, recs); err != nil {
 		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
 		return err
+	}
+	s.startsCommitted(named)
+	for i, r := range pl.ingress {
+		s.cfg.Ingress.Committed(r, skipped[i])
 	}
 	s.m.commits.Inc()
 	s.m.txnDur.Observe(time.Since(start).Seconds())

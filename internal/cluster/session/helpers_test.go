@@ -59,6 +59,9 @@ type counterEngine struct {
 	assigns  atomic.Int64
 	revokes  atomic.Int64
 
+	submitted [testP]atomic.Int64 // arrivals handed over by SubmitArrivals, by partition
+	full      [testP]atomic.Bool  // what Full reports, set by a test
+
 	errMu sync.Mutex
 	errs  []error // unexpected failures
 }
@@ -117,8 +120,12 @@ func (e *counterEngine) SubmitArrivals(p int, recs []*kgo.Record) error {
 	}
 	c.count += int64(len(recs))
 	r.to = c.count
+	e.submitted[p].Add(int64(len(recs)))
 	return e.s.Submit(r)
 }
+
+// Full reports what the test set: a partition whose queue is full.
+func (e *counterEngine) Full(p int) bool { return e.full[p].Load() }
 
 // tick increments p's counter outside any arrival, as a timer or a state
 // API write does: a request that commits no offsets. It reports whether p

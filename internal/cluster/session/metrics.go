@@ -22,6 +22,7 @@ type metrics struct {
 	aborts     *prometheus.CounterVec
 	rebalances *prometheus.CounterVec
 	lag        *prometheus.GaugeVec
+	full       prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -61,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "statefun_cluster_txn_commits_total", Help: "Kafka transactions committed.",
 		}),
 		aborts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "statefun_cluster_txn_aborts_total", Help: "Kafka transactions aborted, by reason (group: a rebalance, a fence or a failed offset commit; produce: a record was refused; encode: a request failed to encode; fence: this node is no longer the group member it was; unowned: records of a partition not serving).",
+			Name: "statefun_cluster_txn_aborts_total", Help: "Kafka transactions aborted, by reason (group: a rebalance, a fence or a failed offset commit; produce: a record was refused; encode: a request failed to encode; fence: this node is no longer the group member it was; unowned: records of a partition not serving; ingress: an ingress record could not be routed; engine: the engine refused polled records).",
 		}, []string{"reason"}),
 		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "statefun_cluster_rebalances_total", Help: "Consumer group rebalances that changed this node's partitions, by kind (assigned, revoked, lost).",
@@ -69,10 +70,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "statefun_cluster_partition_lag", Help: "Offsets of the messages topic not yet polled, by owned partition, as of the last fetch of it (last stable offset minus the offset after the last polled record; a transaction marker takes an offset, so an idle partition may show 1).",
 		}, []string{"partition"}),
+		full: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "statefun_cluster_full_partitions", Help: "Owned partitions whose fetching is paused because their queue of messages is full (the engine's MaxBacklog or MaxBacklogBytes).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.owned, m.restoring, m.restoreRec, m.restoreRem, m.restoreDur, m.restoreErr,
-			m.txnDur, m.txnRecords, m.txnBytes, m.commits, m.aborts, m.rebalances, m.lag)
+			m.txnDur, m.txnRecords, m.txnBytes, m.commits, m.aborts, m.rebalances, m.lag, m.full)
 	}
 	return m
 }

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/statefun-go/statefun/internal/cluster/changelog"
@@ -57,6 +58,41 @@ type Engine interface {
 	// the records' offsets commit with the transaction. An error aborts
 	// the transaction; the records are polled again.
 	SubmitArrivals(p int, records []*kgo.Record) error
+	// Full reports whether partition p holds as many queued messages as
+	// it may: the session stops fetching p's records until it is not.
+	Full(p int) bool
+}
+
+// Ingress is the module's Kafka ingresses as a node consumes them
+// (docs/cluster.md, "Edges"): their topics are consumed by the node's
+// group session beside the messages topic, and each polled record becomes
+// messages produced to the messages topic in the transaction that commits
+// the record's offset.
+type Ingress interface {
+	// Topics are the ingress topics. None may be an internal topic of the
+	// application.
+	Topics() []string
+	// Start returns where ingress partitions the application's group has
+	// no committed offset for start (the ingress's startupPosition),
+	// given the offsets the group knows.
+	Start(ctx context.Context, adm *kadm.Client, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]int64, error)
+	// Route returns the messages a polled ingress record becomes, or, for
+	// a record that cannot become a message, why (it is skipped). An
+	// error aborts the transaction (the record is polled again).
+	Route(r *kgo.Record) (msgs []Message, bad string, err error)
+	// Committed is told of each ingress record of a committed
+	// transaction, in poll order, with the reason Route gave for a bad
+	// one: a record is counted (and a bad one logged) once, however many
+	// aborted transactions routed it before.
+	Committed(r *kgo.Record, bad string)
+}
+
+// Message is a record for the messages topic: the partition of its
+// target's address, its key and value (docs/cluster.md, "The messages
+// topic's records").
+type Message struct {
+	Partition  int
+	Key, Value []byte
 }
 
 // Request is one unit of durable work of a cluster engine: a committer
@@ -121,6 +157,10 @@ type Config struct {
 	// test them with its own sentinels.
 	Aborted, Moved error
 
+	// Ingress, if not nil, is the module's Kafka ingresses: the session
+	// consumes their topics too.
+	Ingress Ingress
+
 	// ClientOpts are added last to the session's Kafka clients (tests:
 	// short heartbeat and session timeouts).
 	ClientOpts []kgo.Opt
@@ -138,7 +178,9 @@ type Session struct {
 	p        int32  // the application's partitions
 	interval time.Duration
 
-	eng Engine
+	eng     Engine
+	ingress map[string]bool // the ingress topics
+	built   chan struct{}   // closed once gts is set
 
 	// The queue of submitted requests.
 	mu     sync.Mutex
@@ -146,6 +188,9 @@ type Session struct {
 	err    error // set once: why Submit refuses (stopped)
 	wake   chan struct{}
 	events []event
+	// starts are ingress partitions placed at their startup position and
+	// not committed yet: the next transaction commits them (ingressStarts).
+	starts map[string]map[int32]int64
 
 	// Readiness, read from any goroutine.
 	joined    atomic.Bool
@@ -156,6 +201,7 @@ type Session struct {
 	gts        *kgo.GroupTransactSession
 	parts      map[int32]*part
 	gen        uint64
+	rearm      bool // a revocation was heard: End must run before the next one can be
 	restoreSem chan struct{}
 	restoreWG  sync.WaitGroup
 	txn        atomic.Pointer[txn] // the open transaction, while requests encode
@@ -172,6 +218,7 @@ type part struct {
 	cancel  context.CancelFunc // stops its restore
 	log     *changelog.Log     // set once restored and assigned to the engine
 	started time.Time
+	full    bool // fetching paused because the engine's partition is full
 }
 
 // New checks cfg and returns a session; nothing talks to Kafka before Run.
@@ -213,6 +260,19 @@ func New(cfg Config) (*Session, error) {
 		wake:       make(chan struct{}, 1),
 		parts:      map[int32]*part{},
 		restoreSem: make(chan struct{}, cfg.RestoreConcurrency),
+		ingress:    map[string]bool{},
+		built:      make(chan struct{}),
+	}
+	if cfg.Ingress != nil {
+		for _, t := range cfg.Ingress.Topics() {
+			switch t {
+			case "":
+				return nil, errors.New("cluster: session: an ingress topic without a name")
+			case s.msgs, s.clog, cfg.Cluster.MetaTopic():
+				return nil, fmt.Errorf("cluster: session: ingress topic %s is one of the application's internal topics", t)
+			}
+			s.ingress[t] = true
+		}
 	}
 	return s, nil
 }
@@ -351,6 +411,7 @@ func (s *Session) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("cluster: session: Kafka client: %w", err)
 	}
 	s.gts = gts
+	close(s.built)
 	rctx, cancelRestores := context.WithCancel(ctx)
 	defer func() {
 		cancelRestores()
@@ -372,7 +433,11 @@ func (s *Session) Run(ctx context.Context) (err error) {
 		if err := s.handleEvents(rctx); err != nil {
 			return err
 		}
-		polled, abort, err := s.poll(ctx)
+		if err := s.rearmRevocations(ctx); err != nil {
+			return err
+		}
+		s.resumeDrained()
+		pl, err := s.poll(ctx)
 		if err != nil {
 			return err
 		}
@@ -383,13 +448,13 @@ func (s *Session) Run(ctx context.Context) (err error) {
 			return err
 		}
 		reqs := s.take()
-		if len(reqs) == 0 && len(polled) == 0 {
+		if len(reqs) == 0 && len(pl.parts) == 0 && len(pl.ingress) == 0 && !s.hasStarts() {
 			continue
 		}
 		if s.testHookCommit != nil {
 			s.testHookCommit(reqs)
 		}
-		if err := s.commit(ctx, rctx, reqs, polled, abort); err != nil {
+		if err := s.commit(ctx, rctx, reqs, pl); err != nil {
 			return err
 		}
 	}
@@ -402,9 +467,13 @@ func (s *Session) clientOpts() []kgo.Opt {
 	opts = append(opts, s.cl.Opts...)
 	opts = append(opts, s.cl.GroupOpts...)
 	opts = append(opts, s.cl.ProducerOpts...)
+	topics := []string{s.msgs}
+	for t := range s.ingress {
+		topics = append(topics, t)
+	}
 	opts = append(opts,
 		kgo.ConsumerGroup(c.Group()),
-		kgo.ConsumeTopics(s.msgs),
+		kgo.ConsumeTopics(topics...),
 		kgo.InstanceID(c.NodeID),
 		kgo.TransactionalID(c.TransactionalID()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
@@ -415,5 +484,8 @@ func (s *Session) clientOpts() []kgo.Opt {
 		kgo.OnPartitionsRevoked(s.onRevoked),
 		kgo.OnPartitionsLost(s.onLost),
 	)
+	if len(s.ingress) > 0 {
+		opts = append(opts, kgo.AdjustFetchOffsetsFn(s.ingressOffsets))
+	}
 	return append(opts, s.cfg.ClientOpts...)
 }

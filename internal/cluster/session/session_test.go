@@ -303,3 +303,54 @@ func TestZombieCannotCommit(t *testing.T) {
 	b.stop(t)
 	h.checkExactlyOnce(1200 + totalTicks(a, b))
 }
+
+// An idle node hears every revocation. The group transact session reports
+// a revocation to the session once per transaction (it forgets the next
+// ones until End), so a node that commits nothing between two
+// revocations — one node, idle, while two others join one after the
+// other — must still give up each partition it loses: else two nodes
+// serve one partition.
+func TestIdleNodeHearsEveryRevocation(t *testing.T) {
+	h := newHarness(t)
+	a := h.start("a", t.TempDir())
+	eventually(t, "a serves every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+	nodes := []*node{a}
+	for _, id := range []string{"b", "c"} {
+		n := h.start(id, t.TempDir())
+		nodes = append(nodes, n)
+		eventually(t, id+" serves partitions", 20*time.Second, func() bool { return n.s.Ready() && len(n.e.owned()) > 0 })
+	}
+	eventually(t, "the nodes serve disjoint partitions covering all", 20*time.Second, func() bool {
+		seen := map[int]bool{}
+		for _, n := range nodes {
+			if !n.s.Ready() {
+				return false
+			}
+			for _, p := range n.e.owned() {
+				if seen[p] {
+					return false
+				}
+				seen[p] = true
+			}
+		}
+		return len(seen) == testP
+	})
+	time.Sleep(time.Second) // settled: nothing moves any more
+	owners := map[int][]string{}
+	for _, n := range nodes {
+		for _, p := range n.e.owned() {
+			owners[p] = append(owners[p], n.id)
+		}
+	}
+	for p, ids := range owners {
+		if len(ids) > 1 {
+			t.Errorf("partition %d served by %v", p, ids)
+		}
+	}
+	h.produce(100, 0)
+	eventually(t, "100 arrivals", 20*time.Second, func() bool { return totalArrivals(nodes...) >= 100 })
+	for _, n := range nodes {
+		n.stop(t)
+	}
+	h.checkExactlyOnce(100)
+}

@@ -1,0 +1,258 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/kafkaingress"
+)
+
+const (
+	inTopic = "in"
+	inP     = 3
+)
+
+// mappedIngress is the session's Ingress over the Kafka ingress's own
+// mapping (as a node has it): a record keyed k becomes one message to the
+// counter at address.Partition(k, P), carrying hop count 0, so that each
+// ingress record shows as exactly one arrival.
+type mappedIngress struct {
+	mp      *kafkaingress.Mapping
+	started atomic.Int64 // partitions Start placed
+}
+
+func newMappedIngress(t *testing.T, c *Config, startup kafkaingress.StartupKind) *mappedIngress {
+	t.Helper()
+	mp, err := kafkaingress.NewMapping(kafkaingress.Config{
+		ID: "test/in", Brokers: c.Cluster.Brokers, GroupID: "ignored in cluster mode",
+		Routes:  []kafkaingress.Route{{Topic: inTopic, ValueType: "test/v", Targets: []address.TypeName{{Namespace: "test", Name: "counter"}}}},
+		Startup: kafkaingress.Startup{Kind: startup},
+		Metrics: kafkaingress.NewMetrics(c.Metrics), Logger: c.Logger,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &mappedIngress{mp: mp}
+}
+
+func (m *mappedIngress) Topics() []string { return m.mp.Topics() }
+
+func (m *mappedIngress) Start(ctx context.Context, adm *kadm.Client, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]int64, error) {
+	start, _, err := m.mp.Start(ctx, adm, offsets)
+	for _, ps := range start {
+		m.started.Add(int64(len(ps)))
+	}
+	return start, err
+}
+
+func (m *mappedIngress) Route(r *kgo.Record) ([]Message, string, error) {
+	envs, reason := m.mp.Messages(r)
+	if reason != "" {
+		return nil, reason, nil
+	}
+	out := make([]Message, 0, len(envs))
+	for _, env := range envs {
+		id := env.GetTarget().GetId()
+		out = append(out, Message{Partition: address.Partition(id, testP), Key: []byte(id), Value: []byte("0")})
+	}
+	return out, "", nil
+}
+
+func (m *mappedIngress) Committed(r *kgo.Record, bad string) {
+	if bad != "" {
+		m.mp.Bad(r, bad, "skipped")
+		return
+	}
+	m.mp.Delivered(r.Topic, 1)
+}
+
+func (h *harness) createIngressTopic() {
+	h.t.Helper()
+	if resp, err := h.adm.CreateTopic(ctxT(h.t), inP, 3, nil, inTopic); err != nil || resp.Err != nil {
+		h.t.Fatalf("create %s: %v %v", inTopic, err, resp.Err)
+	}
+}
+
+// produceIngress writes n records with distinct keys into the ingress
+// topic, spread over its partitions.
+func (h *harness) produceIngress(n int) {
+	h.t.Helper()
+	var recs []*kgo.Record
+	for range n {
+		i := h.seq.Add(1)
+		recs = append(recs, &kgo.Record{Topic: inTopic, Partition: int32(i % inP), Key: []byte(fmt.Sprint("in", i)), Value: []byte("v")})
+	}
+	if err := h.prod.ProduceSync(ctxT(h.t), recs...).FirstErr(); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) startIngress(id, dir string, startup kafkaingress.StartupKind) (*node, *mappedIngress) {
+	var in *mappedIngress
+	n := h.startWith(id, dir, func(c *Config) { in = newMappedIngress(h.t, c, startup); c.Ingress = in }, nil)
+	return n, in
+}
+
+// Records of a Kafka ingress topic, consumed by the nodes' group sessions,
+// each become exactly one message — one arrival at the counter of their
+// key's partition — through joins, a stop and a restart, and brokers that
+// refuse EndTxn and TxnOffsetCommit and answer heartbeats "rebalance in
+// progress": the ingress offsets commit in the transaction that produced
+// the messages, so an aborted transaction polls its records again and a
+// committed one never does. A bad record (no key) is skipped and counted.
+func TestIngressRecordsCountOnceThroughMovesAndFaults(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	h := newHarness(t)
+	h.createIngressTopic()
+	h.produceIngress(100) // before any node: startup position earliest
+	if err := h.prod.ProduceSync(ctxT(t), &kgo.Record{Topic: inTopic, Partition: 1, Value: []byte("no key")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	f := h.injectFaults(seed)
+	dirB := t.TempDir()
+	a, _ := h.startIngress("a", t.TempDir(), kafkaingress.StartEarliest)
+	b, _ := h.startIngress("b", dirB, kafkaingress.StartEarliest)
+	all := []*node{a, b}
+	want := int64(100)
+	step := func(what string, n int) {
+		t.Helper()
+		h.produceIngress(n)
+		want += int64(n)
+		deadline := time.Now().Add(60 * time.Second)
+		for totalArrivals(all...) < want && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := totalArrivals(all...); got != want {
+			t.Fatalf("%s: %d arrivals, want %d (one per ingress record)", what, got, want)
+		}
+	}
+	step("two nodes", 300)
+	b.stop(t)
+	step("node b stopped", 300)
+	b2, _ := h.startIngress("b", dirB, kafkaingress.StartEarliest)
+	all = append(all, b2)
+	step("node b restarted", 300)
+	eventually(t, "b serves again", 30*time.Second, func() bool { return len(b2.e.owned()) > 0 && b2.s.Ready() })
+	step("both serving", 100)
+
+	f.on.Store(false)
+	// Nothing more comes: no record is delivered twice late.
+	time.Sleep(300 * time.Millisecond)
+	if got := totalArrivals(all...); got != want {
+		t.Fatalf("after the run: %d arrivals, want %d", got, want)
+	}
+	var bad, delivered float64
+	for _, n := range []*node{a, b2} {
+		bad += n.metric(t, "statefun_kafka_ingress_bad_records_total")
+		delivered += n.metric(t, "statefun_kafka_ingress_records_total")
+	}
+	delivered += b.metric(t, "statefun_kafka_ingress_records_total")
+	bad += b.metric(t, "statefun_kafka_ingress_bad_records_total")
+	a.stop(t)
+	b2.stop(t)
+	t.Logf("faults: %d EndTxn, %d TxnOffsetCommit, %d heartbeats; requests aborted %d",
+		f.endTxn.Load(), f.offsets.Load(), f.heartbeats.Load(), abortedTotal(all...))
+	if f.endTxn.Load() == 0 || f.offsets.Load() == 0 {
+		t.Errorf("not every fault fired: %d EndTxn, %d TxnOffsetCommit", f.endTxn.Load(), f.offsets.Load())
+	}
+	if bad != 1 {
+		t.Errorf("bad ingress records counted %v times, want once", bad)
+	}
+	if delivered != float64(want) {
+		t.Errorf("statefun_kafka_ingress_records_total = %v, want %d", delivered, want)
+	}
+	h.checkExactlyOnce(want)
+}
+
+// An ingress partition without a committed offset starts at the
+// ingress's startup position (latest: records written before the node
+// joined are not delivered), and that placement is committed at once, in
+// the node's next transaction: the node stops before any record arrived,
+// records are written while it is down, and its restart resumes from the
+// committed placement, delivering them (resolving "latest" again would
+// skip them). Later records resume from the committed offsets.
+func TestIngressStartupPositionCommittedAtOnce(t *testing.T) {
+	h := newHarness(t)
+	h.createIngressTopic()
+	h.produceIngress(30)
+	dir := t.TempDir()
+	a, in := h.startIngress("a", dir, kafkaingress.StartLatest)
+	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+	eventually(t, "the ingress partitions placed at their startup position", 20*time.Second, func() bool { return in.started.Load() == inP })
+	eventually(t, "the placements committed", 20*time.Second, func() bool {
+		offs, err := h.adm.FetchOffsets(ctxT(t), testApp)
+		if err != nil {
+			return false
+		}
+		n := 0
+		offs.Each(func(o kadm.OffsetResponse) {
+			if o.Topic == inTopic && o.Err == nil && o.At == 10 {
+				n++
+			}
+		})
+		return n == inP
+	})
+	a.stop(t)
+	h.produceIngress(30)
+	a2, in2 := h.startIngress("a", dir, kafkaingress.StartLatest)
+	eventually(t, "the 30 records written while the node was down", 20*time.Second, func() bool { return totalArrivals(a2) >= 30 })
+	if n := in2.started.Load(); n != 0 {
+		t.Errorf("after the restart %d ingress partitions were placed at the startup position, want none (every one had a committed offset)", n)
+	}
+	h.produceIngress(30)
+	eventually(t, "30 more", 20*time.Second, func() bool { return totalArrivals(a2) >= 60 })
+	time.Sleep(200 * time.Millisecond)
+	if got := totalArrivals(a, a2); got != 60 {
+		t.Fatalf("%d arrivals, want 60: the 30 written while the node was down and the 30 after", got)
+	}
+	a2.stop(t)
+	h.checkExactlyOnce(60)
+}
+
+// A partition whose queue is full stops being fetched: records written to
+// it are not polled while the engine reports it full (while another
+// partition's records still come), and are polled once it drains.
+func TestFullPartitionPausesFetching(t *testing.T) {
+	h := newHarness(t)
+	a := h.start("a", t.TempDir())
+	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+	produceTo := func(p int32, n int) {
+		t.Helper()
+		var recs []*kgo.Record
+		for range n {
+			recs = append(recs, &kgo.Record{Topic: testApp + "-messages", Partition: p, Key: []byte("k"), Value: []byte("0")})
+		}
+		if err := h.prod.ProduceSync(ctxT(t), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.e.full[1].Store(true)
+	produceTo(1, 10)
+	eventually(t, "partition 1's first records", 20*time.Second, func() bool { return a.e.submitted[1].Load() > 0 })
+	eventually(t, "partition 1 paused", 20*time.Second, func() bool { return a.metric(t, "statefun_cluster_full_partitions") == 1 })
+	first := a.e.submitted[1].Load()
+	produceTo(1, 10)
+	produceTo(2, 10)
+	eventually(t, "partition 2's records", 20*time.Second, func() bool { return a.e.submitted[2].Load() == 10 })
+	time.Sleep(300 * time.Millisecond) // many commit intervals
+	if got := a.e.submitted[1].Load(); got != first {
+		t.Fatalf("partition 1, full, had %d records handed to the engine after it was paused at %d", got, first)
+	}
+	a.e.full[1].Store(false)
+	eventually(t, "partition 1 resumed", 20*time.Second, func() bool { return a.e.submitted[1].Load() == 20 })
+	if v := a.metric(t, "statefun_cluster_full_partitions"); v != 0 {
+		t.Errorf("statefun_cluster_full_partitions = %v after the partition drained, want 0", v)
+	}
+	eventually(t, "30 arrivals durable", 20*time.Second, func() bool { return totalArrivals(a) == 30 })
+	a.stop(t)
+	h.checkExactlyOnce(30)
+}

@@ -243,6 +243,10 @@ func (s *Server) serveFailing(w http.ResponseWriter, r *http.Request) {
 		}
 		after = &a
 	}
+	if s.gather(w, r, failingListing(limit)) {
+		return
+	}
+	s.localPart(w, r) // the engine lists the partitions this node owns
 	list, err := s.eng.Failing(r.Context(), t)
 	if err != nil {
 		s.engineError(w, r, err)
@@ -328,6 +332,9 @@ func (s *Server) serveInbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := address.Address{Type: address.TypeName{Namespace: segs[0], Name: segs[1]}, ID: segs[2]}
+	if s.forwardRead(w, r, a) {
+		return
+	}
 	in, err := s.eng.Inbox(r.Context(), a)
 	if err != nil {
 		s.engineError(w, r, err)
@@ -384,6 +391,10 @@ func (s *Server) servePauses(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
+	if s.gather(w, r, pausesListing()) {
+		return
+	}
+	s.localPart(w, r) // the engine lists the partitions this node owns
 	list, err := s.eng.Pauses(r.Context(), t)
 	if err != nil {
 		s.engineError(w, r, err)

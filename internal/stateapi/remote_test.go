@@ -5,7 +5,9 @@ import (
 	"net/http"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/cluster/forward"
 )
 
@@ -125,5 +127,70 @@ func TestMergeReceipt(t *testing.T) {
 	}
 	if s, h, _ := mergeReceipt([]forward.Answer{answer("a", 404, `{}`)}, []int{3}); s != 503 || h.Get(MissingHeader) != "3" {
 		t.Errorf("unknown, partition 3 missing: %d %v", s, h)
+	}
+}
+
+// fakeCluster is the test double of the other nodes: it owns what owned
+// says, and records what was forwarded and gathered.
+type fakeCluster struct {
+	owned     []int
+	forwarded []int
+	gathered  []string
+}
+
+func (c *fakeCluster) Owned() []int { return c.owned }
+
+func (c *fakeCluster) Forward(w http.ResponseWriter, r *http.Request, p int) bool {
+	c.forwarded = append(c.forwarded, p)
+	return false // no owner answered
+}
+
+func (c *fakeCluster) Gather(r *http.Request, _ time.Duration, _ func(forward.Answer) bool) ([]forward.Answer, []int) {
+	c.gathered = append(c.gathered, r.URL.Path)
+	return nil, []int{0, 1, 2, 3}
+}
+
+// TestClusterHooks: a read about a partition this node does not own goes
+// to Forward, unless it carries the hop header (then 503, not forwarded
+// again); a write is not forwarded; a listing is gathered, and answered
+// for the owned partitions alone when it carries the hop header.
+func TestClusterHooks(t *testing.T) {
+	eng := startWithFunction(t, engineConfig{})
+	c := &fakeCluster{}
+	base := serve(t, eng, Options{Cluster: c})
+	mustPut(t, base, "/state/test/fn/x/i64", "text/plain", "5")
+	p := eng.PartitionOf(address.Address{Type: fnType, ID: "x"})
+
+	r := send(t, base, "GET", "/state/test/fn/x/i64", nil)
+	if r.StatusCode != 503 || !slices.Equal(c.forwarded, []int{p}) || r.Header.Get("Retry-After") == "" {
+		t.Errorf("read of a partition not owned: %s, forwarded %v; want 503 after forwarding partition %d", r.Status, c.forwarded, p)
+	}
+	c.forwarded = nil
+	r = send(t, base, "GET", "/state/test/fn/x/i64/history", nil, forward.Header, "node-z")
+	if pr := r.problem(t); r.StatusCode != 503 || c.forwarded != nil || pr.Partition == nil || *pr.Partition != p {
+		t.Errorf("read with the hop header: %s %s, forwarded %v; want 503 naming partition %d, not forwarded", r.Status, r.body, c.forwarded, p)
+	}
+	send(t, base, "PUT", "/state/test/fn/x/i64", []byte("6"), "Content-Type", "text/plain")
+	if c.forwarded != nil {
+		t.Errorf("a PUT was forwarded: %v", c.forwarded)
+	}
+
+	r = send(t, base, "GET", "/state/test/fn", nil)
+	if r.StatusCode != 503 || r.Header.Get(MissingHeader) != "0,1,2,3" || !slices.Equal(c.gathered, []string{"/state/test/fn"}) {
+		t.Errorf("listing with no node answering: %s %v, gathered %v", r.Status, r.Header, c.gathered)
+	}
+	var page struct {
+		IDs []string `json:"ids"`
+	}
+	r = send(t, base, "GET", "/state/test/fn", nil, forward.Header, "node-z")
+	r.json(t, &page)
+	if len(page.IDs) != 0 || r.Header.Get(forward.Partitions) != "" || len(c.gathered) != 1 {
+		t.Errorf("listing with the hop header, no partition owned: %v %v", page.IDs, r.Header)
+	}
+	c.owned = []int{0, 1, 2, 3}
+	r = send(t, base, "GET", "/state/test/fn", nil, forward.Header, "node-z")
+	r.json(t, &page)
+	if !slices.Contains(page.IDs, "x") || r.Header.Get(forward.Partitions) != "0,1,2,3" {
+		t.Errorf("listing with the hop header, every partition owned: %v %v", page.IDs, r.Header)
 	}
 }

@@ -89,10 +89,18 @@ func (n *clusterNode) countOn(id string, header ...string) (int64, *http.Respons
 // the ids, and the partitions any page said were missing.
 func (n *clusterNode) listIDs(t *testing.T, typ string, limit int) ([]string, string) {
 	t.Helper()
+	return listIDsOn(t, []*clusterNode{n}, typ, limit)
+}
+
+// listIDsOn is listIDs asking each page of the next node in turn: a
+// cursor one node made is passed to another.
+func listIDsOn(t *testing.T, nodes []*clusterNode, typ string, limit int) ([]string, string) {
+	t.Helper()
 	var ids []string
 	missing := ""
 	after := ""
-	for range 100 {
+	for i := range 100 {
+		n := nodes[i%len(nodes)]
 		resp, b, err := n.apiGet("/state/kc/" + typ + "?limit=" + strconv.Itoa(limit) + "&after=" + after)
 		if err != nil {
 			t.Fatal(err)
@@ -123,7 +131,7 @@ func (n *clusterNode) listIDs(t *testing.T, typ string, limit int) ([]string, st
 		}
 		after = *page.Next
 	}
-	t.Fatalf("list on %s: more than 100 pages", n.id)
+	t.Fatalf("list of kc/%s: more than 100 pages", typ)
 	return nil, ""
 }
 
@@ -225,6 +233,9 @@ func TestClusterAPIEveryNode(t *testing.T) {
 		if !slices.Equal(ids, wantIDs) || missing != "" {
 			t.Errorf("ids of kc/counter listed on %s: %v (missing partitions %q); want %v", n.id, ids, missing, wantIDs)
 		}
+	}
+	if ids, missing := listIDsOn(t, nodes, "counter", 4); !slices.Equal(ids, wantIDs) || missing != "" {
+		t.Errorf("ids of kc/counter listed a page on each node in turn: %v (missing partitions %q); want %v", ids, missing, wantIDs)
 	}
 
 	// Mutations, applied by the owner of each address (a mutation sent

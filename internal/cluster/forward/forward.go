@@ -81,6 +81,44 @@ type Config struct {
 type Forwarder struct {
 	cfg     Config
 	counter *prometheus.CounterVec
+
+	// The assignment read last, reused for assignmentTTL: reading it is a
+	// round trip to Kafka. A request that finds it wrong (the node named
+	// did not answer, or answered 503) drops it.
+	mu     sync.Mutex
+	owners map[int]string
+	urls   map[string]string
+	readAt time.Time
+}
+
+// assignmentTTL is how long a read of the group's assignment is reused.
+const assignmentTTL = 250 * time.Millisecond
+
+// assignment returns the group's assignment, read at most assignmentTTL
+// ago.
+func (f *Forwarder) assignment(ctx context.Context) (map[int]string, map[string]string, error) {
+	f.mu.Lock()
+	if f.owners != nil && time.Since(f.readAt) < assignmentTTL {
+		o, u := f.owners, f.urls
+		f.mu.Unlock()
+		return o, u, nil
+	}
+	f.mu.Unlock()
+	o, u, err := f.cfg.Assignment(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.mu.Lock()
+	f.owners, f.urls, f.readAt = o, u, time.Now()
+	f.mu.Unlock()
+	return o, u, nil
+}
+
+// stale drops the assignment read last: the next request reads it anew.
+func (f *Forwarder) stale() {
+	f.mu.Lock()
+	f.owners, f.urls = nil, nil
+	f.mu.Unlock()
 }
 
 // New returns a Forwarder; it registers its counter.
@@ -187,6 +225,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, p int) bool 
 			resp.Body = io.NopCloser(strings.NewReader(string(b)))
 			last = resp
 		}
+		f.stale()
 		if !backoff(ctx, &d, deadline) {
 			break
 		}
@@ -203,7 +242,7 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, p int) bool 
 // attempt sends r to p's owner once; nil when p has no owner known with a
 // URL, or the owner did not answer.
 func (f *Forwarder) attempt(ctx context.Context, r *http.Request, p int) *http.Response {
-	owners, urls, err := f.cfg.Assignment(ctx)
+	owners, urls, err := f.assignment(ctx)
 	if err != nil {
 		return nil
 	}
@@ -264,7 +303,7 @@ func (f *Forwarder) Gather(r *http.Request, wait time.Duration, stop func(Answer
 	var answers []Answer
 	for {
 		missing := missingOf(covered)
-		owners, urls, err := f.cfg.Assignment(ctx)
+		owners, urls, err := f.assignment(ctx)
 		if err == nil {
 			nodes := map[string]bool{}
 			for _, p := range missing {
@@ -291,7 +330,11 @@ func (f *Forwarder) Gather(r *http.Request, wait time.Duration, stop func(Answer
 				return answers, nil
 			}
 		}
-		if len(missingOf(covered)) == 0 || !backoff(r.Context(), &d, deadline) {
+		if len(missingOf(covered)) == 0 {
+			break
+		}
+		f.stale()
+		if !backoff(r.Context(), &d, deadline) {
 			break
 		}
 	}

@@ -353,6 +353,54 @@ func TestClusterAPIEveryNode(t *testing.T) {
 		return true
 	})
 
+	// The inbox of a failing address, read from every node; its head
+	// skipped on its owner (repairs are not forwarded) is a message dead
+	// letter that every node lists and reads.
+	for _, n := range nodes {
+		if resp, b, err := n.apiGet("/inbox/kc/flaky/f2"); err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), `"inflight"`) {
+			t.Errorf("inbox of kc/flaky/f2 on %s: %v %v %s", n.id, err, resp.Status, b)
+		}
+	}
+	deadLetter := ""
+	for _, n := range nodes {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+n.admin+"/inbox/kc/flaky/f1/skip", strings.NewReader(`{"reason":"api test"}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode/100 == 2 {
+			var rc struct {
+				DeadLetter string `json:"deadLetter"`
+			}
+			json.Unmarshal(b, &rc)
+			deadLetter = rc.DeadLetter
+			break
+		}
+	}
+	if deadLetter == "" {
+		t.Fatal("no node skipped the head of kc/flaky/f1")
+	}
+	for _, n := range nodes {
+		resp, b, err := n.apiGet("/dead-letters/messages")
+		var page struct {
+			DeadLetters []struct {
+				ID string `json:"id"`
+			} `json:"deadLetters"`
+		}
+		if err == nil {
+			json.Unmarshal(b, &page)
+		}
+		if err != nil || resp.StatusCode != 200 || len(page.DeadLetters) != 1 || page.DeadLetters[0].ID != deadLetter {
+			t.Errorf("message dead letters on %s: %v %s; want %s", n.id, err, b, deadLetter)
+		}
+		if resp, b, err := n.apiGet("/dead-letters/messages/" + deadLetter); err != nil || resp.StatusCode != 200 {
+			t.Errorf("dead letter %s on %s: %v %s", deadLetter, n.id, err, b)
+		}
+	}
+
 	// The hop header: a request another node forwarded is answered here
 	// alone. On a node that does not own the address: 503 naming the
 	// owner, and no forwarded read counted.

@@ -48,14 +48,14 @@ func (s *Server) serveMutations(w http.ResponseWriter, r *http.Request) {
 			fail(w, r, http.StatusBadRequest, fmt.Sprintf("?wait=%q: want a duration like 5s", v))
 			return
 		}
-		if s.gatherReceipt(w, r, min(d, s.opts.MaxWait)) {
+		if s.gatherOne(w, r, min(d, s.opts.MaxWait)) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), min(d, s.opts.MaxWait))
 		defer cancel()
 		rc, ok, err = s.eng.WaitReceipt(ctx, id)
 	} else {
-		if s.gatherReceipt(w, r, 0) {
+		if s.gatherOne(w, r, 0) {
 			return
 		}
 		rc, ok, err = s.eng.Receipt(id)

@@ -275,6 +275,19 @@ func failingListing(limit int) listing {
 
 func pausesListing() listing { return listing{field: "pauses", key: addrKey} }
 
+// deadLettersListing orders message dead letters by id (the skip's
+// mutation id), their cursor.
+func deadLettersListing(limit int) listing {
+	id := func(item json.RawMessage) (string, error) {
+		var d struct {
+			ID string `json:"id"`
+		}
+		err := json.Unmarshal(item, &d)
+		return d.ID, err
+	}
+	return listing{field: "deadLetters", key: id, cursor: id, limit: limit}
+}
+
 func auditListing(limit int, newest bool) listing {
 	read := func(item json.RawMessage) (auditCursor, error) {
 		var a struct {
@@ -332,17 +345,18 @@ func typesListing() listing {
 		}}
 }
 
-// gatherReceipt answers GET /mutations/<id>[?wait=] from the node that
-// owns the mutation's address (cluster mode): every node is asked, each
-// answers only a receipt of a partition it owns, and the first found is
-// the answer. It reports whether it answered.
-func (s *Server) gatherReceipt(w http.ResponseWriter, r *http.Request, wait time.Duration) bool {
+// gatherOne answers a read of one thing named by an id, not by its
+// address (GET /mutations/<id>[?wait=], GET /dead-letters/messages/<id>),
+// from the node that owns its address (cluster mode): every node is
+// asked, each answers only for a partition it owns, and the first found
+// is the answer. It reports whether it answered.
+func (s *Server) gatherOne(w http.ResponseWriter, r *http.Request, wait time.Duration) bool {
 	c := s.opts.Cluster
 	if c == nil || forward.Forwarded(r) {
 		return false
 	}
 	answers, missing := c.Gather(r, wait, func(a forward.Answer) bool { return a.Status == http.StatusOK })
-	status, h, body := mergeReceipt(answers, missing)
+	status, h, body := mergeOne(answers, missing)
 	for k, vs := range h {
 		w.Header()[k] = vs
 	}
@@ -353,11 +367,11 @@ func (s *Server) gatherReceipt(w http.ResponseWriter, r *http.Request, wait time
 	return true
 }
 
-// mergeReceipt picks the answer to a receipt asked of every node: a 200
+// mergeOne picks the answer to a read by id asked of every node: a 200
 // when one node has it; a 503 naming the partitions missing when none has
 // it and some did not answer (the receipt may be there); else the 404 (or
 // other refusal) of a node.
-func mergeReceipt(answers []forward.Answer, missing []int) (int, http.Header, []byte) {
+func mergeOne(answers []forward.Answer, missing []int) (int, http.Header, []byte) {
 	var refusal *forward.Answer
 	for i, a := range answers {
 		switch {

@@ -119,13 +119,13 @@ func TestMergeTypes(t *testing.T) {
 // TestMergeReceipt: the node that has the receipt answers; none having it
 // is a 404 only when every partition answered.
 func TestMergeReceipt(t *testing.T) {
-	if s, _, b := mergeReceipt([]forward.Answer{answer("a", 404, `{}`), answer("b", 200, `{"status":"committed"}`)}, nil); s != 200 || string(b) != `{"status":"committed"}` {
+	if s, _, b := mergeOne([]forward.Answer{answer("a", 404, `{}`), answer("b", 200, `{"status":"committed"}`)}, nil); s != 200 || string(b) != `{"status":"committed"}` {
 		t.Errorf("found: %d %s", s, b)
 	}
-	if s, _, _ := mergeReceipt([]forward.Answer{answer("a", 404, `{}`)}, nil); s != 404 {
+	if s, _, _ := mergeOne([]forward.Answer{answer("a", 404, `{}`)}, nil); s != 404 {
 		t.Errorf("unknown everywhere: %d", s)
 	}
-	if s, h, _ := mergeReceipt([]forward.Answer{answer("a", 404, `{}`)}, []int{3}); s != 503 || h.Get(MissingHeader) != "3" {
+	if s, h, _ := mergeOne([]forward.Answer{answer("a", 404, `{}`)}, []int{3}); s != 503 || h.Get(MissingHeader) != "3" {
 		t.Errorf("unknown, partition 3 missing: %d %v", s, h)
 	}
 }
@@ -179,7 +179,7 @@ func TestClusterHooks(t *testing.T) {
 	if r.StatusCode != 503 || r.Header.Get(MissingHeader) != "0,1,2,3" || !slices.Equal(c.gathered, []string{"/state/test/fn"}) {
 		t.Errorf("listing with no node answering: %s %v, gathered %v", r.Status, r.Header, c.gathered)
 	}
-	for _, target := range []string{"/state", "/state/test", "/audit", "/failing", "/pauses", "/mutations/m1"} {
+	for _, target := range []string{"/state", "/state/test", "/audit", "/failing", "/pauses", "/mutations/m1", "/dead-letters/messages", "/dead-letters/messages/m1"} {
 		if r := send(t, base, "GET", target, nil); r.StatusCode != 503 || r.Header.Get(MissingHeader) != "0,1,2,3" {
 			t.Errorf("GET %s with no node answering: %s %v", target, r.Status, r.Header)
 		}
@@ -189,7 +189,7 @@ func TestClusterHooks(t *testing.T) {
 	}
 	r = send(t, base, "GET", "/state/test/fn", nil, forward.Header, "node-z")
 	r.json(t, &page)
-	if len(page.IDs) != 0 || r.Header.Get(forward.Partitions) != "" || len(c.gathered) != 7 {
+	if len(page.IDs) != 0 || r.Header.Get(forward.Partitions) != "" || len(c.gathered) != 9 {
 		t.Errorf("listing with the hop header, no partition owned: %v %v", page.IDs, r.Header)
 	}
 	c.owned = []int{0, 1, 2, 3}

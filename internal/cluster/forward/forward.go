@@ -4,6 +4,8 @@
 //
 // The contract:
 //
+//   - A node owns a partition when its engine runs it and the consumer
+//     group's assignment gives it to the node (Owned).
 //   - A read of one address whose partition this node does not own is
 //     forwarded over HTTP to the owner's admin URL (the consumer group's
 //     assignment names the node, its member record the URL): the same
@@ -147,8 +149,21 @@ func New(cfg Config) (*Forwarder, error) {
 	return f, nil
 }
 
-// Owned returns the partitions this node serves now.
-func (f *Forwarder) Owned() []int { return f.cfg.Owned() }
+// Owned returns the partitions this node serves now: those its engine
+// runs that the group's assignment also gives it. A node whose session has
+// not heard of a revocation yet (or never does) must not answer from its
+// copy of a partition another node now owns and writes; when the
+// assignment cannot be read, the engine's partitions are the answer.
+func (f *Forwarder) Owned() []int {
+	own := f.cfg.Owned()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	owners, _, err := f.assignment(ctx)
+	if err != nil {
+		return own
+	}
+	return slices.DeleteFunc(own, func(p int) bool { return owners[p] != f.cfg.NodeID })
+}
 
 // Forwarded reports whether r came from another node (carries Header).
 func Forwarded(r *http.Request) bool { return r.Header.Get(Header) != "" }

@@ -158,3 +158,21 @@ func TestGatherNamesThePartitionsNoNodeAnswered(t *testing.T) {
 		t.Errorf("partial gathers counted %v, want 1", n)
 	}
 }
+
+// TestOwnedIsTheEnginesAndTheGroups: a partition the engine still runs
+// but the group assigned to another node is not owned (its copy here may
+// be stale); without the assignment, the engine's partitions are.
+func TestOwnedIsTheEnginesAndTheGroups(t *testing.T) {
+	f := newForwarder(t, Config{Owned: func() []int { return []int{0, 1, 3} },
+		Assignment: fixed(map[int]string{0: "node-a", 1: "node-b", 2: "node-a"}, nil)})
+	if got := f.Owned(); !slices.Equal(got, []int{0}) {
+		t.Errorf("Owned() = %v, want [0]", got)
+	}
+	f = newForwarder(t, Config{Owned: func() []int { return []int{0, 1, 3} },
+		Assignment: func(context.Context) (map[int]string, map[string]string, error) {
+			return nil, nil, context.DeadlineExceeded
+		}})
+	if got := f.Owned(); !slices.Equal(got, []int{0, 1, 3}) {
+		t.Errorf("Owned() without the assignment = %v, want [0 1 3]", got)
+	}
+}

@@ -425,6 +425,30 @@ func TestClusterAPIEveryNode(t *testing.T) {
 		}
 	}
 
+	// A pause set on its owner is listed by every node.
+	pauseOwner := ownerOf(t, nodes, "/inbox/kc/flaky/f3")
+	req, _ := http.NewRequest(http.MethodPost, "http://"+pauseOwner.admin+"/pause/kc/flaky/f3", strings.NewReader(`{"reason":"api test"}`))
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode/100 != 2 {
+		t.Fatalf("pause of kc/flaky/f3 on its owner %s: %v %v", pauseOwner.id, err, resp)
+	} else {
+		resp.Body.Close()
+	}
+	for _, n := range nodes {
+		resp, b, err := n.apiGet("/pauses")
+		var out struct {
+			Pauses []struct {
+				ID *string `json:"id"`
+			} `json:"pauses"`
+		}
+		if err == nil {
+			json.Unmarshal(b, &out)
+		}
+		if err != nil || resp.StatusCode != 200 || len(out.Pauses) != 1 || out.Pauses[0].ID == nil || *out.Pauses[0].ID != "f3" {
+			t.Errorf("pauses on %s: %v %s; want kc/flaky/f3's", n.id, err, b)
+		}
+	}
+
 	// The hop header: a request another node forwarded is answered here
 	// alone. On a node that does not own the address: 503 naming the
 	// owner, and no forwarded read counted.

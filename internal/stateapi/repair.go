@@ -246,7 +246,9 @@ func (s *Server) serveFailing(w http.ResponseWriter, r *http.Request) {
 	if s.gather(w, r, failingListing(limit)) {
 		return
 	}
-	s.localPart(w, r) // the engine lists the partitions this node owns
+	// The engine lists the partitions it runs; a hop-marked request
+	// keeps those the group gives this node too.
+	own := s.localPart(w, r)
 	list, err := s.eng.Failing(r.Context(), t)
 	if err != nil {
 		s.engineError(w, r, err)
@@ -257,7 +259,7 @@ func (s *Server) serveFailing(w http.ResponseWriter, r *http.Request) {
 		Next    *string       `json:"next"`
 	}{Failing: []failingJSON{}}
 	for _, f := range list {
-		if after != nil && !addressAfter(f.Addr, *after) {
+		if (after != nil && !addressAfter(f.Addr, *after)) || (own != nil && !own[s.eng.PartitionOf(f.Addr)]) {
 			continue
 		}
 		if len(page.Failing) == limit {
@@ -394,7 +396,8 @@ func (s *Server) servePauses(w http.ResponseWriter, r *http.Request) {
 	if s.gather(w, r, pausesListing()) {
 		return
 	}
-	s.localPart(w, r) // the engine lists the partitions this node owns
+	// As /failing; a pause of a whole type is in every partition.
+	own := s.localPart(w, r)
 	list, err := s.eng.Pauses(r.Context(), t)
 	if err != nil {
 		s.engineError(w, r, err)
@@ -404,6 +407,9 @@ func (s *Server) servePauses(w http.ResponseWriter, r *http.Request) {
 		Pauses []*pauseJSON `json:"pauses"`
 	}{Pauses: []*pauseJSON{}}
 	for _, p := range list {
+		if own != nil && p.Addr.ID != "" && !own[s.eng.PartitionOf(p.Addr)] {
+			continue
+		}
 		out.Pauses = append(out.Pauses, pauseOf(p.Addr, p.Pause))
 	}
 	writeJSON(w, http.StatusOK, out)

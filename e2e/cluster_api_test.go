@@ -197,6 +197,15 @@ func TestClusterAPIEveryNode(t *testing.T) {
 		return true
 	})
 
+	// A node's session may run a partition the group gave to another node
+	// (docs/cluster.md): the sum of the nodes' partitions then exceeds 8.
+	ownedSum := 0.0
+	for _, n := range nodes {
+		v, _ := n.metric("statefun_cluster_owned_partitions")
+		ownedSum += v
+	}
+	t.Logf("partitions the nodes' sessions run, in all: %v of 8", ownedSum)
+
 	// Traffic through every node's ingress.
 	const keys = 30
 	want := map[string]int{}
@@ -494,12 +503,19 @@ func TestClusterAPIEveryNode(t *testing.T) {
 	nodes[2].kill()
 	t.Log("killed node-c")
 	survivors := nodes[:2]
+	// At once: node-c's partitions have no reachable owner for the whole
+	// budget (the group notices after 6 s), so this listing names them.
+	if ids, missing := survivors[0].listIDs(t, "counter", 100); !slices.Equal(ids, wantIDs) && missing == "" {
+		t.Errorf("ids listed on %s right after the kill: %d of %d, and no partition named missing", survivors[0].id, len(ids), len(wantIDs))
+	} else {
+		t.Logf("ids listed on %s right after the kill: %d of %d, missing partitions %q", survivors[0].id, len(ids), len(wantIDs), missing)
+	}
 	deadline := time.Now().Add(90 * time.Second)
 	pending := map[string]bool{}
 	for id := range want {
 		pending[id] = true
 	}
-	retried := 0
+	retried, partial := 0, 0
 	for len(pending) > 0 && time.Now().Before(deadline) {
 		// Each read may retry for a few seconds: all at once.
 		type result struct {
@@ -547,12 +563,15 @@ func TestClusterAPIEveryNode(t *testing.T) {
 			if !slices.Equal(ids, wantIDs) && missing == "" {
 				t.Errorf("ids listed on %s during the move: %d of %d, and no partition named missing", n.id, len(ids), len(wantIDs))
 			}
+			if missing != "" {
+				partial++
+			}
 		}
 	}
 	if len(pending) > 0 {
 		t.Fatalf("after the move, %d counters are not read right from both survivors: %v", len(pending), pending)
 	}
-	t.Logf("reads that answered 503 during the move (after retrying): %d", retried)
+	t.Logf("during the move: %d reads answered 503 (after retrying), %d listings named missing partitions", retried, partial)
 	for _, n := range survivors {
 		ids, missing := n.listIDs(t, "counter", 7)
 		if !slices.Equal(ids, wantIDs) || missing != "" {

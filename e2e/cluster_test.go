@@ -392,25 +392,36 @@ func TestClusterKillNode(t *testing.T) {
 	out := kcatReadUntil(t, dk.brokers, "counts", sum, 30*time.Second)
 	checkEffects(t, out, final, nil)
 
-	// A read on the node that does not own the address: 503, Retry-After,
-	// and the owner with its admin URL.
+	// A read on the node that does not own the address is forwarded to
+	// the owner; with the hop header (as a node forwards it) it is not
+	// forwarded again: 503, Retry-After, and the owner with its admin URL.
 	checked := false
 	for id := range final {
-		v0, s0, p0, ra0, err0 := survivors[0].readCount(id)
-		v1, s1, p1, ra1, err1 := survivors[1].readCount(id)
+		v0, s0, _, _, err0 := survivors[0].readCount(id)
+		v1, s1, _, _, err1 := survivors[1].readCount(id)
 		if err0 != nil || err1 != nil {
 			t.Fatal(err0, err1)
 		}
-		if s0 == 200 && s1 == 200 {
-			t.Errorf("both survivors answer a read of %s (%d and %d): one of them does not own it", id, v0, v1)
+		if s0 != 200 || s1 != 200 || v0 != v1 {
+			t.Errorf("read of %s on the survivors: %d %d and %d %d; want 200 and the same value from both", id, s0, v0, s1, v1)
+		}
+		_, r0, b0, err0 := survivors[0].countOn(id, "Statefun-Forwarded", "test")
+		_, r1, b1, err1 := survivors[1].countOn(id, "Statefun-Forwarded", "test")
+		if err0 != nil || err1 != nil {
+			t.Fatal(err0, err1)
+		}
+		if (r0.StatusCode == 200) == (r1.StatusCode == 200) {
+			t.Errorf("reads of %s with the hop header: %s and %s; want one owner answering", id, r0.Status, r1.Status)
 			continue
 		}
-		owner, other, pr, ra := survivors[0], survivors[1], p1, ra1
-		if s1 == 200 {
-			owner, other, pr, ra = survivors[1], survivors[0], p0, ra0
+		owner, other, b, ra := survivors[0], survivors[1], b1, r1.Header.Get("Retry-After")
+		if r1.StatusCode == 200 {
+			owner, other, b, ra = survivors[1], survivors[0], b0, r0.Header.Get("Retry-After")
 		}
+		var pr stateProblem
+		json.Unmarshal(b, &pr)
 		if pr.Status != http.StatusServiceUnavailable || ra == "" || pr.OwnerNode != owner.id || pr.OwnerURL != "http://"+owner.admin || pr.Partition == nil {
-			t.Errorf("read of %s on %s (not its owner): %+v, Retry-After %q; want 503 naming %s at http://%s", id, other.id, pr, ra, owner.id, owner.admin)
+			t.Errorf("read of %s with the hop header on %s (not its owner): %+v, Retry-After %q; want 503 naming %s at http://%s", id, other.id, pr, ra, owner.id, owner.admin)
 		}
 		// A write there goes to the owner as a command
 		// (cluster_write_test.go tests it).

@@ -23,6 +23,7 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/admin"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/cluster/node"
 	"github.com/statefun-go/statefun/internal/cluster/topics"
 	"github.com/statefun-go/statefun/internal/connlimit"
@@ -306,6 +307,15 @@ func Start(cfg Config) (*App, error) {
 	var sink ingress.Sink = eng
 	if cn != nil {
 		apiOpts.Owner, apiOpts.NodeID = cn.Owner, cfg.Cluster.NodeID
+		// Reads and listings about partitions other nodes own are answered
+		// through them.
+		fw, err := forward.New(forward.Config{NodeID: cfg.Cluster.NodeID, Partitions: eng.Partitions(),
+			Assignment: cn.Assignment, Owned: eng.Owned, Metrics: reg})
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		apiOpts.Cluster = fw
 		sink = cn // the playground ingress produces to the messages topic
 		if apiOpts.Commands, err = newCommands(cfg, cn, eng, db.Partitions()); err != nil {
 			a.Close()

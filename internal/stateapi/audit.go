@@ -191,11 +191,15 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if s.gather(w, r, auditListing(limit, newest)) {
+		return
+	}
+	own := s.localPart(w, r)
 	page := pageWriter{w: w, field: "records"}
 	var last *protocol.AuditRecord
 	more := false
 	err := s.eng.ScanAudit(filter, func(a *protocol.AuditRecord) bool {
-		if r.Context().Err() != nil || !match(a) {
+		if r.Context().Err() != nil || !match(a) || (own != nil && !own[s.eng.PartitionOf(addrOf(a.GetTarget()))]) {
 			return r.Context().Err() == nil
 		}
 		if page.n == limit {

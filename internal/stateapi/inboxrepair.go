@@ -463,10 +463,16 @@ func (s *Server) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(segs) == 2 {
+		if s.gatherOne(w, r, 0) {
+			return
+		}
 		d, ok, err := s.eng.MessageDeadLetter(segs[1])
 		if err != nil {
 			s.engineError(w, r, err)
 			return
+		}
+		if own := s.localPart(w, r); ok && own != nil && !own[s.eng.PartitionOf(addrOf(d.GetEnvelope().GetTarget()))] {
+			ok = false // a stale copy of a partition that moved away: its owner answers
 		}
 		if !ok {
 			fail(w, r, http.StatusNotFound, "no message dead letter "+segs[1]+" (never skipped, re-sent already, or removed by retention)")
@@ -489,12 +495,16 @@ func (s *Server) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
+	if s.gather(w, r, deadLettersListing(limit)) {
+		return
+	}
+	own := s.localPart(w, r)
 	page := struct {
 		DeadLetters []messageDeadLetterJSON `json:"deadLetters"`
 		Next        *string                 `json:"next"`
 	}{DeadLetters: []messageDeadLetterJSON{}}
 	err = s.eng.ScanMessageDeadLetters(r.URL.Query().Get("after"), func(d *protocol.MessageDeadLetter) bool {
-		if a := addrOf(d.GetEnvelope().GetTarget()); (t != address.TypeName{}) && a.Type != t {
+		if a := addrOf(d.GetEnvelope().GetTarget()); ((t != address.TypeName{}) && a.Type != t) || (own != nil && !own[s.eng.PartitionOf(a)]) {
 			return true
 		}
 		if len(page.DeadLetters) == limit {

@@ -79,9 +79,16 @@ func (s *Server) listIDs(w http.ResponseWriter, r *http.Request, t address.TypeN
 		}
 		limit = n
 	}
+	if s.gather(w, r, idsListing(limit)) {
+		return
+	}
+	own := s.localPart(w, r)
 	ids := []string{}
 	more := false
 	err := s.eng.ScanIDs(t, q.Get("prefix"), q.Get("after"), func(id string) bool {
+		if own != nil && !own[s.eng.PartitionOf(address.Address{Type: t, ID: id})] {
+			return true // another node's, or a stale copy of a partition that moved
+		}
 		if len(ids) == limit {
 			more = true
 			return false
@@ -118,6 +125,12 @@ type typeInfo struct {
 // registered states or hold state — including types no longer in the
 // module, so their state can still be found.
 func (s *Server) listTypes(w http.ResponseWriter, r *http.Request, ns string) {
+	if s.gather(w, r, typesListing()) {
+		return
+	}
+	// The store's types, stale copies included: a type held only in a
+	// partition that moved away may say holdsState here.
+	s.localPart(w, r)
 	byType := map[address.TypeName]*typeInfo{}
 	get := func(t address.TypeName) *typeInfo {
 		if byType[t] == nil {

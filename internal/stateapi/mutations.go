@@ -48,15 +48,24 @@ func (s *Server) serveMutations(w http.ResponseWriter, r *http.Request) {
 			fail(w, r, http.StatusBadRequest, fmt.Sprintf("?wait=%q: want a duration like 5s", v))
 			return
 		}
+		if s.gatherOne(w, r, min(d, s.opts.MaxWait)) {
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), min(d, s.opts.MaxWait))
 		defer cancel()
 		rc, ok, err = s.eng.WaitReceipt(ctx, id)
 	} else {
+		if s.gatherOne(w, r, 0) {
+			return
+		}
 		rc, ok, err = s.eng.Receipt(id)
 	}
 	if err != nil {
 		s.engineError(w, r, err)
 		return
+	}
+	if own := s.localPart(w, r); ok && own != nil && !own[s.eng.PartitionOf(addrOf(rc.GetTarget()))] {
+		ok = false // a stale copy of a partition that moved away: its owner answers
 	}
 	if !ok {
 		fail(w, r, http.StatusNotFound, fmt.Sprintf("no receipt for mutation %s (unknown, or applied with ack=applied and not committed yet)", id))

@@ -239,6 +239,12 @@ func (s *Server) serveFailing(w http.ResponseWriter, r *http.Request) {
 		}
 		after = &a
 	}
+	if s.gather(w, r, failingListing(limit)) {
+		return
+	}
+	// The engine lists the partitions it runs; a hop-marked request
+	// keeps those the group gives this node too.
+	own := s.localPart(w, r)
 	list, err := s.eng.Failing(r.Context(), t)
 	if err != nil {
 		s.engineError(w, r, err)
@@ -249,7 +255,7 @@ func (s *Server) serveFailing(w http.ResponseWriter, r *http.Request) {
 		Next    *string       `json:"next"`
 	}{Failing: []failingJSON{}}
 	for _, f := range list {
-		if after != nil && !addressAfter(f.Addr, *after) {
+		if (after != nil && !addressAfter(f.Addr, *after)) || (own != nil && !own[s.eng.PartitionOf(f.Addr)]) {
 			continue
 		}
 		if len(page.Failing) == limit {
@@ -324,6 +330,9 @@ func (s *Server) serveInbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := address.Address{Type: address.TypeName{Namespace: segs[0], Name: segs[1]}, ID: segs[2]}
+	if s.forwardRead(w, r, a) {
+		return
+	}
 	in, err := s.eng.Inbox(r.Context(), a)
 	if err != nil {
 		s.engineError(w, r, err)
@@ -380,6 +389,11 @@ func (s *Server) servePauses(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
+	if s.gather(w, r, pausesListing()) {
+		return
+	}
+	// As /failing; a pause of a whole type is in every partition.
+	own := s.localPart(w, r)
 	list, err := s.eng.Pauses(r.Context(), t)
 	if err != nil {
 		s.engineError(w, r, err)
@@ -389,6 +403,9 @@ func (s *Server) servePauses(w http.ResponseWriter, r *http.Request) {
 		Pauses []*pauseJSON `json:"pauses"`
 	}{Pauses: []*pauseJSON{}}
 	for _, p := range list {
+		if own != nil && p.Addr.ID != "" && !own[s.eng.PartitionOf(p.Addr)] {
+			continue
+		}
 		out.Pauses = append(out.Pauses, pauseOf(p.Addr, p.Pause))
 	}
 	writeJSON(w, http.StatusOK, out)

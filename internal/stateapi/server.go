@@ -56,6 +56,9 @@ type Options struct {
 	// browser pages may send state-changing requests; any other
 	// cross-origin PUT, DELETE or POST is a 403.
 	AllowedOrigins []string
+	// Cluster, in cluster mode, answers the reads and listings about
+	// partitions other nodes own (remote.go). Nil in embedded mode.
+	Cluster Cluster
 	// Owner, in cluster mode, names the node that owns a partition and the
 	// URL of its admin listener (empty when not known), for the 503 of a
 	// request about an address this node does not own. Nil (embedded
@@ -189,6 +192,9 @@ func (s *Server) serveState(w http.ResponseWriter, r *http.Request) {
 	if len(segs) >= 3 {
 		a.ID = segs[2]
 	}
+	if len(segs) >= 3 && (r.Method == http.MethodGet || r.Method == http.MethodHead) && s.forwardRead(w, r, a) {
+		return
+	}
 	switch len(segs) {
 	case 4:
 		if history {
@@ -269,15 +275,24 @@ func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error) 
 }
 
 // moved answers a request about a partition this node does not own
-// (cluster mode): 503 with Retry-After, naming the owner and its admin URL
-// when they are known. Requests are not forwarded to the owner yet.
+// (cluster mode): see notOwned.
 func (s *Server) moved(w http.ResponseWriter, r *http.Request, err error) {
-	w.Header().Set("Retry-After", "1")
 	p, ok := engine.MovedPartition(err)
 	if !ok {
+		w.Header().Set("Retry-After", "1")
 		fail(w, r, http.StatusServiceUnavailable, "the address's partition is not served by this node (it moved, or is moving); retry")
 		return
 	}
+	s.notOwned(w, r, p)
+}
+
+// notOwned answers a request about partition p, which this node does not
+// own: 503 with Retry-After, naming the owner and its admin URL when they
+// are known. Reads are forwarded to the owner (remote.go): this is the
+// answer to one that was forwarded here already, or that found no owner
+// in time.
+func (s *Server) notOwned(w http.ResponseWriter, r *http.Request, p int) {
+	w.Header().Set("Retry-After", "1")
 	pr := problem{Status: http.StatusServiceUnavailable, Partition: &p}
 	if s.opts.Owner != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
@@ -291,9 +306,9 @@ func (s *Server) moved(w http.ResponseWriter, r *http.Request, err error) {
 	case pr.OwnerNode != "" && pr.OwnerNode == s.opts.NodeID:
 		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is assigned to this node and being restored; retry", p)
 	case pr.OwnerNode != "" && pr.OwnerURL != "":
-		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s (%s), not by this node; send the request there (nodes do not forward requests yet)", p, pr.OwnerNode, pr.OwnerURL)
+		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s (%s), not by this node; retry, or send the request there", p, pr.OwnerNode, pr.OwnerURL)
 	case pr.OwnerNode != "":
-		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s, not by this node, and its admin URL is not known; send the request there (nodes do not forward requests yet)", p, pr.OwnerNode)
+		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s, not by this node, and its admin URL is not known; retry", p, pr.OwnerNode)
 	default:
 		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is not served by this node and has no owner at the moment (it is moving); retry", p)
 	}

@@ -201,6 +201,29 @@ func (n *Node) Owner(ctx context.Context, p int) (node, adminURL string, ok bool
 	return node, adminURL, true
 }
 
+// Assignment returns the consumer group's assignment now: the node that
+// owns each partition (one without an owner is absent) and the admin URL
+// of each of those nodes whose member record is known. The state API
+// forwards and gathers with it (internal/cluster/forward).
+func (n *Node) Assignment(ctx context.Context) (map[int]string, map[string]string, error) {
+	o, err := members.Owners(ctx, n.adm, n.cfg.Cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	owners := make(map[int]string, len(o.Owners))
+	urls := map[string]string{}
+	for p, node := range o.Owners {
+		owners[int(p)] = node
+		if _, seen := urls[node]; seen || n.watcher == nil {
+			continue
+		}
+		if m, found := n.watcher.Lookup(node); found {
+			urls[node] = m.AdminURL
+		}
+	}
+	return owners, urls, nil
+}
+
 // Withdraw deletes this node's member record, on a clean shutdown.
 func (n *Node) Withdraw() {
 	if !n.published.Load() {

@@ -1,0 +1,441 @@
+// Package forward lets any node of a cluster-mode application answer the
+// state access API (docs/cluster.md, "The state access API on every
+// node"), for the partitions other nodes own.
+//
+// The contract:
+//
+//   - A node owns a partition when its engine runs it and the consumer
+//     group's assignment gives it to the node (Owned).
+//   - A read of one address whose partition this node does not own is
+//     forwarded over HTTP to the owner's admin URL (the consumer group's
+//     assignment names the node, its member record the URL): the same
+//     method, path and query, the caller's request headers (Authorization
+//     among them: every node shares the token configuration) and the
+//     owner's status, headers and body passed back unchanged.
+//   - Every request a node sends to another carries the hop header
+//     (Header, naming the sending node). A node answers a request that
+//     carries it from itself alone, never forwarding or gathering again:
+//     a read of a partition it does not own is its 503, a listing is the
+//     part of its partitions, and the header Partitions lists them.
+//   - While a partition moves (no owner known, the owner unreachable, or
+//     answering 503 because it is restoring the partition or no longer
+//     owns it) a read is retried with backoff for at most Budget and never
+//     past the request's context. Then the caller answers 503 with
+//     Retry-After itself (Forward reports false), or, when the owner
+//     answered 503 last, that answer is passed back.
+//   - A listing is gathered: the request is sent, with the hop header, to
+//     every node that owns a partition; each answers for the partitions it
+//     owns. Partitions that no answer covers are asked again, within the
+//     same budget, and are then reported missing to the caller, which
+//     says so in its answer: a gathered listing is never silently short.
+//
+// A counter, statefun_cluster_forwarded_requests_total, counts the
+// requests by kind (read, gather) and outcome.
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Header marks a request one node sent to another (its value is the
+// sending node's id): the receiving node answers it from itself alone.
+const Header = "Statefun-Forwarded"
+
+// Partitions is the header of a node's answer to a request with Header:
+// the partitions it answered for, comma-separated.
+const Partitions = "Statefun-Partitions"
+
+// Config configures a Forwarder.
+type Config struct {
+	// NodeID is this node's id, sent as the hop header's value.
+	NodeID string
+	// Partitions is the application's P.
+	Partitions int
+	// Assignment returns the consumer group's assignment now: the node
+	// owning each partition (a partition without an owner is absent), and
+	// each node's admin URL ("" when its member record is not known).
+	Assignment func(ctx context.Context) (owners map[int]string, urls map[string]string, err error)
+	// Owned returns the partitions this node serves now.
+	Owned func() []int
+	// Budget bounds the retries of a request while a partition moves;
+	// default 5s.
+	Budget time.Duration
+	// Client sends the requests; default one that gives up connecting
+	// after a second (an owner that is gone must not hold the budget).
+	Client *http.Client
+	// Metrics receives the counter of forwarded requests (nil: none).
+	Metrics prometheus.Registerer
+}
+
+// Forwarder forwards reads and gathers listings.
+type Forwarder struct {
+	cfg     Config
+	counter *prometheus.CounterVec
+
+	// The assignment read last, reused for assignmentTTL: reading it is a
+	// round trip to Kafka. A request that finds it wrong (the node named
+	// did not answer, or answered 503) drops it.
+	mu     sync.Mutex
+	owners map[int]string
+	urls   map[string]string
+	readAt time.Time
+}
+
+// assignmentTTL is how long a read of the group's assignment is reused.
+const assignmentTTL = 250 * time.Millisecond
+
+// assignment returns the group's assignment, read at most assignmentTTL
+// ago.
+func (f *Forwarder) assignment(ctx context.Context) (map[int]string, map[string]string, error) {
+	f.mu.Lock()
+	if f.owners != nil && time.Since(f.readAt) < assignmentTTL {
+		o, u := f.owners, f.urls
+		f.mu.Unlock()
+		return o, u, nil
+	}
+	f.mu.Unlock()
+	o, u, err := f.cfg.Assignment(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.mu.Lock()
+	f.owners, f.urls, f.readAt = o, u, time.Now()
+	f.mu.Unlock()
+	return o, u, nil
+}
+
+// stale drops the assignment read last: the next request reads it anew.
+func (f *Forwarder) stale() {
+	f.mu.Lock()
+	f.owners, f.urls = nil, nil
+	f.mu.Unlock()
+}
+
+// New returns a Forwarder; it registers its counter.
+func New(cfg Config) (*Forwarder, error) {
+	if cfg.Assignment == nil || cfg.Owned == nil || cfg.Partitions <= 0 {
+		return nil, errors.New("forward: Config.Assignment, Owned and Partitions are required")
+	}
+	if cfg.Budget <= 0 {
+		cfg.Budget = 5 * time.Second
+	}
+	if cfg.Client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.DialContext = (&net.Dialer{Timeout: time.Second}).DialContext
+		tr.MaxIdleConnsPerHost = 16
+		cfg.Client = &http.Client{Transport: tr}
+	}
+	f := &Forwarder{cfg: cfg, counter: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "statefun_cluster_forwarded_requests_total",
+		Help: "State API requests this node answered through other nodes, by kind (read: forwarded to the owner; gather: a listing gathered from every node) and outcome.",
+	}, []string{"kind", "outcome"})}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(f.counter); err != nil {
+			return nil, fmt.Errorf("forward: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// Owned returns the partitions this node serves now: those its engine
+// runs that the group's assignment also gives it. A node whose session has
+// not heard of a revocation yet (or never does) must not answer from its
+// copy of a partition another node now owns and writes; when the
+// assignment cannot be read, the engine's partitions are the answer.
+func (f *Forwarder) Owned() []int {
+	own := f.cfg.Owned()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	owners, _, err := f.assignment(ctx)
+	if err != nil {
+		return own
+	}
+	return slices.DeleteFunc(own, func(p int) bool { return owners[p] != f.cfg.NodeID })
+}
+
+// Forwarded reports whether r came from another node (carries Header).
+func Forwarded(r *http.Request) bool { return r.Header.Get(Header) != "" }
+
+// hopByHop are the headers that belong to one connection, not to the
+// request or the answer passed on.
+var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// request is r, to be sent to the node at base with the hop header.
+func (f *Forwarder) request(ctx context.Context, r *http.Request, base string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimSuffix(base, "/")+r.URL.RequestURI(), nil)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range r.Header {
+		req.Header[k] = slices.Clone(vs)
+	}
+	for _, h := range hopByHop {
+		req.Header.Del(h)
+	}
+	// Go's transport negotiates its own compression; an Accept-Encoding of
+	// the caller's would hand it a body it does not decode.
+	req.Header.Del("Accept-Encoding")
+	req.Header.Set(Header, f.cfg.NodeID)
+	return req, nil
+}
+
+// backoff sleeps before the next attempt, doubling d up to a second; false
+// when the deadline or ctx comes first.
+func backoff(ctx context.Context, d *time.Duration, deadline time.Time) bool {
+	wait := *d
+	if time.Until(deadline) < wait {
+		return false
+	}
+	*d = min(2**d, time.Second)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Forward answers r, a read of one address of partition p, from p's owner,
+// retrying while p moves (see the package's contract). It reports false
+// when no owner answered within the budget: the caller answers its 503.
+func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, p int) bool {
+	ctx := r.Context()
+	deadline := time.Now().Add(f.cfg.Budget)
+	d := 50 * time.Millisecond
+	var last *http.Response // the owner's last 503, passed back at the end
+	defer func() {
+		if last != nil {
+			last.Body.Close()
+		}
+	}()
+	for {
+		if resp := f.attempt(ctx, r, p); resp != nil {
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				f.pass(w, resp)
+				resp.Body.Close()
+				f.counter.WithLabelValues("read", "answered").Inc()
+				return true
+			}
+			if last != nil {
+				last.Body.Close()
+			}
+			// Read now: a connection held across the backoff could be cut.
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+			resp.Body.Close()
+			resp.Body = io.NopCloser(strings.NewReader(string(b)))
+			last = resp
+		}
+		f.stale()
+		if !backoff(ctx, &d, deadline) {
+			break
+		}
+	}
+	if last != nil {
+		f.pass(w, last)
+		f.counter.WithLabelValues("read", "owner_unavailable").Inc()
+		return true
+	}
+	f.counter.WithLabelValues("read", "no_owner").Inc()
+	return false
+}
+
+// attempt sends r to p's owner once; nil when p has no owner known with a
+// URL, or the owner did not answer.
+func (f *Forwarder) attempt(ctx context.Context, r *http.Request, p int) *http.Response {
+	owners, urls, err := f.assignment(ctx)
+	if err != nil {
+		return nil
+	}
+	node, ok := owners[p]
+	if !ok || urls[node] == "" {
+		return nil
+	}
+	req, err := f.request(ctx, r, urls[node])
+	if err != nil {
+		return nil
+	}
+	resp, err := f.cfg.Client.Do(req)
+	if err != nil {
+		return nil
+	}
+	return resp
+}
+
+// pass writes an answer to w unchanged.
+func (f *Forwarder) pass(w http.ResponseWriter, resp *http.Response) {
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	for _, k := range hopByHop {
+		h.Del(k)
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
+
+// Answer is one node's answer to a gathered request.
+type Answer struct {
+	Node   string
+	Status int
+	Header http.Header
+	Body   []byte
+	// Partitions are those the node answered for (its Partitions header).
+	Partitions []int
+}
+
+// maxAnswer caps the body of one node's answer to a gathered request.
+const maxAnswer = 64 << 20
+
+// Gather sends r, with the hop header, to every node that owns a partition
+// and returns their answers, and the partitions no answer covered after
+// retrying them within the budget (sorted). A node has the budget plus
+// wait (what the request asks a node to wait, as ?wait= on a receipt) to
+// answer. When stop returns true for an answer, Gather returns at once
+// with the answers so far (the others are cancelled) and no missing
+// partitions.
+func (f *Forwarder) Gather(r *http.Request, wait time.Duration, stop func(Answer) bool) ([]Answer, []int) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	deadline := time.Now().Add(f.cfg.Budget)
+	d := 50 * time.Millisecond
+	covered := make([]bool, f.cfg.Partitions)
+	var answers []Answer
+	for {
+		missing := missingOf(covered)
+		owners, urls, err := f.assignment(ctx)
+		if err == nil {
+			nodes := map[string]bool{}
+			for _, p := range missing {
+				if n, ok := owners[p]; ok && urls[n] != "" {
+					nodes[n] = true
+				}
+			}
+			rctx, rcancel := context.WithTimeout(ctx, f.cfg.Budget+wait)
+			got, stopped := f.fanOut(rctx, rcancel, r, nodes, urls, stop)
+			rcancel()
+			for _, a := range got {
+				answers = append(answers, a)
+				if stopped {
+					continue
+				}
+				for _, p := range a.Partitions {
+					if p >= 0 && p < len(covered) {
+						covered[p] = true
+					}
+				}
+			}
+			if stopped {
+				f.counter.WithLabelValues("gather", "complete").Inc()
+				return answers, nil
+			}
+		}
+		if len(missingOf(covered)) == 0 {
+			break
+		}
+		f.stale()
+		if !backoff(r.Context(), &d, deadline) {
+			break
+		}
+	}
+	missing := missingOf(covered)
+	if len(missing) > 0 {
+		f.counter.WithLabelValues("gather", "partial").Inc()
+	} else {
+		f.counter.WithLabelValues("gather", "complete").Inc()
+	}
+	return answers, missing
+}
+
+func missingOf(covered []bool) []int {
+	var out []int
+	for p, ok := range covered {
+		if !ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// fanOut sends r to each of nodes at once and collects the answers (a node
+// that did not answer has none); stopped reports that stop took one.
+func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *http.Request, nodes map[string]bool, urls map[string]string, stop func(Answer) bool) ([]Answer, bool) {
+	var (
+		mu      sync.Mutex
+		out     []Answer
+		stopped bool
+		wg      sync.WaitGroup
+	)
+	for n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := f.request(ctx, r, urls[n])
+			if err != nil {
+				return
+			}
+			resp, err := f.cfg.Client.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+			if err != nil {
+				return
+			}
+			a := Answer{Node: n, Status: resp.StatusCode, Header: resp.Header, Body: b}
+			if resp.StatusCode < 500 {
+				// A node that failed answers for none of its partitions.
+				a.Partitions = ParsePartitions(resp.Header.Get(Partitions))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if stopped {
+				return
+			}
+			out = append(out, a)
+			if stop != nil && stop(a) {
+				stopped = true
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return out, stopped
+}
+
+// FormatPartitions is the Partitions header's value of ps.
+func FormatPartitions(ps []int) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ",")
+}
+
+// ParsePartitions reads a Partitions header's value; it skips what is not
+// a partition number.
+func ParsePartitions(v string) []int {
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil && n >= 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -1,0 +1,178 @@
+package forward
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fixed is an assignment that does not change.
+func fixed(owners map[int]string, urls map[string]string) func(context.Context) (map[int]string, map[string]string, error) {
+	return func(context.Context) (map[int]string, map[string]string, error) { return owners, urls, nil }
+}
+
+func newForwarder(t *testing.T, cfg Config) *Forwarder {
+	t.Helper()
+	if cfg.Owned == nil {
+		cfg.Owned = func() []int { return nil }
+	}
+	cfg.NodeID, cfg.Metrics = "node-a", prometheus.NewRegistry()
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 4
+	}
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestForwardPassesTheOwnersAnswer: the owner gets the method, path,
+// query, the caller's Authorization and the hop header; the caller gets
+// the owner's status, headers and body unchanged.
+func TestForwardPassesTheOwnersAnswer(t *testing.T) {
+	var got *http.Request
+	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Clone(context.Background())
+		w.Header().Set("ETag", `"7"`)
+		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Statefun-Commit", "3:9")
+		w.WriteHeader(http.StatusOK)
+		io.WriteString(w, "42")
+	}))
+	defer owner.Close()
+	f := newForwarder(t, Config{Assignment: fixed(map[int]string{3: "node-b"}, map[string]string{"node-b": owner.URL})})
+	req := httptest.NewRequest(http.MethodGet, "/state/kc/counter/a%2Fb/count?asOf=3:4", nil)
+	req.Header.Set("Authorization", "Bearer secret")
+	req.Header.Set("Accept", "text/plain")
+	rec := httptest.NewRecorder()
+	if !f.Forward(rec, req, 3) {
+		t.Fatal("Forward reported no answer")
+	}
+	if got == nil {
+		t.Fatal("the owner was not asked")
+	}
+	if got.URL.RequestURI() != "/state/kc/counter/a%2Fb/count?asOf=3:4" || got.Method != http.MethodGet {
+		t.Errorf("the owner got %s %s", got.Method, got.URL.RequestURI())
+	}
+	if got.Header.Get("Authorization") != "Bearer secret" || got.Header.Get("Accept") != "text/plain" || got.Header.Get(Header) != "node-a" {
+		t.Errorf("the owner got headers %v", got.Header)
+	}
+	if rec.Code != 200 || rec.Body.String() != "42" || rec.Header().Get("ETag") != `"7"` || rec.Header().Get("Statefun-Commit") != "3:9" || rec.Header().Get("Content-Type") != "text/plain" {
+		t.Errorf("the caller got %d %v %q", rec.Code, rec.Header(), rec.Body.String())
+	}
+	if n := testutil.ToFloat64(f.counter.WithLabelValues("read", "answered")); n != 1 {
+		t.Errorf("answered reads counted: %v, want 1", n)
+	}
+}
+
+// TestForwardRetriesWhileTheOwnerRestores: an owner answering 503 is
+// asked again until it answers.
+func TestForwardRetriesWhileTheOwnerRestores(t *testing.T) {
+	var asked atomic.Int32
+	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asked.Add(1) < 3 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	defer owner.Close()
+	f := newForwarder(t, Config{Assignment: fixed(map[int]string{0: "node-b"}, map[string]string{"node-b": owner.URL})})
+	rec := httptest.NewRecorder()
+	if !f.Forward(rec, httptest.NewRequest(http.MethodGet, "/state/kc/c/x", nil), 0) || rec.Code != 200 || rec.Body.String() != "ok" {
+		t.Fatalf("Forward: %d %q", rec.Code, rec.Body.String())
+	}
+	if asked.Load() != 3 {
+		t.Errorf("the owner was asked %d times, want 3", asked.Load())
+	}
+}
+
+// TestForwardGivesUpWithinItsBudget: with no owner, Forward reports false
+// once the budget is spent (the caller answers its 503); with an owner
+// that keeps answering 503, that answer is passed back.
+func TestForwardGivesUpWithinItsBudget(t *testing.T) {
+	f := newForwarder(t, Config{Budget: 300 * time.Millisecond, Assignment: fixed(map[int]string{}, nil)})
+	rec := httptest.NewRecorder()
+	if f.Forward(rec, httptest.NewRequest(http.MethodGet, "/state/kc/c/x", nil), 0) {
+		t.Fatalf("Forward answered %d without an owner", rec.Code)
+	}
+	if n := testutil.ToFloat64(f.counter.WithLabelValues("read", "no_owner")); n != 1 {
+		t.Errorf("no_owner counted %v, want 1", n)
+	}
+
+	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"detail":"being restored"}`)
+	}))
+	defer owner.Close()
+	f = newForwarder(t, Config{Budget: 300 * time.Millisecond, Assignment: fixed(map[int]string{0: "node-b"}, map[string]string{"node-b": owner.URL})})
+	rec = httptest.NewRecorder()
+	if !f.Forward(rec, httptest.NewRequest(http.MethodGet, "/state/kc/c/x", nil), 0) {
+		t.Fatal("Forward did not pass the owner's 503 back")
+	}
+	if rec.Code != 503 || rec.Header().Get("Retry-After") != "1" || rec.Body.String() != `{"detail":"being restored"}` {
+		t.Errorf("the caller got %d %v %q", rec.Code, rec.Header(), rec.Body.String())
+	}
+}
+
+// TestGatherNamesThePartitionsNoNodeAnswered: a node that is gone leaves
+// its partitions missing; a node answering 5xx covers none.
+func TestGatherNamesThePartitionsNoNodeAnswered(t *testing.T) {
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(Header) != "node-a" {
+			t.Errorf("a gathered request without the hop header: %v", r.Header)
+		}
+		w.Header().Set(Partitions, "0,1")
+		io.WriteString(w, `{"ids":[]}`)
+	}))
+	defer b.Close()
+	c := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(Partitions, "2")
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer c.Close()
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	f := newForwarder(t, Config{Budget: 300 * time.Millisecond, Assignment: fixed(
+		map[int]string{0: "b", 1: "b", 2: "c", 3: "d"}, map[string]string{"b": b.URL, "c": c.URL, "d": gone.URL})})
+	answers, missing := f.Gather(httptest.NewRequest(http.MethodGet, "/state/kc/c", nil), 0, nil)
+	if !slices.Equal(missing, []int{2, 3}) {
+		t.Errorf("missing %v, want [2 3]", missing)
+	}
+	if len(answers) == 0 {
+		t.Error("no answers")
+	}
+	if n := testutil.ToFloat64(f.counter.WithLabelValues("gather", "partial")); n != 1 {
+		t.Errorf("partial gathers counted %v, want 1", n)
+	}
+}
+
+// TestOwnedIsTheEnginesAndTheGroups: a partition the engine still runs
+// but the group assigned to another node is not owned (its copy here may
+// be stale); without the assignment, the engine's partitions are.
+func TestOwnedIsTheEnginesAndTheGroups(t *testing.T) {
+	f := newForwarder(t, Config{Owned: func() []int { return []int{0, 1, 3} },
+		Assignment: fixed(map[int]string{0: "node-a", 1: "node-b", 2: "node-a"}, nil)})
+	if got := f.Owned(); !slices.Equal(got, []int{0}) {
+		t.Errorf("Owned() = %v, want [0]", got)
+	}
+	f = newForwarder(t, Config{Owned: func() []int { return []int{0, 1, 3} },
+		Assignment: func(context.Context) (map[int]string, map[string]string, error) {
+			return nil, nil, context.DeadlineExceeded
+		}})
+	if got := f.Owned(); !slices.Equal(got, []int{0, 1, 3}) {
+		t.Errorf("Owned() without the assignment = %v, want [0 1 3]", got)
+	}
+}

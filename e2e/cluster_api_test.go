@@ -197,14 +197,20 @@ func TestClusterAPIEveryNode(t *testing.T) {
 		return true
 	})
 
-	// A node's session may run a partition the group gave to another node
-	// (docs/cluster.md): the sum of the nodes' partitions then exceeds 8.
+	// Each partition is run by one node's session: a node that missed a
+	// revocation would run one the group gave to another, and the sum
+	// would stay above 8 (the bug docs/cluster.md, "Moving partitions",
+	// describes; it lost committed writes). A partition between owners may
+	// count twice for a moment, so wait for the sum to settle.
 	ownedSum := 0.0
-	for _, n := range nodes {
-		v, _ := n.metric("statefun_cluster_owned_partitions")
-		ownedSum += v
-	}
-	t.Logf("partitions the nodes' sessions run, in all: %v of 8", ownedSum)
+	waitFor(t, 30*time.Second, "the nodes' sessions to run 8 partitions in all", func() bool {
+		ownedSum = 0
+		for _, n := range nodes {
+			v, _ := n.metric("statefun_cluster_owned_partitions")
+			ownedSum += v
+		}
+		return ownedSum == 8
+	})
 
 	// Traffic through every node's ingress.
 	const keys = 30

@@ -147,6 +147,10 @@ func (s *Server) serveInboxAction(w http.ResponseWriter, r *http.Request, segs [
 	if !ok {
 		return
 	}
+	a := address.Address{Type: address.TypeName{Namespace: segs[0], Name: segs[1]}, ID: segs[2]}
+	if s.forwardChange(w, r, a) {
+		return
+	}
 	rb, ok := s.readRepairBody(w, r)
 	if !ok {
 		return
@@ -155,7 +159,6 @@ func (s *Server) serveInboxAction(w http.ResponseWriter, r *http.Request, segs [
 		fail(w, r, http.StatusBadRequest, "target: only a re-send of a dead letter takes a target")
 		return
 	}
-	a := address.Address{Type: address.TypeName{Namespace: segs[0], Name: segs[1]}, ID: segs[2]}
 	m := partition.Mutation{ID: s.newMutationID(), Addr: a, Principal: principal, Reason: rb.Reason, Repair: &partition.MessageRepair{}}
 	if rb.Key != "" {
 		k, err := parseInboxKey(rb.Key)
@@ -327,11 +330,14 @@ func (s *Server) serveAddresses(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	a := address.Address{Type: address.TypeName{Namespace: segs[0], Name: segs[1]}, ID: segs[2]}
+	if s.forwardChange(w, r, a) {
+		return
+	}
 	rb, ok := s.readRepairBody(w, r)
 	if !ok {
 		return
 	}
-	a := address.Address{Type: address.TypeName{Namespace: segs[0], Name: segs[1]}, ID: segs[2]}
 	rc, err := s.eng.Repair(r.Context(), partition.Mutation{ID: s.newMutationID(), Addr: a, Op: partition.OpDeleteAddress,
 		Principal: principal, Reason: rb.Reason, Repair: &partition.MessageRepair{}})
 	if err != nil {

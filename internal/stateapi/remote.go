@@ -7,6 +7,7 @@ package stateapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -25,6 +26,10 @@ type Cluster interface {
 	// Forward answers r, a read of one address of partition p, from p's
 	// owner; false when no owner answered (the API answers its 503).
 	Forward(w http.ResponseWriter, r *http.Request, p int) bool
+	// ForwardOnce answers r, a state change about one address of
+	// partition p that does not travel as a command, from p's owner,
+	// sending it at most once; false when no owner answered.
+	ForwardOnce(w http.ResponseWriter, r *http.Request, p int) (bool, error)
 	// Gather sends r to every node and returns their answers and the
 	// partitions none of them covered.
 	Gather(r *http.Request, wait time.Duration, stop func(forward.Answer) bool) ([]forward.Answer, []int)
@@ -49,6 +54,38 @@ func (s *Server) forwardRead(w http.ResponseWriter, r *http.Request, a address.A
 		return false
 	}
 	if forward.Forwarded(r) || !c.Forward(w, r, p) {
+		s.notOwned(w, r, p)
+	}
+	return true
+}
+
+// forwardChange answers a state change about address a that does not
+// travel as a command — a restore, a pause or resume of the address, an
+// inbox repair, deleting the address — from the owner of its partition
+// when this node does not own it (cluster mode), and reports whether it
+// answered. It is decided before this node's engine sees the change, so a
+// change this node took is never also sent to another. A request another
+// node forwarded is not forwarded again.
+func (s *Server) forwardChange(w http.ResponseWriter, r *http.Request, a address.Address) bool {
+	c := s.opts.Cluster
+	if c == nil {
+		return false
+	}
+	p := s.eng.PartitionOf(a)
+	if slices.Contains(c.Owned(), p) {
+		return false
+	}
+	if forward.Forwarded(r) {
+		s.notOwned(w, r, p)
+		return true
+	}
+	answered, err := c.ForwardOnce(w, r, p)
+	switch {
+	case errors.Is(err, forward.ErrTooLarge):
+		fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", forward.MaxOnceBody))
+	case err != nil:
+		fail(w, r, http.StatusBadRequest, err.Error())
+	case !answered:
 		s.notOwned(w, r, p)
 	}
 	return true

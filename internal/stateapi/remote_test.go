@@ -2,8 +2,10 @@ package stateapi
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,6 +138,13 @@ type fakeCluster struct {
 	owned     []int
 	forwarded []int
 	gathered  []string
+	changes   []string // "METHOD path" of the state changes sent once
+}
+
+func (c *fakeCluster) ForwardOnce(w http.ResponseWriter, r *http.Request, p int) (bool, error) {
+	io.Copy(io.Discard, r.Body)
+	c.changes = append(c.changes, r.Method+" "+r.URL.Path)
+	return false, nil // no owner answered
 }
 
 func (c *fakeCluster) Owned() []int { return c.owned }
@@ -173,6 +182,28 @@ func TestClusterHooks(t *testing.T) {
 	send(t, base, "PUT", "/state/test/fn/x/i64", []byte("6"), "Content-Type", "text/plain")
 	if c.forwarded != nil {
 		t.Errorf("a PUT was forwarded: %v", c.forwarded)
+	}
+
+	// State changes that do not travel as commands go to the owner once;
+	// not with the hop header, and not a type-level pause (every
+	// partition's).
+	changes := []string{"POST /pause/test/fn/x", "POST /resume/test/fn/x", "POST /inbox/test/fn/x/skip",
+		"DELETE /addresses/test/fn/x", "POST /state/test/fn/x/i64"}
+	for _, ch := range changes {
+		method, path, _ := strings.Cut(ch, " ")
+		if r := send(t, base, method, path, []byte(`{"reason":"test"}`), "Content-Type", "application/json"); r.StatusCode != 503 {
+			t.Errorf("%s about a partition not owned, no owner answering: %s %s; want 503", ch, r.Status, r.body)
+		}
+	}
+	if !slices.Equal(c.changes, changes) {
+		t.Errorf("changes sent to the owner: %v; want %v", c.changes, changes)
+	}
+	c.changes = nil
+	if r := send(t, base, "POST", "/pause/test/fn/x", nil, forward.Header, "node-z"); r.StatusCode != 503 || c.changes != nil {
+		t.Errorf("a pause with the hop header: %s, sent on %v; want 503, not sent on", r.Status, c.changes)
+	}
+	if r := send(t, base, "POST", "/pause/test/fn", []byte(`{"reason":"t"}`), "Content-Type", "application/json"); c.changes != nil {
+		t.Errorf("a type-level pause was sent to one owner: %s %v", r.Status, c.changes)
 	}
 
 	r = send(t, base, "GET", "/state/test/fn", nil)

@@ -452,6 +452,9 @@ func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, resume bo
 	a := address.Address{Type: address.TypeName{Namespace: segs[0], Name: segs[1]}}
 	if len(segs) == 3 {
 		a.ID = segs[2]
+		if s.forwardChange(w, r, a) {
+			return
+		}
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxPauseBody+1))
 	if err != nil {

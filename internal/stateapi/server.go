@@ -195,6 +195,11 @@ func (s *Server) serveState(w http.ResponseWriter, r *http.Request) {
 	if len(segs) >= 3 && (r.Method == http.MethodGet || r.Method == http.MethodHead) && s.forwardRead(w, r, a) {
 		return
 	}
+	// A restore (POST) reads the history of the owner's store: it is sent
+	// there. PUT and DELETE travel as commands instead (commands.go).
+	if len(segs) >= 3 && r.Method == http.MethodPost && s.forwardChange(w, r, a) {
+		return
+	}
 	switch len(segs) {
 	case 4:
 		if history {

@@ -23,6 +23,11 @@
 //     past the request's context. Then the caller answers 503 with
 //     Retry-After itself (Forward reports false), or, when the owner
 //     answered 503 last, that answer is passed back.
+//   - A state change about one address that does not travel as a command
+//     (a restore, a pause or resume of the address, an inbox repair,
+//     deleting the address) is sent to the owner at most once
+//     (ForwardOnce): again only when it certainly was not applied (no
+//     connection made, or a 503); an answer lost after sending is a 502.
 //   - A listing is gathered: the request is sent, with the hop header, to
 //     every node that owns a partition; each answers for the partitions it
 //     owns. Partitions that no answer covers are asked again, within the
@@ -139,7 +144,7 @@ func New(cfg Config) (*Forwarder, error) {
 	}
 	f := &Forwarder{cfg: cfg, counter: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "statefun_cluster_forwarded_requests_total",
-		Help: "State API requests this node answered through other nodes, by kind (read: forwarded to the owner; gather: a listing gathered from every node) and outcome.",
+		Help: "State API requests this node answered through other nodes, by kind (read: forwarded to the owner; write: a state change sent to the owner once; gather: a listing gathered from every node) and outcome.",
 	}, []string{"kind", "outcome"})}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(f.counter); err != nil {

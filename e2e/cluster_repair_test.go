@@ -109,6 +109,44 @@ func TestClusterRepairFromAnyNode(t *testing.T) {
 		t.Errorf("a hop-marked pause on a non-owner: %d; want 503", status)
 	}
 
+	// The overview, from any node, counts the state of every partition
+	// once: r1 and four more ids, wherever they live.
+	want := map[string]int{id: 5}
+	for _, other := range []string{"o1", "o2", "o3", "o4"} {
+		if status, err := nodes[0].send("/kc/counter/"+other, "kc/text", "x"); err != nil || status != http.StatusOK {
+			t.Fatalf("message: %d %v", status, err)
+		}
+		want[other] = 1
+	}
+	waitCounts(t, nodes, want, 30*time.Second)
+	// Reads see an applied write at once; the overview counts durable
+	// state, which follows with the next commit.
+	for _, n := range nodes {
+		var got int
+		var missing []int
+		waitFor(t, 30*time.Second, "the overview from "+n.id+" counting 5 kc/counter addresses", func() bool {
+			status, body := call(n, "GET", "/overview", "", false)
+			var ov struct {
+				Types []struct {
+					Namespace string `json:"namespace"`
+					Type      string `json:"type"`
+					Addresses int    `json:"addresses"`
+				} `json:"types"`
+				Missing []int `json:"missingPartitions"`
+			}
+			if status != 200 || json.Unmarshal([]byte(body), &ov) != nil {
+				return false
+			}
+			got, missing = -1, ov.Missing
+			for _, ty := range ov.Types {
+				if ty.Namespace == "kc" && ty.Type == "counter" {
+					got = ty.Addresses
+				}
+			}
+			return got == 5 && len(missing) == 0
+		})
+	}
+
 	// Delete the address from a non-owner (it must be paused first).
 	if status, body := call(others[1], "POST", "/pause/kc/counter/"+id, `{"reason":"retire"}`, false); status != http.StatusOK {
 		t.Fatalf("pause: %d %s", status, body)

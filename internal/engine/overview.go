@@ -31,3 +31,9 @@ func (e *Engine) QueuedByType(ctx context.Context) (map[address.TypeName]int, er
 func (e *Engine) StateStats(t address.TypeName, maxKeys int) (store.StateStats, error) {
 	return e.db.StateStats(t, maxKeys)
 }
+
+// StateStatsOf is StateStats counting only the ids keep accepts
+// (store.DB.StateStatsOf).
+func (e *Engine) StateStatsOf(t address.TypeName, maxKeys int, keep func(id string) bool) (store.StateStats, error) {
+	return e.db.StateStatsOf(t, maxKeys, keep)
+}

@@ -2,12 +2,15 @@ package stateapi
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"sort"
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -25,6 +28,8 @@ type Overviewer interface {
 	// StateStats counts a type's ids, entries and bytes of durable state,
 	// reading at most maxKeys entries.
 	StateStats(t address.TypeName, maxKeys int) (store.StateStats, error)
+	// StateStatsOf is StateStats counting only the ids keep accepts.
+	StateStatsOf(t address.TypeName, maxKeys int, keep func(id string) bool) (store.StateStats, error)
 }
 
 // OverviewMaxKeys is how many state entries GET /overview reads per
@@ -103,6 +108,12 @@ func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusBadRequest, "/overview takes no parameters")
 		return
 	}
+	if s.gatherOverview(w, r) {
+		return
+	}
+	// Asked by another node gathering the overview: the state of the
+	// partitions this node owns alone.
+	own := s.localPart(w, r)
 	at := s.opts.Now().UTC()
 	byType := map[address.TypeName]*typeOverview{}
 	get := func(t address.TypeName) *typeOverview {
@@ -136,7 +147,11 @@ func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
 	list := make([]*typeOverview, 0, len(byType))
 	for t, o := range byType {
 		if o.HoldsState {
-			st, err := s.eng.StateStats(t, OverviewMaxKeys)
+			var keep func(string) bool
+			if own != nil {
+				keep = func(id string) bool { return own[s.eng.PartitionOf(address.Address{Type: t, ID: id})] }
+			}
+			st, err := s.eng.StateStatsOf(t, OverviewMaxKeys, keep)
 			if err != nil {
 				fail(w, r, http.StatusInternalServerError, err.Error())
 				return
@@ -159,6 +174,87 @@ func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
 		At    time.Time       `json:"at"`
 		Types []*typeOverview `json:"types"`
 	}{at, list})
+}
+
+// gatherOverview answers GET /overview from every node in cluster mode
+// and reports whether it answered: each node counts the state of the
+// partitions it owns and its own invocations, failing, paused and queued
+// messages, and the sums are the answer. Partitions no node answered for
+// are named as in a gathered listing; no answer at all is a 503.
+func (s *Server) gatherOverview(w http.ResponseWriter, r *http.Request) bool {
+	c := s.opts.Cluster
+	if c == nil || forward.Forwarded(r) || r.Method == http.MethodHead {
+		return false
+	}
+	answers, missing := c.Gather(r, 0, nil)
+	byType := map[address.TypeName]*typeOverview{}
+	answered := false
+	for _, a := range answers {
+		if a.Status != http.StatusOK {
+			continue
+		}
+		var page struct {
+			Types []*typeOverview `json:"types"`
+		}
+		if err := json.Unmarshal(a.Body, &page); err != nil {
+			fail(w, r, http.StatusBadGateway, fmt.Sprintf("node %s answered the overview with a body that does not decode: %v", a.Node, err))
+			return true
+		}
+		answered = true
+		for _, o := range page.Types {
+			t := address.TypeName{Namespace: o.Namespace, Name: o.Type}
+			m := byType[t]
+			if m == nil {
+				byType[t] = o
+				continue
+			}
+			m.Registered = m.Registered || o.Registered
+			m.HoldsState = m.HoldsState || o.HoldsState
+			m.TypePaused = m.TypePaused || o.TypePaused
+			m.Invocations.OK += o.Invocations.OK
+			m.Invocations.Error += o.Invocations.Error
+			m.Failing += o.Failing
+			m.Paused += o.Paused
+			m.Queued += o.Queued
+			m.Addresses += o.Addresses
+			m.Entries += o.Entries
+			m.StateBytes += o.StateBytes
+			m.Complete = m.Complete && o.Complete
+			if o.EstimatedBytes != nil {
+				sum := *o.EstimatedBytes
+				if m.EstimatedBytes != nil {
+					sum += *m.EstimatedBytes
+				}
+				m.EstimatedBytes = &sum
+			}
+		}
+	}
+	if !answered {
+		w.Header().Set(MissingHeader, forward.FormatPartitions(missing))
+		w.Header().Set("Retry-After", "1")
+		fail(w, r, http.StatusServiceUnavailable, "no node answered the overview in time")
+		return true
+	}
+	list := make([]*typeOverview, 0, len(byType))
+	for _, o := range byType {
+		list = append(list, o)
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].Namespace != list[j].Namespace {
+			return list[i].Namespace < list[j].Namespace
+		}
+		return list[i].Type < list[j].Type
+	})
+	out := struct {
+		At                time.Time       `json:"at"`
+		Types             []*typeOverview `json:"types"`
+		MissingPartitions []int           `json:"missingPartitions,omitempty"`
+	}{s.opts.Now().UTC(), list, missing}
+	if len(missing) > 0 {
+		w.Header().Set(MissingHeader, forward.FormatPartitions(missing))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return true
 }
 
 // readMetrics adds what the runtime's metrics know per function type:

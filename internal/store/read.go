@@ -597,6 +597,14 @@ type StateStats struct {
 // lower bounds and Pebble's estimate of the type's bytes rather than
 // scanning every key.
 func (db *DB) StateStats(t address.TypeName, maxKeys int) (StateStats, error) {
+	return db.StateStatsOf(t, maxKeys, nil)
+}
+
+// StateStatsOf is StateStats counting only the ids keep accepts (nil:
+// all): in cluster mode, those of the partitions a node owns, whose store
+// may also hold stale copies of partitions it owned before. Skipped
+// entries count against maxKeys too, so the scan stays bounded.
+func (db *DB) StateStatsOf(t address.TypeName, maxKeys int, keep func(id string) bool) (StateStats, error) {
 	lower := stateTypePrefix(nil, t)
 	upper := prefixSuccessor(lower)
 	it, err := db.newIter(lower, upper)
@@ -605,16 +613,24 @@ func (db *DB) StateStats(t address.TypeName, maxKeys int) (StateStats, error) {
 	}
 	var st StateStats
 	var idPrefix []byte
+	kept, scanned := true, 0
 	valid := it.First()
-	for ; valid && st.Entries < maxKeys; valid = it.Next() {
+	for ; valid && scanned < maxKeys; valid = it.Next() {
+		scanned++
 		key := it.Key()
 		if idPrefix == nil || !bytes.HasPrefix(key, idPrefix) {
-			_, rest, err := decodeString(key[len(lower):])
+			id, rest, err := decodeString(key[len(lower):])
 			if err != nil {
 				return st, finish(it, corrupt(key, err))
 			}
 			idPrefix = append(idPrefix[:0], key[:len(key)-len(rest)]...)
-			st.IDs++
+			kept = keep == nil || keep(id)
+			if kept {
+				st.IDs++
+			}
+		}
+		if !kept {
+			continue
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {

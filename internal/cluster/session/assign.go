@@ -73,6 +73,7 @@ func (s *Session) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]i
 // would race Run's goroutine or deadlock; Run drops the partitions before
 // it encodes anything more.
 func (s *Session) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.gaveUp.Store(true)
 	if ps := s.ownParts(m); len(ps) > 0 {
 		s.post(event{kind: evRevoked, parts: ps})
 	}
@@ -81,6 +82,7 @@ func (s *Session) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int
 // onLost is onRevoked for partitions lost without a clean revocation (the
 // session timed out, the member was fenced).
 func (s *Session) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+	s.gaveUp.Store(true)
 	if ps := s.ownParts(m); len(ps) > 0 {
 		s.post(event{kind: evLost, parts: ps})
 	}

@@ -195,6 +195,8 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, polled map[i
 			s.log.Warn("cluster: this node is no longer the group member it was; aborting the transaction", "err", err)
 		}
 	}
+	// This End clears the session's revoked mark too (see endIdle).
+	s.gaveUp.Store(false)
 	committed, err := s.gts.End(ctx, kgo.TransactionEndTry(abort == ""))
 	if err != nil {
 		if ctx.Err() != nil {

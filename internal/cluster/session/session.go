@@ -147,6 +147,11 @@ type Session struct {
 	wake   chan struct{}
 	events []event
 
+	// gaveUp is set by the revoke and lost callbacks: the group took
+	// partitions away, and the GroupTransactSession calls those callbacks
+	// again only after its next End (see endIdle).
+	gaveUp atomic.Bool
+
 	// Readiness, read from any goroutine.
 	joined    atomic.Bool
 	restoring atomic.Int64
@@ -384,6 +389,9 @@ func (s *Session) Run(ctx context.Context) (err error) {
 		}
 		reqs := s.take()
 		if len(reqs) == 0 && len(polled) == 0 {
+			if err := s.endIdle(ctx); err != nil {
+				return err
+			}
 			continue
 		}
 		if s.testHookCommit != nil {
@@ -416,4 +424,21 @@ func (s *Session) clientOpts() []kgo.Opt {
 		kgo.OnPartitionsLost(s.onLost),
 	)
 	return append(opts, s.cfg.ClientOpts...)
+}
+
+// endIdle ends the session's transaction, with nothing in it, when the
+// group took partitions away since the last End. kgo's
+// GroupTransactSession marks itself revoked (or lost) on the first
+// revocation and, until End clears the mark, calls the revoke and lost
+// callbacks no more: on a node with nothing to commit, the next
+// revocation would never reach the engine, and the node would go on
+// serving partitions the group gave to another node.
+func (s *Session) endIdle(ctx context.Context) error {
+	if !s.gaveUp.Swap(false) {
+		return nil
+	}
+	if _, err := s.gts.End(ctx, kgo.TryAbort); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("cluster: session: ending an empty transaction after a revocation: %w", err)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ package e2e
 // own (helpers in cluster_test.go).
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // restoreLine is a node's log line for a finished restore.
@@ -39,6 +42,49 @@ func (n *clusterNode) restoresSince(mark int) []restored {
 		out = append(out, r)
 	}
 	return out
+}
+
+// changelogRecords counts the records a restore from the start of topic
+// would apply, in each partition up to the offset upTo gives it: the
+// committed records (read_committed, as a restore reads), not the
+// transaction markers.
+func changelogRecords(t *testing.T, brokers, topic string, upTo map[int32]int64) int64 {
+	t.Helper()
+	offsets := map[int32]kgo.Offset{}
+	for p, to := range upTo {
+		if to > 0 {
+			offsets[p] = kgo.NewOffset().At(0)
+		}
+	}
+	if len(offsets) == 0 {
+		return 0
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var n int64
+	for len(offsets) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s: partitions %v not read up to their offsets %v", topic, offsets, upTo)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			to := upTo[r.Partition]
+			if r.Offset < to && !r.Attrs.IsControl() {
+				n++
+			}
+			if r.Offset >= to-1 {
+				delete(offsets, r.Partition)
+			}
+		})
+	}
+	return n
 }
 
 // TestClusterRollingRestart restarts each of three nodes in turn (SIGTERM,
@@ -69,14 +115,16 @@ func TestClusterRollingRestart(t *testing.T) {
 		others := slices.Delete(slices.Clone(nodes), i, i+1)
 		tr.sendTo(others...)
 		tr.drain(n)
+		began := time.Now()
 		if err := n.stop(); err != nil {
 			t.Fatalf("%s did not stop cleanly on SIGTERM: %v", n.id, err)
 		}
+		stopped := time.Since(began)
 		mark := len(badFullLog(n.runtime))
 		n.launch()
 		n.waitReady(60 * time.Second)
 		tr.sendTo(nodes...)
-		t.Logf("restarted %s", n.id)
+		t.Logf("restarted %s (stopped in %v, ready %v later)", n.id, stopped.Round(time.Millisecond), (time.Since(began) - stopped).Round(time.Millisecond))
 
 		// Its restores read the tail only: from the position its store
 		// recorded, not from the changelog's start.
@@ -84,19 +132,16 @@ func TestClusterRollingRestart(t *testing.T) {
 		if len(rs) == 0 {
 			t.Fatalf("%s logged no restore after its restart", n.id)
 		}
-		clog := kcatRead(t, dk.brokers, "roll-changelog")
-		var full, tail int64
+		var tail int64
+		upTo := map[int32]int64{}
 		for _, r := range rs {
 			if r.from == 0 {
 				t.Errorf("%s restored partition %d from offset 0 after a restart; want the position its store kept", n.id, r.partition)
 			}
 			tail += r.records
-			for _, c := range clog {
-				if int64(c.Partition) == r.partition && c.Offset < r.to {
-					full++
-				}
-			}
+			upTo[int32(r.partition)] = r.to
 		}
+		full := changelogRecords(t, dk.brokers, "roll-changelog", upTo)
 		got, err := n.metric("statefun_cluster_restore_records_total")
 		if err != nil {
 			t.Fatal(err)
@@ -191,6 +236,20 @@ func TestClusterZombie(t *testing.T) {
 	tr.settle(t, dk, nodes, 90*time.Second)
 }
 
+// running fails the test at once if one of nodes exited, and is true
+// otherwise.
+func running(t *testing.T, nodes ...*clusterNode) bool {
+	t.Helper()
+	for _, n := range nodes {
+		select {
+		case <-n.exited:
+			t.Fatalf("%s exited:\n%s", n.id, n.logs())
+		default:
+		}
+	}
+	return true
+}
+
 // controlFault installs a fault through devkafka's -control listener and
 // returns its id.
 func controlFault(t *testing.T, ctl, query string) int {
@@ -267,7 +326,7 @@ func TestClusterKafkaFaults(t *testing.T) {
 		{"heartbeats answered with a rebalance", "key=Heartbeat&error=REBALANCE_IN_PROGRESS&count=2", 2},
 	} {
 		id := controlFault(t, ctl, f.query)
-		waitFor(t, 60*time.Second, f.what, func() bool { return faultHits(t, ctl, id) >= f.hits })
+		waitFor(t, 60*time.Second, f.what, func() bool { return running(t, nodes...) && faultHits(t, ctl, id) >= f.hits })
 		t.Logf("%s: %d hits", f.what, faultHits(t, ctl, id))
 		tr.waitAcked(time.Second, 60*time.Second)
 	}

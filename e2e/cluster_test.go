@@ -6,6 +6,7 @@ package e2e
 // kcat reading the output read_committed.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // clusterModule is the module.yaml of a cluster node: functions kc/* at
@@ -109,7 +113,60 @@ func waitServing(t *testing.T, timeout time.Duration, nodes ...*clusterNode) {
 	for _, n := range nodes {
 		ids = append(ids, n.id)
 	}
-	waitFor(t, timeout, strings.Join(ids, ", ")+" own the 8 partitions between them and each serves its own", func() bool { return serving(nodes...) })
+	deadline := time.Now().Add(timeout)
+	for !serving(nodes...) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s own the 8 partitions between them and each serves its own\n%s", timeout, strings.Join(ids, ", "), describeGroup(nodes...))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// describeGroup tells what the consumer group of the nodes' application
+// looks like to Kafka, and how many partitions each node says it owns: for
+// the message of a test that waited for the partitions to settle in vain.
+func describeGroup(nodes ...*clusterNode) string {
+	var b strings.Builder
+	for _, n := range nodes {
+		v, err := n.metric("statefun_cluster_owned_partitions")
+		fmt.Fprintf(&b, "%s owns %v partitions (%v)\n", n.id, v, err)
+	}
+	n := nodes[0]
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(n.brokers, ",")...))
+	if err != nil {
+		return b.String() + err.Error()
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, n.app)
+	if err != nil {
+		return fmt.Sprintf("%sdescribing group %s: %v", b.String(), n.app, err)
+	}
+	for _, g := range groups {
+		fmt.Fprintf(&b, "group %s: state %s, protocol %s (%v)\n", g.Group, g.State, g.Protocol, g.Err)
+		for _, m := range g.Members {
+			assigned, _ := m.Assigned.AsConsumer()
+			joined, _ := m.Join.AsConsumer()
+			var a, o []string
+			if assigned != nil {
+				for _, t := range assigned.Topics {
+					a = append(a, fmt.Sprintf("%s%v", t.Topic, t.Partitions))
+				}
+			}
+			if joined != nil {
+				for _, t := range joined.OwnedPartitions {
+					o = append(o, fmt.Sprintf("%s%v", t.Topic, t.Partitions))
+				}
+			}
+			inst := ""
+			if m.InstanceID != nil {
+				inst = *m.InstanceID
+			}
+			fmt.Fprintf(&b, "  member %s: assigned %v, owned when it joined %v\n", inst, a, o)
+		}
+	}
+	return b.String()
 }
 
 // serving reports whether each of nodes owns partitions and serves them,
@@ -459,7 +516,7 @@ func startTraffic(t *testing.T, fnType string, keys int, nodes ...*clusterNode) 
 					tr.ackedN++
 				}
 				tr.mu.Unlock()
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(20 * time.Millisecond)
 			}
 		}()
 	}

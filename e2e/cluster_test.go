@@ -6,9 +6,11 @@ package e2e
 // kcat reading the output read_committed.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -21,6 +23,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // clusterModule is the module.yaml of a cluster node: functions kc/* at
@@ -54,13 +59,15 @@ spec:
 type clusterNode struct {
 	*runtime
 	id, app, brokers string
+	// sessionTimeout is the group's session.timeout.ms for this node.
+	sessionTimeout int
 }
 
 // newClusterNode writes the module of node id of application app; the
 // process is not started.
 func newClusterNode(t *testing.T, brokers, app, id, fnURL string) *clusterNode {
 	rt := newRuntimeWith(t, func(in, _ int) string { return clusterModule(fnURL, brokers, in) })
-	return &clusterNode{runtime: rt, id: id, app: app, brokers: brokers}
+	return &clusterNode{runtime: rt, id: id, app: app, brokers: brokers, sessionTimeout: 6000}
 }
 
 // args are the node's command line. The group session times out after
@@ -71,8 +78,112 @@ func (n *clusterNode) args() []string {
 	return []string{"run", "--module", n.module, "--data-dir", filepath.Join(n.dir, "data"), "--admin-addr", n.admin,
 		"--cluster-brokers", n.brokers, "--cluster-app-id", n.app, "--cluster-node-id", n.id,
 		"--cluster-advertise", "http://" + n.admin, "--cluster-partitions", "8",
-		"--cluster-property", "session.timeout.ms=6000", "--cluster-property", "heartbeat.interval.ms=500",
+		"--cluster-property", "session.timeout.ms=" + strconv.Itoa(n.sessionTimeout), "--cluster-property", "heartbeat.interval.ms=500",
 		"--cluster-property", "transaction.timeout.ms=10000"}
+}
+
+// newClusterNodes writes the modules of nodes ids of application app; the
+// processes are not started (see launchAll).
+func newClusterNodes(t *testing.T, dk *devkafka, app, fnURL string, ids ...string) []*clusterNode {
+	var nodes []*clusterNode
+	for _, id := range ids {
+		nodes = append(nodes, newClusterNode(t, dk.brokers, app, id, fnURL))
+	}
+	return nodes
+}
+
+// launchAll starts nodes and waits until each is ready and they share the
+// partitions (waitServing).
+func launchAll(t *testing.T, nodes ...*clusterNode) {
+	t.Helper()
+	for _, n := range nodes {
+		n.launch()
+	}
+	for _, n := range nodes {
+		n.waitReady(60 * time.Second)
+	}
+	waitServing(t, 60*time.Second, nodes...)
+}
+
+// waitServing waits until each of nodes owns partitions and serves them,
+// and together they own all 8.
+func waitServing(t *testing.T, timeout time.Duration, nodes ...*clusterNode) {
+	t.Helper()
+	var ids []string
+	for _, n := range nodes {
+		ids = append(ids, n.id)
+	}
+	deadline := time.Now().Add(timeout)
+	for !serving(nodes...) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s own the 8 partitions between them and each serves its own\n%s", timeout, strings.Join(ids, ", "), describeGroup(nodes...))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// describeGroup tells what the consumer group of the nodes' application
+// looks like to Kafka, and how many partitions each node says it owns: for
+// the message of a test that waited for the partitions to settle in vain.
+func describeGroup(nodes ...*clusterNode) string {
+	var b strings.Builder
+	for _, n := range nodes {
+		v, err := n.metric("statefun_cluster_owned_partitions")
+		fmt.Fprintf(&b, "%s owns %v partitions (%v)\n", n.id, v, err)
+	}
+	n := nodes[0]
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(n.brokers, ",")...))
+	if err != nil {
+		return b.String() + err.Error()
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	groups, err := kadm.NewClient(cl).DescribeGroups(ctx, n.app)
+	if err != nil {
+		return fmt.Sprintf("%sdescribing group %s: %v", b.String(), n.app, err)
+	}
+	for _, g := range groups {
+		fmt.Fprintf(&b, "group %s: state %s, protocol %s (%v)\n", g.Group, g.State, g.Protocol, g.Err)
+		for _, m := range g.Members {
+			assigned, _ := m.Assigned.AsConsumer()
+			joined, _ := m.Join.AsConsumer()
+			var a, o []string
+			if assigned != nil {
+				for _, t := range assigned.Topics {
+					a = append(a, fmt.Sprintf("%s%v", t.Topic, t.Partitions))
+				}
+			}
+			if joined != nil {
+				for _, t := range joined.OwnedPartitions {
+					o = append(o, fmt.Sprintf("%s%v", t.Topic, t.Partitions))
+				}
+			}
+			inst := ""
+			if m.InstanceID != nil {
+				inst = *m.InstanceID
+			}
+			fmt.Fprintf(&b, "  member %s: assigned %v, owned when it joined %v\n", inst, a, o)
+		}
+	}
+	return b.String()
+}
+
+// serving reports whether each of nodes owns partitions and serves them,
+// and together they own all 8.
+func serving(nodes ...*clusterNode) bool {
+	owned := 0.0
+	for _, n := range nodes {
+		v, err := n.metric("statefun_cluster_owned_partitions")
+		if err != nil || v == 0 {
+			return false
+		}
+		if s, _, _ := n.readyz(); s != 200 {
+			return false
+		}
+		owned += v
+	}
+	return owned == 8
 }
 
 // launch starts the process without waiting for it to be ready.
@@ -122,7 +233,13 @@ type stateProblem struct {
 // empty) and 200, or the status and problem of a node that does not own
 // it.
 func (n *clusterNode) readCount(id string) (int64, int, stateProblem, string, error) {
-	req, _ := http.NewRequest(http.MethodGet, "http://"+n.admin+"/state/kc/counter/"+url.PathEscape(id)+"/count", nil)
+	return n.readInt("kc/counter", id, "count")
+}
+
+// readInt reads the integer state of fnType/<id> from node n, as
+// readCount does.
+func (n *clusterNode) readInt(fnType, id, state string) (int64, int, stateProblem, string, error) {
+	req, _ := http.NewRequest(http.MethodGet, "http://"+n.admin+"/state/"+fnType+"/"+url.PathEscape(id)+"/"+state, nil)
 	req.Header.Set("Accept", "text/plain")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -275,122 +392,25 @@ func TestClusterKillNode(t *testing.T) {
 	needKcat(t)
 	dk := startDevkafka(t, "-port", "0", "-brokers", "3", "-topic", "counts:3")
 	fn := kafkaCounterFn(t, "kc/out")
-	var nodes []*clusterNode
-	for _, id := range []string{"node-a", "node-b", "node-c"} {
-		n := newClusterNode(t, dk.brokers, "kill", id, fn)
-		n.launch()
-		nodes = append(nodes, n)
-	}
-	for _, n := range nodes {
-		n.waitReady(60 * time.Second)
-	}
-	// Every node owns some partitions once the group settled.
-	waitFor(t, 30*time.Second, "every node owns partitions and serves them", func() bool {
-		for _, n := range nodes {
-			v, err := n.metric("statefun_cluster_owned_partitions")
-			if err != nil || v == 0 {
-				return false
-			}
-			if s, _, _ := n.readyz(); s != 200 {
-				return false
-			}
-		}
-		return true
-	})
+	nodes := newClusterNodes(t, dk, "kill", fn, "node-a", "node-b", "node-c")
+	launchAll(t, nodes...)
 
-	const keys = 40
-	var (
-		mu        sync.Mutex
-		acked     = map[string]int{}
-		attempted = map[string]int{}
-		live      atomic.Int32 // nodes[:live] take traffic
-		stop      = make(chan struct{})
-		wg        sync.WaitGroup
-	)
-	live.Store(3)
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := "k" + strconv.Itoa(rng.IntN(keys))
-				n := nodes[rng.IntN(int(live.Load()))]
-				mu.Lock()
-				attempted[id]++
-				mu.Unlock()
-				status, err := n.send("/kc/counter/"+id, "kc/text", "x")
-				if err == nil && status == http.StatusOK {
-					mu.Lock()
-					acked[id]++
-					mu.Unlock()
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
-	}
-	time.Sleep(2 * time.Second)
+	tr := startTraffic(t, "kc/counter", 40, nodes...)
+	tr.waitAcked(2*time.Second, 30*time.Second)
 	// Kill node-c; traffic goes on through node-a and node-b. The sends
 	// in flight to node-c count as attempted, not acknowledged.
-	live.Store(2)
+	survivors := nodes[:2]
+	tr.sendTo(survivors...)
 	nodes[2].kill()
 	t.Log("killed node-c")
-	time.Sleep(3 * time.Second)
-	close(stop)
-	wg.Wait()
-	survivors := nodes[:2]
-
-	total := 0
-	for _, n := range acked {
-		total += n
-	}
-	t.Logf("%d messages acknowledged, for %d keys", total, len(acked))
+	tr.waitAcked(3*time.Second, 30*time.Second)
+	tr.halt()
 
 	// node-c's partitions move to the survivors, which restore and serve
-	// them: every counter reaches at least its acknowledged messages.
-	final := map[string]int{}
-	waitFor(t, 60*time.Second, "every counter read from its owner reaches its acknowledged messages", func() bool {
-		for id := range attempted {
-			v, ok := count(t, survivors, id)
-			if !ok || v < int64(acked[id]) {
-				return false
-			}
-			final[id] = int(max(v, 0))
-		}
-		return true
-	})
-	for id, v := range final {
-		if v > attempted[id] {
-			t.Errorf("counter %s = %d, more than the %d messages attempted", id, v, attempted[id])
-		}
-	}
-	owned := 0.0
-	for _, n := range survivors {
-		v, err := n.metric("statefun_cluster_owned_partitions")
-		if err != nil {
-			t.Fatal(err)
-		}
-		owned += v
-	}
-	if owned != 8 {
-		t.Errorf("the survivors own %v partitions after the move, want all 8", owned)
-	}
-	for _, n := range survivors {
-		if s, body, _ := n.readyz(); s != 200 {
-			t.Errorf("/readyz of %s after the move: %d %s", n.id, s, body)
-		}
-	}
-	sum := 0
-	for _, v := range final {
-		sum += v
-	}
-	out := kcatReadUntil(t, dk.brokers, "counts", sum, 30*time.Second)
-	checkEffects(t, out, final, nil)
+	// them: every counter reaches at least its acknowledged messages, and
+	// every count is on the output topic once.
+	final := tr.settle(t, dk, survivors, 90*time.Second)
+	waitServing(t, 30*time.Second, survivors...)
 
 	// A read on the node that does not own the address is forwarded to
 	// the owner; with the hop header (as a node forwards it) it is not
@@ -444,6 +464,171 @@ func TestClusterKillNode(t *testing.T) {
 	if _, ok := ms["node-b"]; ok {
 		t.Errorf("member records %v: node-b stopped cleanly and withdrew its record", ms)
 	}
+}
+
+// traffic sends messages through the playground ingresses of a set of
+// nodes from four goroutines, each to <fnType>/k<random below keys>, and
+// counts per id the messages attempted and those acknowledged (200).
+type traffic struct {
+	t       *testing.T
+	fnType  string
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	targets atomic.Pointer[[]*clusterNode]
+
+	mu        sync.Mutex
+	acked     map[string]int
+	attempted map[string]int
+	inflight  map[*clusterNode]int
+	ackedN    int
+}
+
+// startTraffic starts sending to nodes; halt stops it.
+func startTraffic(t *testing.T, fnType string, keys int, nodes ...*clusterNode) *traffic {
+	tr := &traffic{t: t, fnType: fnType, stop: make(chan struct{}),
+		acked: map[string]int{}, attempted: map[string]int{}, inflight: map[*clusterNode]int{}}
+	tr.sendTo(nodes...)
+	for w := range 4 {
+		tr.wg.Add(1)
+		go func() {
+			defer tr.wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				select {
+				case <-tr.stop:
+					return
+				default:
+				}
+				id := "k" + strconv.Itoa(rng.IntN(keys))
+				targets := *tr.targets.Load()
+				n := targets[rng.IntN(len(targets))]
+				tr.mu.Lock()
+				tr.attempted[id]++
+				tr.inflight[n]++
+				tr.mu.Unlock()
+				status, err := n.send("/"+tr.fnType+"/"+id, "kc/text", "x")
+				tr.mu.Lock()
+				tr.inflight[n]--
+				if err == nil && status == http.StatusOK {
+					tr.acked[id]++
+					tr.ackedN++
+				}
+				tr.mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}()
+	}
+	t.Cleanup(tr.halt)
+	return tr
+}
+
+// sendTo makes nodes take the traffic from now on. A send already under
+// way to another node ends as it ends (see drain).
+func (tr *traffic) sendTo(nodes ...*clusterNode) {
+	ns := append([]*clusterNode(nil), nodes...)
+	tr.targets.Store(&ns)
+}
+
+// drain waits until no send to n is under way (after sendTo left it out).
+func (tr *traffic) drain(n *clusterNode) {
+	tr.t.Helper()
+	waitFor(tr.t, 30*time.Second, "the sends under way to "+n.id+" to end", func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		return tr.inflight[n] == 0
+	})
+}
+
+// ackedTotal is the number of messages acknowledged so far.
+func (tr *traffic) ackedTotal() int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.ackedN
+}
+
+// waitAcked lets the traffic run for at least d and until at least one
+// message more is acknowledged: the traffic flows.
+func (tr *traffic) waitAcked(d, timeout time.Duration) {
+	tr.t.Helper()
+	from := tr.ackedTotal()
+	deadline := time.Now().Add(d)
+	waitFor(tr.t, timeout, "messages acknowledged by the playground ingress", func() bool {
+		return time.Now().After(deadline) && tr.ackedTotal() > from
+	})
+}
+
+// halt stops the traffic and waits for the sends under way.
+func (tr *traffic) halt() {
+	select {
+	case <-tr.stop:
+	default:
+		close(tr.stop)
+	}
+	tr.wg.Wait()
+}
+
+// settle checks exactly-once after the traffic halted: every counter the
+// traffic touched, read from its owner among nodes, reaches its
+// acknowledged messages and does not exceed its attempted ones, and the
+// output topic (read_committed) holds every count of every counter exactly
+// once. It waits for counts to stop moving (a message sent but not
+// acknowledged may still arrive) and returns them.
+func (tr *traffic) settle(t *testing.T, dk *devkafka, nodes []*clusterNode, timeout time.Duration) map[string]int {
+	t.Helper()
+	tr.halt()
+	tr.mu.Lock()
+	acked, attempted := maps.Clone(tr.acked), maps.Clone(tr.attempted)
+	total := tr.ackedN
+	tr.mu.Unlock()
+	t.Logf("%d messages acknowledged, for %d keys", total, len(acked))
+	read := func() (map[string]int, bool) {
+		now := map[string]int{}
+		for id := range attempted {
+			v, ok := count(t, nodes, id)
+			if !ok {
+				return nil, false
+			}
+			now[id] = int(max(v, 0))
+		}
+		return now, true
+	}
+	var final map[string]int
+	var out []kcatRecord
+	deadline := time.Now().Add(timeout)
+	for {
+		final = nil
+		waitFor(t, time.Until(deadline), "every counter read from its owner reaches its acknowledged messages", func() bool {
+			now, ok := read()
+			if !ok {
+				return false
+			}
+			for id, n := range acked {
+				if now[id] < n {
+					return false
+				}
+			}
+			final = now
+			return true
+		})
+		sum := 0
+		for _, v := range final {
+			sum += v
+		}
+		out = kcatReadUntil(t, dk.brokers, "counts", sum, time.Until(deadline))
+		if again, ok := read(); ok && maps.Equal(again, final) && len(out) == sum {
+			break
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+	}
+	for id, v := range final {
+		if v > attempted[id] {
+			t.Errorf("counter %s = %d, more than the %d messages attempted", id, v, attempted[id])
+		}
+	}
+	checkEffects(t, out, final, nil)
+	return final
 }
 
 // waitCounts waits until every counter in want, read from its owner

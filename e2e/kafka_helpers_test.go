@@ -33,15 +33,43 @@ import (
 // kafkaCount is the state of kc/counter (io.statefun.types/long).
 var kafkaCount = statefun.ValueSpec{Name: "count", ValueType: statefun.Int64Type}
 
+// kafkaArmed is the state of kc/delay: the delayed messages it sent.
+var kafkaArmed = statefun.ValueSpec{Name: "armed", ValueType: statefun.Int64Type}
+
+// kafkaDelay is the delay of the messages kc/delay sends.
+const kafkaDelay = 10 * time.Second
+
 // kafkaCounterFn serves kc/counter with the official Go SDK: each message
 // adds one to its count and sends "<id>=<count>" with KafkaEgressBuilder to
 // the Kafka egress `egress`, topic "counts", keyed by the function id.
 // Messages are raw text (type kc/text, as the Kafka ingress passes a
 // record's value). The message text "nokey" sends the record with an empty key instead, and
 // "badvalue" sends a plain string (not a KafkaProducerRecord) to the egress.
+//
+// It serves kc/delay too: each message to kc/delay/<id> sends one message
+// to kc/counter/<id> with SendAfter, kafkaDelay later (the same id, so the
+// same partition), and counts it in its state "armed".
 func kafkaCounterFn(t testing.TB, egress string) string {
 	b := statefun.StatefulFunctionsBuilder()
 	err := b.WithSpec(statefun.StatefulFunctionSpec{
+		FunctionType: statefun.TypeNameFrom("kc/delay"),
+		States:       []statefun.ValueSpec{kafkaArmed},
+		Function: statefun.StatefulFunctionPointer(func(ctx statefun.Context, msg statefun.Message) error {
+			var n int64
+			ctx.Storage().Get(kafkaArmed, &n)
+			ctx.Storage().Set(kafkaArmed, n+1)
+			ctx.SendAfter(kafkaDelay, statefun.MessageBuilder{
+				Target:    statefun.Address{FunctionType: statefun.TypeNameFrom("kc/counter"), Id: ctx.Self().Id},
+				Value:     "delayed",
+				ValueType: statefun.StringType,
+			})
+			return nil
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.WithSpec(statefun.StatefulFunctionSpec{
 		FunctionType: statefun.TypeNameFrom("kc/counter"),
 		States:       []statefun.ValueSpec{kafkaCount},
 		Function: statefun.StatefulFunctionPointer(func(ctx statefun.Context, msg statefun.Message) error {

@@ -2,12 +2,15 @@
 // and tests: franz-go's kfake, which speaks the Kafka protocol (produce,
 // fetch, consumer groups, transactions, read_committed) but has no
 // replication, no durability guarantees worth the name and no security
-// defaults. It is NOT a Kafka broker for production.
+// defaults. It is a development tool, NOT a Kafka broker for production.
 //
-//	devkafka [-port 9092] [-brokers 3] [-data-dir DIR] [-topic NAME[:PARTITIONS]]...
+//	devkafka [-port 9092] [-brokers 3] [-data-dir DIR] [-topic NAME[:PARTITIONS]]... [-control 127.0.0.1:PORT]
 //
 // It prints the bootstrap servers (comma-separated) as the first line on
-// standard output, then serves until SIGINT or SIGTERM.
+// standard output, then serves until SIGINT or SIGTERM. With -control it
+// also serves an HTTP API on loopback that injects Kafka faults (requests
+// failed with a given error, coordinators moved), for tests
+// that run it as a process of their own (control.go).
 package main
 
 import (
@@ -37,6 +40,10 @@ read_committed), so kcat, franz-go and the Java client work against it, but
 it has no replication and no security. Data lives in memory unless -data-dir
 is given. It prints the bootstrap servers as its first line on stdout.
 
+It is a development tool: the -control listener below lets anyone who
+reaches it break the cluster on purpose, for tests of how clients survive
+Kafka faults.
+
 Usage:
   devkafka [flags]
 
@@ -63,12 +70,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
+		fmt.Fprint(stderr, "\n"+controlUsage)
 	}
 	port := fs.Int("port", 9092, "port of the first broker; the others take the next ones (0: any free ports)")
 	brokers := fs.Int("brokers", 3, "number of brokers")
 	dataDir := fs.String("data-dir", "", "directory that keeps topics, offsets and groups across restarts (empty: memory only)")
 	sync := fs.Bool("sync", false, "fsync every write to -data-dir")
 	partitions := fs.Int("partitions", 3, "partitions of a -topic without :N, and of auto-created topics")
+	controlAddr := fs.String("control", "", "serve the fault-injection API on this loopback address, e.g. 127.0.0.1:9080 (see below; empty: none)")
 	var topics topicList
 	fs.Var(&topics, "topic", "topic to create at start, NAME or NAME:PARTITIONS (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -93,6 +102,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return bad("-partitions %d: want at least 1", *partitions)
 	case *sync && *dataDir == "":
 		return bad("-sync needs -data-dir")
+	}
+	if *controlAddr != "" {
+		if err := checkControlAddr(*controlAddr); err != nil {
+			return bad("%v", err)
+		}
 	}
 	opts := []kfake.Opt{kfake.NumBrokers(*brokers), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(*partitions)}
 	ports := make([]int, *brokers)
@@ -132,6 +146,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer c.Close()
+	if *controlAddr != "" {
+		ln, err := serveControl(c, *controlAddr)
+		if err != nil {
+			fmt.Fprintf(stderr, "devkafka: %v\n", err)
+			return 1
+		}
+		defer ln.Close()
+		log.Warn("devkafka: fault injection enabled", "control", "http://"+ln.Addr().String())
+	}
 	addrs := strings.Join(c.ListenAddrs(), ",")
 	fmt.Fprintln(stdout, addrs)
 	log.Warn(banner)

@@ -147,6 +147,8 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-topic", "x:none"}, `-topic "x:none": want NAME or NAME:PARTITIONS`},
 		{[]string{"-sync"}, "-sync needs -data-dir"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-control", "0.0.0.0:9080"}, "the control listener must be on loopback"},
+		{[]string{"-control", "9080"}, `-control "9080": want host:port`},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), tc.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), tc.want) {

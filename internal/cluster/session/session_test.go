@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -353,4 +354,43 @@ func TestIdleNodeHearsEveryRevocation(t *testing.T) {
 		n.stop(t)
 	}
 	h.checkExactlyOnce(100)
+}
+
+// Every revocation reaches the engine, also one that follows another
+// without a transaction in between. kgo's GroupTransactSession calls the
+// user's revoke callback only for the first revocation after an End: with
+// nothing to commit (an idle start), a node that gave partitions away once
+// would keep serving the ones it gives away next, while their new owner
+// serves them too. Four nodes join one after another without traffic, so
+// the first gives partitions away at two rebalances: each must end up with
+// one partition, none with one another serves.
+func TestRevokedTwiceWithoutTraffic(t *testing.T) {
+	h := newHarness(t)
+	var nodes []*node
+	for _, id := range []string{"a", "b", "c", "d"} {
+		nodes = append(nodes, h.start(id, t.TempDir()))
+		n := len(nodes)
+		eventually(t, strconv.Itoa(n)+" nodes share the partitions", 30*time.Second, func() bool {
+			total := 0
+			for _, x := range nodes {
+				if !x.s.Ready() || len(x.e.owned()) == 0 && n <= testP {
+					return false
+				}
+				total += len(x.e.owned())
+			}
+			return total == testP
+		})
+	}
+	seen := map[int]string{}
+	for i, n := range nodes {
+		for _, p := range n.e.owned() {
+			if other, ok := seen[p]; ok {
+				t.Errorf("partition %d served by node %s and node %s", p, other, []string{"a", "b", "c", "d"}[i])
+			}
+			seen[p] = []string{"a", "b", "c", "d"}[i]
+		}
+	}
+	for _, n := range nodes {
+		n.stop(t)
+	}
 }

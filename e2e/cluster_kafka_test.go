@@ -49,7 +49,7 @@ func TestClusterKafkaIngressKillNode(t *testing.T) {
 	var nodes []*clusterNode
 	for _, id := range []string{"node-a", "node-b", "node-c"} {
 		rt := newRuntimeWith(t, func(in, _ int) string { return clusterModule(fn, dk.brokers, in) + clusterIngressDoc(dk.brokers) })
-		n := &clusterNode{runtime: rt, id: id, app: app, brokers: dk.brokers}
+		n := &clusterNode{runtime: rt, id: id, app: app, brokers: dk.brokers, sessionTimeout: 6000}
 		n.launch()
 		nodes = append(nodes, n)
 	}

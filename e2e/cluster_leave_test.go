@@ -60,13 +60,8 @@ func TestClusterLeaveOnStop(t *testing.T) {
 // of 60 s instead of 6, and extra.
 func launchWith(n *clusterNode, extra ...string) {
 	n.t.Helper()
-	args := n.args()
-	for i, a := range args {
-		if a == "session.timeout.ms=6000" {
-			args[i] = "session.timeout.ms=60000"
-		}
-	}
-	n.cmd = exec.Command(binary, append(args, extra...)...)
+	n.sessionTimeout = 60000
+	n.cmd = exec.Command(binary, append(n.args(), extra...)...)
 	n.cmd.Env = append(os.Environ(), "STATEFUN_LISTEN_HOST=127.0.0.1")
 	n.cmd.Stdout, n.cmd.Stderr = n.runtime, n.runtime
 	if err := n.cmd.Start(); err != nil {

@@ -21,15 +21,8 @@ func TestClusterIdempotencyKey(t *testing.T) {
 	needKcat(t)
 	dk := startDevkafka(t, "-port", "0", "-brokers", "1", "-topic", "counts:3")
 	fn := kafkaCounterFn(t, "kc/out")
-	var nodes []*clusterNode
-	for _, id := range []string{"node-a", "node-b"} {
-		n := newClusterNode(t, dk.brokers, "idem", id, fn)
-		n.launch()
-		nodes = append(nodes, n)
-	}
-	for _, n := range nodes {
-		n.waitReady(60 * time.Second)
-	}
+	nodes := newClusterNodes(t, dk, "idem", fn, "node-a", "node-b")
+	launchAll(t, nodes...)
 	put := func(n *clusterNode, id, key, body string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPut, n.ingress+"/kc/counter/"+id, strings.NewReader(body))

@@ -21,23 +21,8 @@ func TestClusterRepairFromAnyNode(t *testing.T) {
 	needKcat(t)
 	dk := startDevkafka(t, "-port", "0", "-brokers", "1", "-topic", "counts:3")
 	fn := kafkaCounterFn(t, "kc/out")
-	var nodes []*clusterNode
-	for _, id := range []string{"node-a", "node-b", "node-c"} {
-		n := newClusterNode(t, dk.brokers, "repair", id, fn)
-		n.launch()
-		nodes = append(nodes, n)
-	}
-	for _, n := range nodes {
-		n.waitReady(60 * time.Second)
-	}
-	waitFor(t, 60*time.Second, "every node owns partitions", func() bool {
-		for _, n := range nodes {
-			if v, err := n.metric("statefun_cluster_owned_partitions"); err != nil || v == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	nodes := newClusterNodes(t, dk, "repair", fn, "node-a", "node-b", "node-c")
+	launchAll(t, nodes...)
 	call := func(n *clusterNode, method, path, body string, hop bool) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(method, "http://"+n.admin+path, strings.NewReader(body))

@@ -3,14 +3,12 @@ package stateapi
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"slices"
 	"sort"
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
-	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -108,7 +106,7 @@ func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusBadRequest, "/overview takes no parameters")
 		return
 	}
-	if s.gatherOverview(w, r) {
+	if s.gather(w, r, overviewListing()) {
 		return
 	}
 	// Asked by another node gathering the overview: the state of the
@@ -176,38 +174,22 @@ func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
 	}{at, list})
 }
 
-// gatherOverview answers GET /overview from every node in cluster mode
-// and reports whether it answered: each node counts the state of the
-// partitions it owns and its own invocations, failing, paused and queued
-// messages, and the sums are the answer. Partitions no node answered for
-// are named as in a gathered listing; no answer at all is a 503.
-func (s *Server) gatherOverview(w http.ResponseWriter, r *http.Request) bool {
-	c := s.opts.Cluster
-	if c == nil || forward.Forwarded(r) || r.Method == http.MethodHead {
-		return false
-	}
-	answers, missing := c.Gather(r, 0, nil)
-	byType := map[address.TypeName]*typeOverview{}
-	answered := false
-	for _, a := range answers {
-		if a.Status != http.StatusOK {
-			continue
-		}
-		var page struct {
-			Types []*typeOverview `json:"types"`
-		}
-		if err := json.Unmarshal(a.Body, &page); err != nil {
-			fail(w, r, http.StatusBadGateway, fmt.Sprintf("node %s answered the overview with a body that does not decode: %v", a.Node, err))
-			return true
-		}
-		answered = true
-		for _, o := range page.Types {
-			t := address.TypeName{Namespace: o.Namespace, Name: o.Type}
-			m := byType[t]
-			if m == nil {
-				byType[t] = o
-				continue
-			}
+// overviewListing merges the nodes' overviews (cluster mode): each node
+// counts the state of the partitions it owns and its own invocations,
+// failing, paused and queued messages, so a type's figures are the sums;
+// it is registered, holds state or is paused when any node says so, and
+// complete only when every node's count is.
+func overviewListing() listing {
+	return listing{field: "types",
+		key: func(item json.RawMessage) (string, error) {
+			var o typeOverview
+			err := json.Unmarshal(item, &o)
+			return o.Namespace + "\x00" + o.Type, err
+		},
+		combine: func(a, b json.RawMessage) json.RawMessage {
+			var m, o typeOverview
+			json.Unmarshal(a, &m)
+			json.Unmarshal(b, &o)
 			m.Registered = m.Registered || o.Registered
 			m.HoldsState = m.HoldsState || o.HoldsState
 			m.TypePaused = m.TypePaused || o.TypePaused
@@ -227,34 +209,9 @@ func (s *Server) gatherOverview(w http.ResponseWriter, r *http.Request) bool {
 				}
 				m.EstimatedBytes = &sum
 			}
-		}
-	}
-	if !answered {
-		w.Header().Set(MissingHeader, forward.FormatPartitions(missing))
-		w.Header().Set("Retry-After", "1")
-		fail(w, r, http.StatusServiceUnavailable, "no node answered the overview in time")
-		return true
-	}
-	list := make([]*typeOverview, 0, len(byType))
-	for _, o := range byType {
-		list = append(list, o)
-	}
-	sort.Slice(list, func(i, j int) bool {
-		if list[i].Namespace != list[j].Namespace {
-			return list[i].Namespace < list[j].Namespace
-		}
-		return list[i].Type < list[j].Type
-	})
-	out := struct {
-		At                time.Time       `json:"at"`
-		Types             []*typeOverview `json:"types"`
-		MissingPartitions []int           `json:"missingPartitions,omitempty"`
-	}{s.opts.Now().UTC(), list, missing}
-	if len(missing) > 0 {
-		w.Header().Set(MissingHeader, forward.FormatPartitions(missing))
-	}
-	writeJSON(w, http.StatusOK, out)
-	return true
+			out, _ := json.Marshal(m)
+			return out
+		}}
 }
 
 // readMetrics adds what the runtime's metrics know per function type:

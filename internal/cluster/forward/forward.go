@@ -39,6 +39,7 @@
 package forward
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -219,30 +220,41 @@ func backoff(ctx context.Context, d *time.Duration, deadline time.Time) bool {
 // retrying while p moves (see the package's contract). It reports false
 // when no owner answered within the budget: the caller answers its 503.
 func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, p int) bool {
+	return f.exchange(w, r, p, nil, false)
+}
+
+// exchange answers r from p's owner (with body, when r's was read), and
+// reports false when no owner answered within the budget. It asks again,
+// with backoff, while no owner is known, the owner cannot be reached, or
+// it answers 503; the owner's last 503 is then the answer. once is for a
+// request that must not reach the owner twice: an error after it may have
+// been sent is not retried but answered 502 (lost).
+func (f *Forwarder) exchange(w http.ResponseWriter, r *http.Request, p int, body []byte, once bool) bool {
+	kind := "read"
+	if once {
+		kind = "write"
+	}
 	ctx := r.Context()
 	deadline := time.Now().Add(f.cfg.Budget)
 	d := 50 * time.Millisecond
-	var last *http.Response // the owner's last 503, passed back at the end
-	defer func() {
-		if last != nil {
-			last.Body.Close()
-		}
-	}()
+	var last *http.Response // the owner's last 503, its body read
 	for {
-		if resp := f.attempt(ctx, r, p); resp != nil {
-			if resp.StatusCode != http.StatusServiceUnavailable {
-				f.pass(w, resp)
-				resp.Body.Close()
-				f.counter.WithLabelValues("read", "answered").Inc()
-				return true
-			}
-			if last != nil {
-				last.Body.Close()
-			}
+		resp, node, err := f.attempt(ctx, r, p, body)
+		switch {
+		case err != nil && once && !notSent(err):
+			f.counter.WithLabelValues(kind, "lost").Inc()
+			lost(w, node, err)
+			return true
+		case err == nil && resp != nil && resp.StatusCode != http.StatusServiceUnavailable:
+			f.pass(w, resp)
+			resp.Body.Close()
+			f.counter.WithLabelValues(kind, "answered").Inc()
+			return true
+		case err == nil && resp != nil:
 			// Read now: a connection held across the backoff could be cut.
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 			resp.Body.Close()
-			resp.Body = io.NopCloser(strings.NewReader(string(b)))
+			resp.Body = io.NopCloser(bytes.NewReader(b))
 			last = resp
 		}
 		f.stale()
@@ -252,33 +264,35 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, p int) bool 
 	}
 	if last != nil {
 		f.pass(w, last)
-		f.counter.WithLabelValues("read", "owner_unavailable").Inc()
+		f.counter.WithLabelValues(kind, "owner_unavailable").Inc()
 		return true
 	}
-	f.counter.WithLabelValues("read", "no_owner").Inc()
+	f.counter.WithLabelValues(kind, "no_owner").Inc()
 	return false
 }
 
-// attempt sends r to p's owner once; nil when p has no owner known with a
-// URL, or the owner did not answer.
-func (f *Forwarder) attempt(ctx context.Context, r *http.Request, p int) *http.Response {
+// attempt sends r (with body, if not nil) to p's owner once: the answer,
+// or the error of sending it, and the owner's id; nil and no error when p
+// has no owner known with a URL.
+func (f *Forwarder) attempt(ctx context.Context, r *http.Request, p int, body []byte) (*http.Response, string, error) {
 	owners, urls, err := f.assignment(ctx)
 	if err != nil {
-		return nil
+		return nil, "", nil
 	}
 	node, ok := owners[p]
 	if !ok || urls[node] == "" {
-		return nil
+		return nil, "", nil
 	}
 	req, err := f.request(ctx, r, urls[node])
 	if err != nil {
-		return nil
+		return nil, node, nil
+	}
+	if body != nil {
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
 	}
 	resp, err := f.cfg.Client.Do(req)
-	if err != nil {
-		return nil
-	}
-	return resp
+	return resp, node, err
 }
 
 // pass writes an answer to w unchanged.

@@ -1,14 +1,12 @@
 package forward
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"time"
 )
 
 // MaxOnceBody caps the body of a state change ForwardOnce sends on: a
@@ -40,51 +38,7 @@ func (f *Forwarder) ForwardOnce(w http.ResponseWriter, r *http.Request, p int) (
 	if len(body) > MaxOnceBody {
 		return false, ErrTooLarge
 	}
-	ctx := r.Context()
-	deadline := time.Now().Add(f.cfg.Budget)
-	d := 50 * time.Millisecond
-	var last *http.Response // the owner's last 503
-	var lastBody []byte
-	for {
-		owners, urls, err := f.assignment(ctx)
-		node := owners[p]
-		if err == nil && node != "" && urls[node] != "" {
-			req, err := f.request(ctx, r, urls[node])
-			if err != nil {
-				return false, err
-			}
-			req.Body = io.NopCloser(bytes.NewReader(body))
-			req.ContentLength = int64(len(body))
-			resp, err := f.cfg.Client.Do(req)
-			switch {
-			case err != nil && !notSent(err):
-				f.counter.WithLabelValues("write", "lost").Inc()
-				lost(w, node, err)
-				return true, nil
-			case err == nil && resp.StatusCode != http.StatusServiceUnavailable:
-				f.pass(w, resp)
-				resp.Body.Close()
-				f.counter.WithLabelValues("write", "answered").Inc()
-				return true, nil
-			case err == nil:
-				lastBody, _ = io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-				resp.Body.Close()
-				last = resp
-			}
-		}
-		f.stale()
-		if !backoff(ctx, &d, deadline) {
-			break
-		}
-	}
-	if last != nil {
-		last.Body = io.NopCloser(bytes.NewReader(lastBody))
-		f.pass(w, last)
-		f.counter.WithLabelValues("write", "owner_unavailable").Inc()
-		return true, nil
-	}
-	f.counter.WithLabelValues("write", "no_owner").Inc()
-	return false, nil
+	return f.exchange(w, r, p, body, true), nil
 }
 
 // notSent reports whether a request's error says it never left this node:

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -159,21 +158,7 @@ func fillAddresses(b *testing.B, ctx context.Context, admin string, n int) {
 	api := newLoadClient(16)
 	r, err := drive(ctx, n, 16, 10*time.Minute, func(ctx context.Context, i int) (bool, error) {
 		u := fmt.Sprintf("http://%s/state/%s/user-%06d/%s?ack=applied", admin, sdktest.CounterFn, i, sdktest.CounterState)
-		req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader([]byte(strconv.Itoa(i))))
-		if err != nil {
-			return false, err
-		}
-		req.Header.Set("Content-Type", "text/plain")
-		st, err := roundTrip(api, req)
-		switch {
-		case err != nil:
-			return false, err
-		case st == http.StatusServiceUnavailable:
-			return true, nil
-		case st != http.StatusOK:
-			return false, fmt.Errorf("bench: PUT %s answered %d", u, st)
-		}
-		return false, nil
+		return putText(ctx, api, u, []byte(strconv.Itoa(i)))
 	})
 	if err != nil {
 		b.Fatal(err)

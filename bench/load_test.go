@@ -162,4 +162,24 @@ func roundTrip(client *http.Client, req *http.Request) (int, error) {
 	return resp.StatusCode, err
 }
 
+// putText PUTs body as text/plain to u with client: busy on a 503 (the
+// driver tries again), an error for any other answer but 200.
+func putText(ctx context.Context, client *http.Client, u string, body []byte) (busy bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "text/plain")
+	st, err := roundTrip(client, req)
+	switch {
+	case err != nil:
+		return false, err
+	case st == http.StatusServiceUnavailable:
+		return true, nil
+	case st != http.StatusOK:
+		return false, fmt.Errorf("bench: PUT %s answered %d", u, st)
+	}
+	return false, nil
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

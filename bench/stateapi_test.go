@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -53,21 +52,7 @@ func BenchmarkStateAPI(b *testing.B) {
 	put := func(ack string) func(ctx context.Context, i int) (bool, error) {
 		u := entry + "?ack=" + ack
 		return func(ctx context.Context, i int) (bool, error) {
-			req, err := http.NewRequestWithContext(ctx, http.MethodPut, u, bytes.NewReader([]byte(strconv.Itoa(i))))
-			if err != nil {
-				return false, err
-			}
-			req.Header.Set("Content-Type", "text/plain")
-			st, err := roundTrip(api, req)
-			switch {
-			case err != nil:
-				return false, err
-			case st == http.StatusServiceUnavailable:
-				return true, nil
-			case st != http.StatusOK:
-				return false, fmt.Errorf("bench: PUT answered %d", st)
-			}
-			return false, nil
+			return putText(ctx, api, u, []byte(strconv.Itoa(i)))
 		}
 	}
 	get := func(ctx context.Context, i int) (bool, error) {

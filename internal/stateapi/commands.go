@@ -40,9 +40,9 @@ func (e *CommandError) Error() string { return e.Detail }
 
 // commandOps are the mutations that travel as commands: those whose
 // request carries everything the owner needs. A restore reads its image
-// from the history and a revert its before-images from the audit log, of
-// this node's store; for an address owned elsewhere those may be missing
-// or stale, so they keep answering 503 naming the owner.
+// from the history of the store it runs on, so it is sent to the owner
+// over HTTP instead (forwardChange); a revert reads its before-images
+// from the audit log of the node it is sent to.
 var commandOps = map[partition.MutationOp]bool{partition.OpPut: true, partition.OpDelete: true, partition.OpDeleteAll: true}
 
 // mutate hands m to the engine, or in cluster mode, when the engine does

@@ -202,14 +202,9 @@ func TestClusterAPIEveryNode(t *testing.T) {
 	// would stay above 8 (the bug docs/cluster.md, "Moving partitions",
 	// describes; it lost committed writes). A partition between owners may
 	// count twice for a moment, so wait for the sum to settle.
-	ownedSum := 0.0
 	waitFor(t, 30*time.Second, "the nodes' sessions to run 8 partitions in all", func() bool {
-		ownedSum = 0
-		for _, n := range nodes {
-			v, _ := n.metric("statefun_cluster_owned_partitions")
-			ownedSum += v
-		}
-		return ownedSum == 8
+		owned, err := sumMetric(nodes, "statefun_cluster_owned_partitions")
+		return err == nil && owned == 8
 	})
 
 	// Traffic through every node's ingress.
@@ -277,35 +272,21 @@ func TestClusterAPIEveryNode(t *testing.T) {
 		t.Errorf("ids of kc/counter listed a page on each node in turn: %v (missing partitions %q); want %v", ids, missing, wantIDs)
 	}
 
-	// Mutations, applied by the owner of each address (a mutation sent
-	// to another node is refused: they are not forwarded), are in the
-	// audit log and their receipts can be read from every node.
+	// Mutations, applied by the owner of each address (the test sends them
+	// there; writes through other nodes are cluster_write_test.go's), are
+	// in the audit log and their receipts can be read from every node.
 	var muts []string
 	for _, id := range []string{"k1", "k2", "k3", "k4"} {
-		applied := false
-		for _, n := range []*clusterNode{ownerOf(t, nodes, "/state/kc/counter/"+id)} {
-			req, _ := http.NewRequest(http.MethodPut, "http://"+n.admin+"/state/kc/counter/"+id+"/count?ack=committed", strings.NewReader("1000"))
-			req.Header.Set("Content-Type", "text/plain")
-			req.Header.Set("Statefun-Reason", "api test")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				var rc struct {
-					Mutation string `json:"mutation"`
-				}
-				json.Unmarshal(b, &rc)
-				muts = append(muts, rc.Mutation)
-				applied = true
-				break
-			}
+		n := ownerOf(t, nodes, "/state/kc/counter/"+id)
+		r := n.api(t, http.MethodPut, "/state/kc/counter/"+id+"/count?ack=committed", "1000",
+			"Content-Type", "text/plain", "Statefun-Reason", "api test")
+		var rc struct {
+			Mutation string `json:"mutation"`
 		}
-		if !applied {
-			t.Fatalf("the owner of %s did not apply its PUT", id)
+		if r.status/100 != 2 || json.Unmarshal(r.body, &rc) != nil {
+			t.Fatalf("the owner of %s did not apply its PUT: %d %s", id, r.status, r.body)
 		}
+		muts = append(muts, rc.Mutation)
 		want[id] = 1000
 	}
 	sort.Strings(muts)
@@ -393,35 +374,23 @@ func TestClusterAPIEveryNode(t *testing.T) {
 	})
 
 	// The inbox of a failing address, read from every node; its head
-	// skipped on its owner (repairs are not forwarded) is a message dead
-	// letter that every node lists and reads.
+	// skipped on its owner (repairs through other nodes are
+	// cluster_repair_test.go's) is a message dead letter that every node
+	// lists and reads.
 	for _, n := range nodes {
 		if resp, b, err := n.apiGet("/inbox/kc/flaky/f2"); err != nil || resp.StatusCode != 200 || !strings.Contains(string(b), `"inflight"`) {
 			t.Errorf("inbox of kc/flaky/f2 on %s: %v %v %s", n.id, err, resp.Status, b)
 		}
 	}
-	deadLetter := ""
-	for _, n := range []*clusterNode{ownerOf(t, nodes, "/inbox/kc/flaky/f1")} {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+n.admin+"/inbox/kc/flaky/f1/skip", strings.NewReader(`{"reason":"api test"}`))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode/100 == 2 {
-			var rc struct {
-				DeadLetter string `json:"deadLetter"`
-			}
-			json.Unmarshal(b, &rc)
-			deadLetter = rc.DeadLetter
-			break
-		}
+	r := ownerOf(t, nodes, "/inbox/kc/flaky/f1").api(t, http.MethodPost, "/inbox/kc/flaky/f1/skip", `{"reason":"api test"}`,
+		"Content-Type", "application/json")
+	var skipped struct {
+		DeadLetter string `json:"deadLetter"`
 	}
-	if deadLetter == "" {
-		t.Fatal("the owner of kc/flaky/f1 did not skip the head of its inbox")
+	if r.status/100 != 2 || json.Unmarshal(r.body, &skipped) != nil || skipped.DeadLetter == "" {
+		t.Fatalf("the owner of kc/flaky/f1 did not skip the head of its inbox: %d %s", r.status, r.body)
 	}
+	deadLetter := skipped.DeadLetter
 	for _, n := range nodes {
 		resp, b, err := n.apiGet("/dead-letters/messages")
 		var page struct {

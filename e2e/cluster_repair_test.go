@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,20 +24,15 @@ func TestClusterRepairFromAnyNode(t *testing.T) {
 	launchAll(t, nodes...)
 	call := func(n *clusterNode, method, path, body string, hop bool) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, "http://"+n.admin+path, strings.NewReader(body))
+		var h []string
 		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
+			h = append(h, "Content-Type", "application/json")
 		}
 		if hop {
-			req.Header.Set("Statefun-Forwarded", "test")
+			h = append(h, "Statefun-Forwarded", "test")
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode, string(b)
+		r := n.api(t, method, path, body, h...)
+		return r.status, string(r.body)
 	}
 	const id = "r1"
 	for range 2 {
@@ -47,18 +41,12 @@ func TestClusterRepairFromAnyNode(t *testing.T) {
 		}
 	}
 	waitCounts(t, nodes, map[string]int{id: 2}, 30*time.Second)
-	// The owner answers a hop-marked read itself; the others answer 503.
-	var owner *clusterNode
+	owner := ownerOf(t, nodes, "/state/kc/counter/"+id)
 	var others []*clusterNode
 	for _, n := range nodes {
-		if status, _ := call(n, "GET", "/state/kc/counter/"+id, "", true); status == http.StatusOK {
-			owner = n
-		} else {
+		if n != owner {
 			others = append(others, n)
 		}
-	}
-	if owner == nil || len(others) != 2 {
-		t.Fatalf("no single owner of %s found (owner %v, %d others)", id, owner, len(others))
 	}
 
 	if status, body := call(others[0], "POST", "/pause/kc/counter/"+id, `{"reason":"investigate"}`, false); status != http.StatusOK {

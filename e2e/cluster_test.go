@@ -61,6 +61,8 @@ type clusterNode struct {
 	id, app, brokers string
 	// sessionTimeout is the group's session.timeout.ms for this node.
 	sessionTimeout int
+	// extra are flags added to the node's command line.
+	extra []string
 }
 
 // newClusterNode writes the module of node id of application app; the
@@ -75,11 +77,24 @@ func newClusterNode(t *testing.T, brokers, app, id, fnURL string) *clusterNode {
 // node's partitions move within the test's time (the defaults are 45 s
 // and 40 s).
 func (n *clusterNode) args() []string {
-	return []string{"run", "--module", n.module, "--data-dir", filepath.Join(n.dir, "data"), "--admin-addr", n.admin,
+	return append([]string{"run", "--module", n.module, "--data-dir", filepath.Join(n.dir, "data"), "--admin-addr", n.admin,
 		"--cluster-brokers", n.brokers, "--cluster-app-id", n.app, "--cluster-node-id", n.id,
 		"--cluster-advertise", "http://" + n.admin, "--cluster-partitions", "8",
 		"--cluster-property", "session.timeout.ms=" + strconv.Itoa(n.sessionTimeout), "--cluster-property", "heartbeat.interval.ms=500",
-		"--cluster-property", "transaction.timeout.ms=10000"}
+		"--cluster-property", "transaction.timeout.ms=10000"}, n.extra...)
+}
+
+// sumMetric is a metric's value summed over nodes.
+func sumMetric(nodes []*clusterNode, name string, labels ...string) (float64, error) {
+	total := 0.0
+	for _, n := range nodes {
+		v, err := n.metric(name, labels...)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", n.id, err)
+		}
+		total += v
+	}
+	return total, nil
 }
 
 // newClusterNodes writes the modules of nodes ids of application app; the

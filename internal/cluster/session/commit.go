@@ -227,10 +227,17 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 			s.log.Warn("cluster: this node is no longer the group member it was; aborting the transaction", "err", err)
 		}
 	}
-	endCtx, named := withStarts(ctx, s.pendingStarts())
-	// This End rearms the revocation callbacks too (see rearmRevocations).
-	s.rearm = false
-	committed, err := s.gts.End(endCtx, kgo.TransactionEndTry(abort == ""))
+	starts := s.pendingStarts()
+	endCtx, named := withStarts(ctx, starts)
+	var committed bool
+	var err error
+	if abort == "" && len(starts) == 0 && len(s.gts.Client().UncommittedOffsets()) == 0 {
+		committed, err = s.endWithoutOffsets(endCtx)
+	} else {
+		// This End rearms the revocation callbacks too (see rearmRevocations).
+		s.rearm = false
+		committed, err = s.gts.End(endCtx, kgo.TransactionEndTry(abort == ""))
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
@@ -289,6 +296,49 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		runtime.Gosched()
 	}
 	return nil
+}
+
+// endWithoutOffsets commits a transaction that commits no offsets (it
+// polled nothing and places no ingress partition; its records are
+// function effects, timers, state API writes) with the
+// client's EndTransaction rather than the group transact session's End.
+//
+// Why: End learns whether the brokers support KIP-447 only from the
+// response to the TxnOffsetCommit it sends, and it sends none when no
+// offsets were polled; it then takes its pre-KIP-447 path and holds its
+// lock for 500 ms after the commit, and End itself waits for that lock
+// on the way out. A node whose cycles alternate between arrivals (with
+// offsets) and their effects (without) thus spent half a second in every
+// other cycle (docs/benchmarks.md, "Cluster mode", window 100).
+//
+// What End would add here is not needed: with no offsets there is no
+// TxnOffsetCommit to fence and no heartbeat to force; the membership check
+// that fences a zombie has already run (checkMember, after the records
+// were flushed, so a new owner's restore waits for this transaction); and
+// a revocation heard meanwhile stays pending in the session, so s.rearm
+// is left as it is and the next End resets it. The retries are End's: a
+// commit the brokers did not attempt, called abortable, or answered with
+// an unknown server error is ended again as an abort and reported as not
+// committed, so the touched partitions are rebuilt from their changelogs
+// (which hold the records if the brokers did commit them).
+func (s *Session) endWithoutOffsets(ctx context.Context) (committed bool, err error) {
+	cl := s.gts.Client()
+	try := kgo.TryCommit
+	for tries := 1; ; tries++ {
+		err = cl.EndTransaction(ctx, try)
+		if err == nil || tries >= 10 {
+			return err == nil && try == kgo.TryCommit, err
+		}
+		switch {
+		case errors.Is(err, kerr.OperationNotAttempted),
+			errors.Is(err, kerr.TransactionAbortable),
+			errors.Is(err, kerr.UnknownServerError):
+			s.log.Info("cluster: ending a transaction without offsets failed; ending it again as an abort", "err", err)
+			try = kgo.TryAbort
+		default:
+			return false, err
+		}
+	}
 }
 
 // apply writes the overlays of a committed transaction into the store,

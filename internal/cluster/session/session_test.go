@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"errors"
 	"flag"
-	"github.com/twmb/franz-go/pkg/kgo"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // faultSeed fixes the schedule of injected faults of the fault tests (0:
@@ -401,4 +404,60 @@ func TestRevokedTwiceWithoutTraffic(t *testing.T) {
 	for _, n := range nodes {
 		n.stop(t)
 	}
+}
+
+// kgoLog records the Kafka client's log messages.
+type kgoLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *kgoLog) Level() kgo.LogLevel { return kgo.LogLevelDebug }
+func (l *kgoLog) Log(_ kgo.LogLevel, msg string, _ ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, msg)
+}
+
+func (l *kgoLog) count(prefix string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.msgs {
+		if strings.HasPrefix(m, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// A transaction that polled nothing (timers, state API writes, a
+// function's effects after its arrival committed) must not end through
+// the group transact session's pre-KIP-447 path, which holds the session
+// for 500 ms after each commit: at low load a node's cycles alternate
+// between arrivals and their effects, and every other cycle took half a
+// second (docs/benchmarks.md, "Cluster mode"). The client says when it
+// takes that path; the test counts it, and counts the ticks committed.
+func TestCommitWithoutOffsetsSkipsThePreKIP447Pause(t *testing.T) {
+	h := newHarness(t)
+	logs := &kgoLog{}
+	a := h.startWith("a", t.TempDir(), func(c *Config) {
+		c.ClientOpts = append(c.ClientOpts, kgo.WithLogger(logs))
+	}, nil)
+	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+	h.produce(20, 0) // one transaction with offsets first, as in a run
+	eventually(t, "20 arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 20 })
+	const ticks = 5
+	for i := range ticks {
+		a.e.tick(i % testP)
+		eventually(t, fmt.Sprintf("tick %d committed", i+1), 20*time.Second, func() bool { return totalTicks(a) == int64(i+1) })
+	}
+	if n := logs.count("sleeping 500ms before allowing a rebalance"); n != 0 {
+		t.Errorf("the Kafka client paused 500 ms after %d of %d commits without offsets", n, ticks)
+	}
+	if a.metric(t, "statefun_cluster_txn_aborts_total") != 0 {
+		t.Error("a transaction was aborted")
+	}
+	a.stop(t)
+	h.checkExactlyOnce(20 + ticks)
 }

@@ -390,10 +390,14 @@ func (r *arrivalsReq) undo() {
 
 func (r *arrivalsReq) Durable() {
 	r.settled()
-	// The store has the keys now; the part's map holds only those of
-	// requests not yet durable, so it does not grow with every key.
+	// The store has the keys and the commands' receipts now; the part's
+	// maps hold only those of requests not yet durable, so they do not
+	// grow with every key or command (seen finds the receipt).
 	for _, k := range r.ikeys {
 		delete(r.p.ingressKeys, k)
+	}
+	for _, id := range r.ids {
+		delete(r.p.commands, id)
 	}
 	commands := false
 	for j, i := range r.keep {

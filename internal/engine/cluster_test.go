@@ -555,6 +555,9 @@ func TestClusterMutationCommandAppliesOnce(t *testing.T) {
 	if got := countAudit(t, n.e, "m1"); got != 1 {
 		t.Fatalf("m1 has %d audit records; want 1 (applied once)", got)
 	}
+	if got := len(n.e.part(0).commands); got != 0 {
+		t.Fatalf("partition 0 remembers %d command ids once they are durable; want 0 (the receipts in the store say they were seen)", got)
+	}
 	k.Produce(0, msg("a", "next")) // n = 11
 	k.Produce(0, putCommand("m1", "a", "10"))
 	n.poll(0)

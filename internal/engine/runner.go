@@ -71,8 +71,9 @@ type part struct {
 	// build a successor while any is unsettled.
 	encoded atomic.Int64
 	// commands is the mutation ids of the commands this part encoded
-	// (SubmitArrivals): a repeat of one is not applied twice. Owned by the
-	// durability goroutine.
+	// (SubmitArrivals) that are not durable yet: a repeat of one polled
+	// meanwhile is not applied twice (once durable, their receipts in the
+	// store say so). Owned by the durability goroutine.
 	commands map[string]bool
 	// ingressKeys is the Idempotency-Keys of the ingress messages this
 	// part encoded (SubmitArrivals), scope and key to fingerprint: a

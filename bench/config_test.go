@@ -23,6 +23,7 @@ var (
 	flagGOGC       = flag.Int("load.gogc", envInt("STATEFUN_BENCH_GOGC", 0), "GOGC of the runtime's process during end-to-end runs (0: leave it)")
 	flagNice       = flag.Int("load.nice", envInt("STATEFUN_BENCH_NICE", 0), "niceness of the function and load generator processes: they stand in for machines of their own, so with a positive value they take only the CPU the runtime leaves")
 	flagPin        = flag.String("load.pin", envStr("STATEFUN_BENCH_PIN", ""), "RT:OTHERS pins the runtime child to the CPUs RT and every other child to OTHERS (taskset lists, e.g. 0:1): the runtime then has processors of its own, as on a machine of its own")
+	flagProcs      = flag.Int("load.procs", envInt("STATEFUN_BENCH_PROCS", 0), "GOMAXPROCS of the runtime's child process (-load.runtime process; 0: leave it)")
 	flagProfile    = flag.String("load.profile", envStr("STATEFUN_BENCH_PROFILE", ""), "directory for a CPU profile of each end-to-end run")
 )
 

@@ -78,6 +78,7 @@
 //	-load.fn          STATEFUN_BENCH_FN          where the function runs: process or inprocess
 //	-load.gen         STATEFUN_BENCH_GEN         where the load generator runs: process or inprocess
 //	-load.gogc        STATEFUN_BENCH_GOGC        GOGC of the runtime's process (0: leave it)
+//	-load.procs       STATEFUN_BENCH_PROCS       GOMAXPROCS of the runtime's child process (0: leave it)
 //	-load.profile     STATEFUN_BENCH_PROFILE     a directory: write a CPU profile of each
 //	                                             end-to-end run's measured window there
 //

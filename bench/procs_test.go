@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 
@@ -374,6 +375,7 @@ type runtimeSpec struct {
 	Module     string
 	Partitions int
 	GOGC       int
+	Procs      int // GOMAXPROCS (0: leave it)
 }
 
 // runRuntimeChild is the runtime in a process of its own, as an operator's
@@ -385,6 +387,9 @@ func runRuntimeChild() error {
 		return err
 	}
 	debug.SetGCPercent(cmp.Or(spec.GOGC, 400))
+	if spec.Procs > 0 {
+		runtime.GOMAXPROCS(spec.Procs)
+	}
 	dir, err := os.MkdirTemp("", "statefun-bench-runtime-")
 	if err != nil {
 		return err
@@ -412,7 +417,7 @@ func startRuntime(b *testing.B, module string) benchRuntime {
 	b.Helper()
 	switch *flagRuntime {
 	case "process":
-		js, err := json.Marshal(runtimeSpec{Module: module, Partitions: *flagPartitions, GOGC: *flagGOGC})
+		js, err := json.Marshal(runtimeSpec{Module: module, Partitions: *flagPartitions, GOGC: *flagGOGC, Procs: *flagProcs})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -578,6 +578,10 @@ func (s *Server) resend(w http.ResponseWriter, r *http.Request, principal, id st
 	case errors.Is(err, engine.ErrNotRoutable):
 		fail(w, r, http.StatusBadRequest, "target: no endpoint in module.yaml serves "+req.Target.Type.String())
 		return
+	case errors.Is(err, engine.ErrResendAcross):
+		fail(w, r, http.StatusBadRequest, "target: "+strings.TrimPrefix(err.Error(), "engine: ")+
+			"; re-send it to its own address (or another of its partition), or send its value to the target through an ingress")
+		return
 	case err != nil:
 		s.engineError(w, r, err)
 		return

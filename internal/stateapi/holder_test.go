@@ -2,13 +2,16 @@ package stateapi
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,5 +257,57 @@ func TestResendFromANodeThatDoesNotHoldIt(t *testing.T) {
 	// Sent here by another node for a partition this node does not own.
 	if r := send(t, a, "POST", path, nil, forward.Header, "node-z", PartitionHeader, strconv.Itoa(p)); r.StatusCode != 503 {
 		t.Errorf("a hop-marked re-send naming a partition not owned: %s %s; want 503", r.Status, r.body)
+	}
+}
+
+// TestLostAnswerOfARevertAndAReSend: through the real forwarder, a revert
+// or a re-send whose answer is lost after it reached the holder (the
+// holder's connection cut) is a 502 that says it may have been applied,
+// and it is not sent again.
+func TestLostAnswerOfARevertAndAReSend(t *testing.T) {
+	eng := startWithFunction(t, engineConfig{})
+	b := serve(t, eng, Options{Cluster: allOwned()})
+	holderAPI := New(eng, Options{Cluster: allOwned()}).Handler(http.NotFoundHandler())
+	var posts atomic.Int32
+	holder := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			posts.Add(1)
+			panic(http.ErrAbortHandler) // the connection is cut before any answer
+		}
+		holderAPI.ServeHTTP(w, r)
+	}))
+	t.Cleanup(holder.Close)
+	fw, err := forward.New(forward.Config{NodeID: "node-a", Partitions: 4, Budget: 2 * time.Second,
+		Assignment: func(context.Context) (map[int]string, map[string]string, error) {
+			return map[int]string{0: "node-b", 1: "node-b", 2: "node-b", 3: "node-b"}, map[string]string{"node-b": holder.URL}, nil
+		},
+		Owned: func() []int { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := serve(t, eng, Options{Cluster: fw})
+
+	m := mustPut(t, b, "/state/test/fn/l/i32", "text/plain", "1").Mutation
+	if r := send(t, a, "POST", "/mutations/"+m+"/revert", nil); r.StatusCode != 502 || !strings.Contains(r.problem(t).Detail, "may have been applied") || posts.Load() != 1 {
+		t.Errorf("revert whose answer was lost: %s %s, sent %d times; want 502, sent once", r.Status, r.body, posts.Load())
+	}
+
+	if r := send(t, b, "POST", "/pause/test/fn/l", nil); r.StatusCode != 200 {
+		t.Fatalf("pause: %s %s", r.Status, r.body)
+	}
+	ingest(t, eng, "l")
+	waitFor(t, "the message queued behind the pause", func() bool {
+		var in inboxJSON
+		send(t, b, "GET", "/inbox/test/fn/l", nil).json(t, &in)
+		return in.Queued.Count == 1
+	})
+	var skip repairReceiptJSON
+	send(t, b, "POST", "/inbox/test/fn/l/skip", nil).json(t, &skip)
+	if skip.DeadLetter == "" {
+		t.Fatalf("skip: %+v", skip)
+	}
+	posts.Store(0)
+	if r := send(t, a, "POST", "/dead-letters/messages/"+skip.DeadLetter+"/resend", []byte(`{"reason":"r"}`)); r.StatusCode != 502 || posts.Load() != 1 {
+		t.Errorf("re-send whose answer was lost: %s %s, sent %d times; want 502, sent once", r.Status, r.body, posts.Load())
 	}
 }

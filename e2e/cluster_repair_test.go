@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +138,163 @@ func TestClusterRepairFromAnyNode(t *testing.T) {
 		if status != 200 || !strings.Contains(body, want) {
 			t.Errorf("audit from %s: %d, no record with reason %q: %s", others[0].id, status, want, body)
 		}
+	}
+}
+
+// A revert and a re-send of a message dead letter work from any node in
+// cluster mode: the mutation id names no address, so a node that does not
+// hold the receipt or dead letter finds the node that does (it reads it
+// from every node) and sends the change to it once. The answers are
+// embedded mode's: the revert's receipt, 412 when the entry moved on, 404
+// for an unknown id or a dead letter re-sent already; and the re-sent
+// message runs once (its count on the Kafka egress once).
+func TestClusterRevertAndResendFromAnyNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test skipped in -short mode")
+	}
+	t.Parallel()
+	needKcat(t)
+	brokers, nodes := startWriteCluster(t, "revert")
+	own := owners(t, brokers, "revert")
+	owner := nodes[0]
+	ids := idsOwnedBy(own, owner.id, "rv", 1)
+	if len(ids) == 0 {
+		t.Fatalf("no id owned by %s in %v", owner.id, own)
+	}
+	id := ids[0]
+	others := nodes[1:]
+	problemOf := func(r stateReply) writeProblem {
+		var pr writeProblem
+		json.Unmarshal(r.body, &pr)
+		return pr
+	}
+	everyNodeReads := func(want int64) {
+		t.Helper()
+		for _, n := range nodes {
+			if v, status, pr, _, err := n.readCount(id); err != nil || status != 200 || v != want {
+				t.Errorf("count of %s read from %s: %d (status %d %+v, %v); want %d", id, n.id, v, status, pr, err, want)
+			}
+		}
+	}
+
+	for range 2 {
+		if status, err := owner.send("/kc/counter/"+id, "kc/text", "x"); err != nil || status != http.StatusOK {
+			t.Fatalf("message: %d %v", status, err)
+		}
+	}
+	waitCounts(t, nodes, map[string]int{id: 2}, 30*time.Second)
+
+	// A write, then its revert sent to the other non-owner.
+	w := others[0].putCount(t, id, 100, "")
+	var put receipt
+	if err := json.Unmarshal(w.body, &put); err != nil || w.status != http.StatusOK || put.Status != "committed" {
+		t.Fatalf("PUT from %s: %d %s", others[0].id, w.status, w.body)
+	}
+	everyNodeReads(100)
+	r := others[1].api(t, http.MethodPost, "/mutations/"+put.Mutation+"/revert", "", "Statefun-Reason", "undo from "+others[1].id)
+	var rev receipt
+	if err := json.Unmarshal(r.body, &rev); err != nil || r.status != http.StatusOK || rev.Status != "committed" || rev.Mutation == "" {
+		t.Fatalf("revert from %s (not the owner): %d %s", others[1].id, r.status, r.body)
+	}
+	everyNodeReads(2)
+	recs := auditOf(t, others[0], rev.Mutation)
+	if len(recs) != 1 || recs[0]["reverts"] != put.Mutation || recs[0]["reason"] != "undo from "+others[1].id || recs[0]["op"] != "put" {
+		t.Errorf("the revert's audit record, from %s: %v", others[0].id, recs)
+	}
+	if rc, status := storedReceipt(t, others[0], rev.Mutation); status != 200 || rc.Status != "committed" {
+		t.Errorf("the revert's receipt from %s: %d %+v", others[0].id, status, rc)
+	}
+	// Again, from the other non-owner: the entry moved on, embedded mode's
+	// 412 with the rejected receipt; nothing changes.
+	r = others[0].api(t, http.MethodPost, "/mutations/"+put.Mutation+"/revert", "")
+	if pr := problemOf(r); r.status != http.StatusPreconditionFailed || pr.Receipt == nil || pr.Receipt.Status != "rejected" {
+		t.Errorf("second revert from %s: %d %s; want 412 with the rejected receipt", others[0].id, r.status, r.body)
+	}
+	everyNodeReads(2)
+	for _, n := range others {
+		if r := n.api(t, http.MethodPost, "/mutations/no-such-mutation/revert", ""); r.status != http.StatusNotFound {
+			t.Errorf("revert of an unknown id from %s: %d %s; want 404", n.id, r.status, r.body)
+		}
+	}
+
+	// A dead letter: pause, a message queued behind the pause, skipped,
+	// resumed; then re-sent from a node that does not own the address.
+	if r := others[0].api(t, http.MethodPost, "/pause/kc/counter/"+id, `{"reason":"hold"}`, "Content-Type", "application/json"); r.status != http.StatusOK {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	if status, err := others[1].send("/kc/counter/"+id, "kc/text", "x"); err != nil || status != http.StatusOK {
+		t.Fatalf("message: %d %v", status, err)
+	}
+	waitFor(t, 30*time.Second, "the message queued behind the pause", func() bool {
+		r := others[0].api(t, http.MethodGet, "/inbox/kc/counter/"+id, "")
+		var in struct {
+			Queued struct {
+				Count int `json:"count"`
+			} `json:"queued"`
+		}
+		return r.status == 200 && json.Unmarshal(r.body, &in) == nil && in.Queued.Count == 1
+	})
+	r = others[1].api(t, http.MethodPost, "/inbox/kc/counter/"+id+"/skip", `{"reason":"later"}`, "Content-Type", "application/json")
+	var skip struct {
+		DeadLetter string `json:"deadLetter"`
+	}
+	if err := json.Unmarshal(r.body, &skip); err != nil || r.status != http.StatusOK || skip.DeadLetter == "" {
+		t.Fatalf("skip: %d %s", r.status, r.body)
+	}
+	if r := others[0].api(t, http.MethodPost, "/resume/kc/counter/"+id, ""); r.status != http.StatusOK {
+		t.Fatalf("resume: %d %s", r.status, r.body)
+	}
+	everyNodeReads(2)
+	resend := "/dead-letters/messages/" + url.PathEscape(skip.DeadLetter) + "/resend"
+	// A target in another partition is refused (docs/cluster.md says why);
+	// the dead letter stays.
+	far := idsOwnedBy(own, others[1].id, "far", 1)
+	if len(far) == 0 {
+		t.Fatalf("no id owned by %s", others[1].id)
+	}
+	r = others[0].api(t, http.MethodPost, resend, `{"target":{"namespace":"kc","type":"counter","id":"`+far[0]+`"}}`, "Content-Type", "application/json")
+	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "own partition") {
+		t.Errorf("re-send to %s, of another partition: %d %s; want 400", far[0], r.status, r.body)
+	}
+	r = others[0].api(t, http.MethodPost, resend, `{"reason":"now"}`, "Content-Type", "application/json")
+	var sent struct {
+		Mutation string `json:"mutation"`
+		Status   string `json:"status"`
+		Address  struct {
+			ID string `json:"id"`
+		} `json:"address"`
+		InboxKey string `json:"inboxKey"`
+	}
+	if err := json.Unmarshal(r.body, &sent); err != nil || r.status != http.StatusOK || sent.Status != "committed" || sent.Address.ID != id || sent.InboxKey == "" {
+		t.Fatalf("re-send from %s (not the owner): %d %s", others[0].id, r.status, r.body)
+	}
+	waitCounts(t, nodes, map[string]int{id: 3}, 30*time.Second)
+	if r := others[1].api(t, http.MethodPost, resend, ""); r.status != http.StatusNotFound {
+		t.Errorf("second re-send from %s: %d %s; want 404", others[1].id, r.status, r.body)
+	}
+	if r := others[1].api(t, http.MethodPost, "/dead-letters/messages/no-such-letter/resend", ""); r.status != http.StatusNotFound {
+		t.Errorf("re-send of an unknown dead letter from %s: %d %s; want 404", others[1].id, r.status, r.body)
+	}
+	recs = auditOf(t, others[1], sent.Mutation)
+	if len(recs) != 1 || recs[0]["op"] != "resend" || recs[0]["reverts"] != skip.DeadLetter || recs[0]["reason"] != "now" {
+		t.Errorf("the re-send's audit record, from %s: %v", others[1].id, recs)
+	}
+	// Each count of id on the egress once: the two messages and the
+	// re-sent one (the write and its revert send nothing).
+	egress := func() []string {
+		var out []string
+		for _, rec := range kcatRead(t, brokers, "counts") {
+			if rec.Key != nil && *rec.Key == id && rec.Payload != nil {
+				out = append(out, *rec.Payload)
+			}
+		}
+		return out
+	}
+	waitFor(t, 30*time.Second, "three counts of "+id+" on the egress", func() bool { return len(egress()) >= 3 })
+	// A second run of the message would show by now: a count of 4.
+	time.Sleep(2 * time.Second)
+	everyNodeReads(3)
+	if got, want := egress(), []string{id + "=1", id + "=2", id + "=3"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("egress records of %s: %v; want %v", id, got, want)
 	}
 }

@@ -167,6 +167,18 @@ var ErrNoDeadLetter = errors.New("engine: no such message dead letter")
 // no endpoint serves: the message could never be delivered.
 var ErrNotRoutable = errors.New("engine: no endpoint serves the target's function type")
 
+// ErrResendAcross is returned by Resend in cluster mode for a target in
+// another partition than the dead letter's address. The dead letter is a
+// key its address's partition wrote, so that partition's changelog must
+// carry its removal, with the re-send's receipt and audit record, in the
+// commit that sends the message; a commit of the target's partition would
+// leave the dead letter in the other changelog, and a restore of that
+// partition elsewhere would bring it back, to be sent again. Sending it
+// through the messages topic from the dead letter's partition instead
+// would leave the receipt and audit record, which name the target, where
+// the reads of the target's partition do not look.
+var ErrResendAcross = errors.New("engine: in cluster mode a message dead letter is re-sent only to an address of its own partition")
+
 // ResendRequest re-sends a message dead letter.
 type ResendRequest struct {
 	// Mutation names the re-send: its receipt and audit record.
@@ -209,6 +221,12 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 	target := fromProtoAddr(env.Target)
 	if e.opts.Routable != nil && !e.opts.Routable(target.Type) {
 		return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: %s", ErrNotRoutable, target.Type)
+	}
+	if e.opts.Outbound != nil {
+		from, to := address.Partition(d.GetEnvelope().GetTarget().GetId(), e.n), address.Partition(target.ID, e.n)
+		if from != to {
+			return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: the target is in partition %d, the dead letter's address in partition %d", ErrResendAcross, to, from)
+		}
 	}
 	p, err := e.partOf(target)
 	if err != nil {

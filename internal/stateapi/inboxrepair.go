@@ -69,16 +69,29 @@ type repairBody struct {
 // readRepairBody reads an optional JSON body and the reason (the body's,
 // else Statefun-Reason).
 func (s *Server) readRepairBody(w http.ResponseWriter, r *http.Request) (repairBody, bool) {
-	var rb repairBody
+	rb, _, ok := s.readRepairBodyBytes(w, r)
+	return rb, ok
+}
+
+// readRepairBodyBytes is readRepairBody that also returns the body as
+// read, for a request that may be sent on to another node.
+func (s *Server) readRepairBodyBytes(w http.ResponseWriter, r *http.Request) (repairBody, []byte, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxRepairBody+1))
 	if err != nil {
 		fail(w, r, http.StatusBadRequest, "reading the body: "+err.Error())
-		return rb, false
+		return repairBody{}, nil, false
 	}
 	if len(body) > maxRepairBody {
 		fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", maxRepairBody))
-		return rb, false
+		return repairBody{}, nil, false
 	}
+	rb, ok := s.decodeRepairBody(w, r, body)
+	return rb, body, ok
+}
+
+// decodeRepairBody decodes a repair's body and takes its reason.
+func (s *Server) decodeRepairBody(w http.ResponseWriter, r *http.Request, body []byte) (repairBody, bool) {
+	var rb repairBody
 	if len(bytes.TrimSpace(body)) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(body))
 		dec.DisallowUnknownFields()
@@ -481,7 +494,7 @@ func (s *Server) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 			ok = false // a stale copy of a partition that moved away: its owner answers
 		}
 		if !ok {
-			fail(w, r, http.StatusNotFound, "no message dead letter "+segs[1]+" (never skipped, re-sent already, or removed by retention)")
+			fail(w, r, http.StatusNotFound, noDeadLetter(segs[1]))
 			return
 		}
 		writeJSON(w, http.StatusOK, messageDeadLetterOf(d))
@@ -530,7 +543,7 @@ func (s *Server) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 
 // resend answers POST /dead-letters/messages/<id>/resend {target?, reason?}.
 func (s *Server) resend(w http.ResponseWriter, r *http.Request, principal, id string) {
-	rb, ok := s.readRepairBody(w, r)
+	rb, body, ok := s.readRepairBodyBytes(w, r)
 	if !ok {
 		return
 	}
@@ -547,13 +560,27 @@ func (s *Server) resend(w http.ResponseWriter, r *http.Request, principal, id st
 		}
 		req.Target = &a
 	}
+	if s.opts.Cluster != nil {
+		d, held, err := s.eng.MessageDeadLetter(id)
+		if err != nil {
+			s.engineError(w, r, err)
+			return
+		}
+		if s.forwardByID(w, r, body, held, s.eng.PartitionOf(addrOf(d.GetEnvelope().GetTarget())), s.deadLetterHolder(id)) {
+			return
+		}
+	}
 	rc, key, err := s.eng.Resend(r.Context(), req)
 	switch {
 	case errors.Is(err, engine.ErrNoDeadLetter):
-		fail(w, r, http.StatusNotFound, "no message dead letter "+id+" (never skipped, re-sent already, or removed by retention)")
+		fail(w, r, http.StatusNotFound, noDeadLetter(id))
 		return
 	case errors.Is(err, engine.ErrNotRoutable):
 		fail(w, r, http.StatusBadRequest, "target: no endpoint in module.yaml serves "+req.Target.Type.String())
+		return
+	case errors.Is(err, engine.ErrResendAcross):
+		fail(w, r, http.StatusBadRequest, "target: "+strings.TrimPrefix(err.Error(), "engine: ")+
+			"; re-send it to its own address (or another of its partition), or send its value to the target through an ingress")
 		return
 	case err != nil:
 		s.engineError(w, r, err)

@@ -95,15 +95,20 @@ func storedReceipt(rc *protocol.Receipt) receiptJSON {
 // revert restores the before-images of a committed mutation, each on the
 // condition that the entry still holds the version that mutation wrote (or,
 // for a deletion, still holds no value). The revert is a mutation of its
-// own, audited, that names the one it undoes.
+// own, audited, that names the one it undoes. In cluster mode it runs on
+// the node holding the mutation's receipt and audit records (holder.go).
 func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id string) {
 	rc, ok, err := s.eng.Receipt(id)
 	if err != nil {
 		s.engineError(w, r, err)
 		return
 	}
+	h := receiptHolder(id)
+	if s.forwardByID(w, r, nil, ok, s.eng.PartitionOf(addrOf(rc.GetTarget())), h) {
+		return
+	}
 	if !ok {
-		fail(w, r, http.StatusNotFound, "no receipt for mutation "+id)
+		fail(w, r, http.StatusNotFound, h.notFound)
 		return
 	}
 	if rc.GetStatus() != "committed" {

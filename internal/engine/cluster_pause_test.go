@@ -180,6 +180,21 @@ func TestClusterPauseTypeInEveryPartition(t *testing.T) {
 	if n := countAudit(t, a.e, "m-nothing"); n != 0 {
 		t.Fatalf("a rejected resume wrote %d audit records", n)
 	}
+	// A mutation id the type's owner took and has not made durable yet
+	// is not taken again: a repeat waits for the first one's receipt (here
+	// it stops waiting at once) instead of applying it a second time.
+	pt, err := a.e.owner(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, done, err := a.e.typeReceipt(ctx, pt, "m-twice"); done || err != nil {
+		t.Fatalf("the first take of m-twice: done %v, %v; want it taken", done, err)
+	}
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, done, err := a.e.typeReceipt(stopped, pt, "m-twice"); done || err == nil {
+		t.Fatalf("a repeat of m-twice before its receipt: done %v, %v; want it to wait, not take it again", done, err)
+	}
 	if _, err := a.e.PauseIn(ctx, PauseRequest{Mutation: "m", Addr: addr("one")}, []int{x}); err == nil {
 		t.Fatal("PauseIn of an address was not refused")
 	}

@@ -492,7 +492,7 @@ func (e *Engine) restorePart(p int, specs map[address.TypeName][]partition.Spec)
 			break
 		}
 	}
-	pauses, err := loadPauses(e.db, e.n)
+	pauses, err := loadPauses(e.db, e.n, true)
 	if err != nil {
 		return nil, err
 	}

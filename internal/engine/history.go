@@ -99,8 +99,15 @@ func (ps *positions) get(p int) (uint64, <-chan struct{}) {
 // Waiting returns how many callers of WaitDurable are waiting now.
 func (e *Engine) Waiting() int { return int(e.positions.waiting.Load()) }
 
-// PartitionOf returns the partition that owns an address.
-func (e *Engine) PartitionOf(a address.Address) int { return address.Partition(a.ID, e.n) }
+// PartitionOf returns the partition that owns an address; for a function
+// type (an empty id) the partition that keeps the receipts and audit
+// records of its type-level pauses (partition.TypeOwner).
+func (e *Engine) PartitionOf(a address.Address) int {
+	if a.ID == "" {
+		return partition.TypeOwner(a.Type, e.n)
+	}
+	return address.Partition(a.ID, e.n)
+}
 
 // WaitDurable waits until partition p's commit min (and every one before
 // it) is durable, or ctx ends, and returns the partition's durable commit

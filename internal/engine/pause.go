@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -158,33 +159,33 @@ type PauseRequest struct {
 	Reason    string
 	// ExpiresAt (unix ms), when non-zero, lifts the pause by itself.
 	ExpiresAt int64
+	// ChangedElsewhere, on a resume of a type given to PauseIn, says
+	// partitions asked before lifted the type's pause: TypeOwner's receipt
+	// is then committed even if it held none itself.
+	ChangedElsewhere bool
 }
 
 // Pause sets or lifts a pause in the mailbox order of the partitions it
 // concerns, and returns its receipt once the commit that records it is
 // durable (a resume of something not paused has a rejected receipt). A
 // type-level change is applied by every partition before Pause returns:
-// after a pause, no new invocation of the type starts anywhere. It is not
-// refused for a full queue: holding an address is what an overloaded
-// runtime needs.
+// after a pause, no new invocation of the type starts anywhere; with
+// Options.Owned every partition must be owned here (PauseIn applies one to
+// some of them). It is not refused for a full queue: holding an address is
+// what an overloaded runtime needs.
 func (e *Engine) Pause(ctx context.Context, r PauseRequest) (partition.Receipt, error) {
 	if e.closed.Load() {
 		return partition.Receipt{}, ErrClosed
+	}
+	if r.Addr.ID == "" && e.opts.Owned {
+		return e.pauseOwnedType(ctx, r)
 	}
 	ev := partition.SetPause{Addr: r.Addr, Resume: r.Resume, Mutation: r.Mutation, Principal: r.Principal,
 		Reason: r.Reason, ExpiresAt: r.ExpiresAt}
 	var targets []*part
 	owner := 0
 	if r.Addr.ID == "" {
-		// Every partition applies a type-level change: with
-		// Options.Owned, all of them must be owned here.
-		for i := 0; i < e.n; i++ {
-			p, err := e.owner(i)
-			if err != nil {
-				return partition.Receipt{}, err
-			}
-			targets = append(targets, p)
-		}
+		targets = e.parts
 		owner = partition.TypeOwner(r.Addr.Type, e.n)
 	} else {
 		p, err := e.partOf(r.Addr)
@@ -193,6 +194,217 @@ func (e *Engine) Pause(ctx context.Context, r PauseRequest) (partition.Receipt, 
 		}
 		targets = []*part{p}
 	}
+	reps, err := e.askPause(ctx, targets, ev)
+	if err != nil {
+		return partition.Receipt{}, err
+	}
+	rep := reps[owner]
+	if rep.Receipt == nil {
+		return partition.Receipt{}, fmt.Errorf("engine: pause %s got no receipt", r.Mutation)
+	}
+	return *rep.Receipt, nil
+}
+
+// pauseOwnedType is Pause of a type with Options.Owned: every partition
+// must be owned here, and PauseIn applies it, TypeOwner last.
+func (e *Engine) pauseOwnedType(ctx context.Context, r PauseRequest) (partition.Receipt, error) {
+	owner := partition.TypeOwner(r.Addr.Type, e.n)
+	var others []int
+	for i := 0; i < e.n; i++ {
+		if _, err := e.owner(i); err != nil {
+			return partition.Receipt{}, err
+		}
+		if i != owner {
+			others = append(others, i)
+		}
+	}
+	out, err := e.PauseIn(ctx, r, others)
+	if err != nil {
+		return partition.Receipt{}, err
+	}
+	if len(out.Moved) > 0 {
+		return partition.Receipt{}, movedErr(out.Moved[0])
+	}
+	r.ChangedElsewhere = out.Changed
+	out, err = e.PauseIn(ctx, r, []int{owner})
+	if err != nil {
+		return partition.Receipt{}, err
+	}
+	if len(out.Moved) > 0 || out.Receipt == nil {
+		return partition.Receipt{}, movedErr(owner)
+	}
+	return *out.Receipt, nil
+}
+
+// PauseOutcome is what PauseIn did.
+type PauseOutcome struct {
+	// Applied are the partitions (of those asked) that hold the change in
+	// a durable commit now.
+	Applied []int
+	// Moved are the partitions not owned here, or revoked (or rebuilt
+	// after an aborted transaction) before their commit was durable: ask
+	// their owner.
+	Moved []int
+	// Changed, for a resume, says some partition of Applied held the
+	// type's pause and lifted it.
+	Changed bool
+	// Receipt is the type's receipt when TypeOwner was asked and applied
+	// the change, now or before (then the stored receipt: a repeat of the
+	// mutation id changes nothing and writes no second audit record).
+	Receipt *partition.Receipt
+}
+
+// PauseIn applies a type-level pause or resume (r.Addr.ID empty) in the
+// partitions parts, each in its mailbox order, and returns once each of
+// them owned here holds it in a durable commit (cluster mode: committed
+// to its changelog, so it moves with the partition). Each partition keeps
+// its own record of the pause; TypeOwner's share also writes the type's
+// receipt and audit record, so a caller applying a change across nodes
+// asks TypeOwner last, once every other partition has it, with
+// r.ChangedElsewhere set from their outcome. A repeat of a mutation id is
+// harmless: another partition writes the same record again, and
+// TypeOwner answers the stored receipt (or, while its first application
+// is not durable yet, waits for it). Options.Owned only.
+func (e *Engine) PauseIn(ctx context.Context, r PauseRequest, parts []int) (PauseOutcome, error) {
+	var out PauseOutcome
+	switch {
+	case !e.opts.Owned:
+		return out, errors.New("engine: PauseIn needs Options.Owned (cluster mode); use Pause")
+	case r.Addr.ID != "":
+		return out, fmt.Errorf("engine: PauseIn applies a pause of a function type, not of the address %s", r.Addr)
+	case r.Mutation == "":
+		return out, errors.New("engine: PauseIn needs a mutation id")
+	case e.closed.Load():
+		return out, ErrClosed
+	}
+	owner := partition.TypeOwner(r.Addr.Type, e.n)
+	ev := partition.SetPause{Addr: r.Addr, Resume: r.Resume, Mutation: r.Mutation, Principal: r.Principal,
+		Reason: r.Reason, ExpiresAt: r.ExpiresAt, ChangedElsewhere: r.ChangedElsewhere}
+	var targets []*part
+	seen := map[int]bool{}
+	for _, i := range parts {
+		if i < 0 || i >= e.n {
+			return PauseOutcome{}, fmt.Errorf("%w: %d (the application has %d)", ErrNoSuchPartition, i, e.n)
+		}
+		if seen[i] {
+			continue
+		}
+		seen[i] = true
+		p, err := e.owner(i)
+		switch {
+		case err != nil:
+			out.Moved = append(out.Moved, i)
+		case i == owner:
+			rc, done, err := e.typeReceipt(ctx, p, r.Mutation)
+			switch {
+			case err != nil:
+				return PauseOutcome{}, err
+			case done:
+				out.Applied, out.Receipt = append(out.Applied, i), rc
+			default:
+				targets = append(targets, p)
+			}
+		default:
+			targets = append(targets, p)
+		}
+	}
+	// Each is asked on its own: a partition revoked meanwhile is one to
+	// ask elsewhere, not a failure of the others.
+	ids := make([]uint64, len(targets))
+	chs := make([]chan partition.Reply, len(targets))
+	for i, p := range targets {
+		id, ch, err := e.ask(p, 0, func(id uint64) partition.Event {
+			q := ev
+			q.Request = id
+			return q
+		})
+		if err != nil {
+			chs[i] = nil
+			continue
+		}
+		ids[i], chs[i] = id, ch
+	}
+	for i, p := range targets {
+		if chs[i] == nil {
+			out.Moved = append(out.Moved, p.id)
+			continue
+		}
+		rep, err := e.await(ctx, ids[i], chs[i])
+		switch {
+		case errors.Is(err, ErrMoved) || errors.Is(err, ErrAborted):
+			out.Moved = append(out.Moved, p.id)
+			continue
+		case err != nil:
+			for j := i + 1; j < len(targets); j++ {
+				if chs[j] != nil {
+					e.waiters.drop(ids[j])
+				}
+			}
+			if p.id == owner {
+				e.forgetTypePause(p, r.Mutation)
+			}
+			return PauseOutcome{}, err
+		case rep.Receipt == nil:
+			return PauseOutcome{}, fmt.Errorf("engine: pause %s: partition %d answered without a receipt", r.Mutation, p.id)
+		}
+		out.Applied = append(out.Applied, p.id)
+		rc := *rep.Receipt
+		if p.id == owner {
+			rc.Unstored = false
+			out.Receipt = &rc
+		} else if rc.Reject == partition.Applied {
+			out.Changed = true
+		}
+	}
+	sort.Ints(out.Applied)
+	sort.Ints(out.Moved)
+	return out, nil
+}
+
+// typeReceipt decides whether TypeOwner's part p takes a type-level pause
+// or resume with mutation id m: false when m is new (it is marked taken),
+// true with the receipt when m was applied before (stored, or taken by
+// this assignment: then its receipt is waited for).
+func (e *Engine) typeReceipt(ctx context.Context, p *part, m string) (*partition.Receipt, bool, error) {
+	p.pauseMu.Lock()
+	taken := p.pauseIDs[m]
+	if !taken {
+		if _, ok, err := e.db.Receipt(m); err != nil || !ok {
+			if err == nil {
+				if p.pauseIDs == nil {
+					p.pauseIDs = map[string]bool{}
+				}
+				p.pauseIDs[m] = true
+			}
+			p.pauseMu.Unlock()
+			return nil, false, err
+		}
+	}
+	p.pauseMu.Unlock()
+	st, ok, err := e.WaitReceipt(ctx, m)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case !ok || st.GetStatus() == "accepted":
+		return nil, false, fmt.Errorf("engine: pause %s: its first application is not durable yet: %w", m, ctx.Err())
+	}
+	rc := partition.Receipt{Mutation: st.GetMutation(), Addr: fromProtoAddr(st.GetTarget()), Ack: partition.AckCommitted,
+		Reject: partition.RejectCode(st.GetReject()), Reason: st.GetReason(), Checkpoint: st.GetCheckpoint(),
+		At: st.GetAt(), Partition: p.id}
+	return &rc, true, nil
+}
+
+// forgetTypePause lets a mutation id that TypeOwner's part took be taken
+// again, when the caller stopped waiting before its outcome was known.
+func (e *Engine) forgetTypePause(p *part, m string) {
+	p.pauseMu.Lock()
+	delete(p.pauseIDs, m)
+	p.pauseMu.Unlock()
+}
+
+// askPause posts ev to each of targets and returns their replies, in
+// order.
+func (e *Engine) askPause(ctx context.Context, targets []*part, ev partition.SetPause) ([]partition.Reply, error) {
 	ids := make([]uint64, len(targets))
 	chs := make([]chan partition.Reply, len(targets))
 	for i, p := range targets {
@@ -205,27 +417,22 @@ func (e *Engine) Pause(ctx context.Context, r PauseRequest) (partition.Receipt, 
 			for _, id := range ids[:i] {
 				e.waiters.drop(id)
 			}
-			return partition.Receipt{}, err
+			return nil, err
 		}
 		ids[i], chs[i] = id, ch
 	}
-	var rc partition.Receipt
+	out := make([]partition.Reply, len(targets))
 	for i := range targets {
 		rep, err := e.await(ctx, ids[i], chs[i])
 		if err != nil {
 			for _, id := range ids[i+1:] {
 				e.waiters.drop(id)
 			}
-			return partition.Receipt{}, err
+			return nil, err
 		}
-		if i == owner {
-			if rep.Receipt == nil {
-				return partition.Receipt{}, fmt.Errorf("engine: pause %s got no receipt", r.Mutation)
-			}
-			rc = *rep.Receipt
-		}
+		out[i] = rep
 	}
-	return rc, nil
+	return out, nil
 }
 
 func addrLess(a, b address.Address) bool {
@@ -239,16 +446,28 @@ func addrLess(a, b address.Address) bool {
 }
 
 // loadPauses reads the pauses in force for the restore: each partition
-// gets its addresses' pauses and every type-level one.
-func loadPauses(db *store.DB, partitions int) ([][]partition.PauseWrite, error) {
+// gets its addresses' pauses and the type-level ones it holds. In embedded
+// mode that is every type-level record (TypeOwner writes one for all); in
+// cluster mode (own) each partition's own copy alone, the one its
+// changelog carries: a copy another partition wrote may be a stale cache
+// of a partition that moved away.
+func loadPauses(db *store.DB, partitions int, own bool) ([][]partition.PauseWrite, error) {
 	out := make([][]partition.PauseWrite, partitions)
-	err := db.ScanPauses(func(a address.Address, p *protocol.Pause) error {
+	err := db.ScanPauses(func(a address.Address, part int, p *protocol.Pause) error {
 		w := partition.PauseWrite{Addr: a, Pause: pauseFromProto(p)}
-		if a.ID == "" {
+		switch {
+		case a.ID == "" && own:
+			if part >= 0 && part < partitions {
+				out[part] = append(out[part], w)
+			}
+			return nil
+		case a.ID == "" && part < 0:
 			for i := range out {
 				out[i] = append(out[i], w)
 			}
 			return nil
+		case a.ID == "":
+			return nil // a cluster store's copy, which embedded mode does not read
 		}
 		i := address.Partition(a.ID, partitions)
 		out[i] = append(out[i], w)
@@ -267,9 +486,19 @@ func pauseFromProto(p *protocol.Pause) *partition.Pause {
 		Since: p.GetSince(), ExpiresAt: p.GetExpiresAt(), Auto: p.GetAuto()}
 }
 
-// encodePauses writes a commit's pause changes.
-func encodePauses(b *store.Batch, ws []partition.PauseWrite) {
+// encodePauses writes a commit's pause changes; own is the committing
+// partition in cluster mode, where a type-level pause is that partition's
+// own copy (store.PutTypePause), else -1.
+func encodePauses(b *store.Batch, ws []partition.PauseWrite, own int) {
 	for _, w := range ws {
+		switch {
+		case w.Addr.ID == "" && own >= 0 && w.Pause == nil:
+			b.DeleteTypePause(w.Addr.Type, own)
+			continue
+		case w.Addr.ID == "" && own >= 0:
+			b.PutTypePause(w.Addr.Type, own, pauseToProto(w.Pause))
+			continue
+		}
 		if w.Pause == nil {
 			b.DeletePause(w.Addr)
 		} else {

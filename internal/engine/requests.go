@@ -107,7 +107,11 @@ func (r *partCommit) Encode(b *store.Batch) error {
 	for t, s := range cm.Specs {
 		b.PutSpecs(t, specsToProto(s))
 	}
-	encodePauses(b, cm.Pauses)
+	own := -1
+	if r.e.opts.Owned {
+		own = r.p.id
+	}
+	encodePauses(b, cm.Pauses, own)
 	if err := r.e.encodeRepairs(b, r.p, cm); err != nil {
 		return err
 	}
@@ -126,7 +130,9 @@ func (r *partCommit) Encode(b *store.Batch) error {
 		b.PutAudit(auditToProto(a))
 	}
 	for _, rc := range cm.Receipts {
-		b.PutReceipt(receiptToProto(rc))
+		if !rc.Unstored {
+			b.PutReceipt(receiptToProto(rc))
+		}
 	}
 	b.PutMeta(r.p.id, store.PartitionMeta{CommitID: cm.ID, VersionSeq: cm.VersionSeq})
 	for _, k := range cm.Consumed {

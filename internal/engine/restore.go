@@ -53,7 +53,7 @@ func (e *Engine) restore() error {
 	}
 	e.egressSeq = seq
 	now := e.opts.Now().UnixMilli()
-	pauses, err := loadPauses(e.db, n)
+	pauses, err := loadPauses(e.db, n, e.opts.Owned)
 	if err != nil {
 		return err
 	}
@@ -103,6 +103,7 @@ func (e *Engine) buildPart(p int, in *inboxScan, outSeq uint64, pauses []partiti
 
 		PauseAfter:       e.opts.PauseAfter,
 		PauseOnViolation: e.opts.PauseOnViolation,
+		OwnTypePauses:    e.opts.Owned,
 	}, storeReader{db: e.db, specs: specs}, rs)
 	pt := newPart(p, core, e, e.opts.Now)
 	for i, k := range in.keys {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +81,11 @@ type part struct {
 	// repeat polled before the first is durable is known here. Owned by
 	// the durability goroutine.
 	ingressKeys map[string][]byte
+	// pauseIDs is the mutation ids of the type-level pauses and resumes
+	// this part took as its type's TypeOwner (PauseIn): a repeat waits
+	// for the first one's receipt instead of applying it again.
+	pauseMu  sync.Mutex
+	pauseIDs map[string]bool
 	// stop ends the runner, which closes done (cluster mode).
 	stop context.CancelFunc
 	done chan struct{}

@@ -49,6 +49,14 @@ type Config struct {
 	// PauseOnViolation pauses an address of the type at once when its
 	// function breaks the protocol. Nil: never.
 	PauseOnViolation func(t address.TypeName) bool
+	// OwnTypePauses makes every partition keep its own durable record of
+	// a type-level pause (cluster mode, where each partition's records
+	// travel in its own changelog and move with it): each writes the
+	// pause into its commits and answers a SetPause of a type once that
+	// commit is durable, with a receipt that is not stored. TypeOwner's
+	// share alone writes the type's receipt and audit record. Without it
+	// only TypeOwner records the pause and the others answer at once.
+	OwnTypePauses bool
 }
 
 // Restore is the durable starting point of a core: what the store held at

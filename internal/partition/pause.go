@@ -54,7 +54,9 @@ const RuntimePrincipal = "runtime"
 // is. A type-level change goes to every partition; the partition that owns
 // the type (TypeOwner) makes it durable and answers with a receipt once
 // the commit is durable (AckCommitted), the others apply it at once and
-// answer with an empty reply.
+// answer with an empty reply — or, with Config.OwnTypePauses, each records
+// it in its own commit and answers with an Unstored receipt once that is
+// durable (rejected RejectNotFound for a resume of what it did not hold).
 type SetPause struct {
 	Request uint64
 	Addr    address.Address
@@ -66,6 +68,11 @@ type SetPause struct {
 	Reason    string
 	// ExpiresAt, when non-zero, lifts the pause by itself at that time.
 	ExpiresAt int64
+	// ChangedElsewhere, on a resume of a type, says other partitions
+	// lifted the type's pause: TypeOwner then records the resume (receipt
+	// and audit record) even if it held no pause itself, as happens when
+	// an earlier pause reached only some partitions.
+	ChangedElsewhere bool
 }
 
 func (SetPause) isEvent() {}
@@ -132,7 +139,8 @@ func (c *Core) dropPause(a address.Address) bool {
 }
 
 // durableHere reports whether this partition keeps the record of a pause
-// of a: the address's partition, or the owner of a type-level pause.
+// of a, with its receipt and audit record: the address's partition, or
+// the owner of a type-level pause.
 func (c *Core) durableHere(a address.Address) bool {
 	if a.ID == "" {
 		return TypeOwner(a.Type, c.cfg.Partitions) == c.cfg.ID
@@ -140,19 +148,38 @@ func (c *Core) durableHere(a address.Address) bool {
 	return true
 }
 
+// shareHere reports whether this partition keeps its own record of a
+// type-level pause of a without being its TypeOwner (Config.OwnTypePauses).
+func (c *Core) shareHere(a address.Address) bool {
+	return a.ID == "" && c.cfg.OwnTypePauses && !c.durableHere(a)
+}
+
 // setPause carries out a SetPause in the mailbox order of the partition.
 func (c *Core) setPause(ev SetPause) error {
 	rc := Receipt{Mutation: ev.Mutation, Request: ev.Request, Addr: ev.Addr, Ack: AckCommitted, Checkpoint: c.commitID + 1, At: c.now}
-	durable := c.durableHere(ev.Addr)
+	durable, share := c.durableHere(ev.Addr), c.shareHere(ev.Addr)
 	answer := func() {
-		if durable {
+		switch {
+		case durable:
 			c.settle(rc)
-		} else if ev.Request != 0 {
+		case share:
+			// Answered once this partition's record is durable, and never
+			// stored: the type's receipt is TypeOwner's.
+			rc.Unstored = true
+			c.settle(rc)
+		case ev.Request != 0:
 			c.ready.Replies = append(c.ready.Replies, Reply{Request: ev.Request})
 		}
 	}
 	if ev.Resume {
-		if !c.dropPause(ev.Addr) {
+		dropped := c.dropPause(ev.Addr)
+		if share {
+			// Written whether or not it held one, so that the answer waits
+			// for a commit: a repeat of a resume whose first commit is not
+			// durable yet must not be answered before it is.
+			c.pending.Pauses = append(c.pending.Pauses, PauseWrite{Addr: ev.Addr})
+		}
+		if !dropped && !(durable && ev.ChangedElsewhere) {
 			rc.Reject, rc.Reason = RejectNotFound, "not paused"
 			// A rejection writes no audit record: nothing changed.
 			answer()
@@ -165,10 +192,18 @@ func (c *Core) setPause(ev SetPause) error {
 		return c.release(ev.Addr)
 	}
 	p := &Pause{Mutation: ev.Mutation, Principal: ev.Principal, Reason: ev.Reason, Since: c.now, ExpiresAt: ev.ExpiresAt}
-	c.dropPause(ev.Addr) // a new pause replaces the one in force
-	c.holdPause(ev.Addr, p)
-	if durable {
+	if cur := c.typePauses[ev.Addr.Type]; share && cur != nil && cur.Mutation == ev.Mutation {
+		p = cur // a repeat of the pause in force: written again, unchanged
+	} else {
+		c.dropPause(ev.Addr) // a new pause replaces the one in force
+		c.holdPause(ev.Addr, p)
+	}
+	switch {
+	case durable:
 		c.recordPause(ev.Addr, p, OpPause, ev.Mutation, ev.Principal, ev.Reason)
+	case share:
+		cp := *p
+		c.pending.Pauses = append(c.pending.Pauses, PauseWrite{Addr: ev.Addr, Pause: &cp})
 	}
 	answer()
 	// Mutations waiting behind an invocation no longer wait for later
@@ -218,8 +253,11 @@ func (c *Core) expire(r *pauseRef) error {
 		return nil // resumed or replaced meanwhile
 	}
 	c.dropPause(r.addr)
-	if c.durableHere(r.addr) {
+	switch {
+	case c.durableHere(r.addr):
 		c.recordPause(r.addr, nil, OpResume, c.runtimeID(), RuntimePrincipal, "pause "+r.p.Mutation+" expired")
+	case c.shareHere(r.addr):
+		c.pending.Pauses = append(c.pending.Pauses, PauseWrite{Addr: r.addr})
 	}
 	return c.release(r.addr)
 }

@@ -133,6 +133,11 @@ type Receipt struct {
 	// Partition is the partition whose commit Checkpoint is: the
 	// address's, or for a delayed message the sender's, which holds it.
 	Partition int
+	// Unstored marks a partition's answer to its share of a type-level
+	// pause or resume (Config.OwnTypePauses) that is not the type's
+	// receipt: it is answered once its commit is durable, like a
+	// receipt, and never stored (TypeOwner's is the one receipt).
+	Unstored bool
 }
 
 // AuditRecord is one entry's change by a mutation, with its before-image.

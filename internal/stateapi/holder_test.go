@@ -37,6 +37,11 @@ func (c *toHolder) Owned() []int { return c.owned }
 
 func (c *toHolder) Forward(http.ResponseWriter, *http.Request, int) bool { return false }
 
+// Spread is not what these tests use: every partition is missing.
+func (c *toHolder) Spread(_ *http.Request, _ []byte, parts []int) ([]forward.Answer, *forward.Answer, []int) {
+	return nil, nil, parts
+}
+
 func (c *toHolder) exchange(r *http.Request, body []byte) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, c.holder+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {

@@ -28,6 +28,12 @@ type problem struct {
 	Partition *int   `json:"partition,omitempty"`
 	OwnerNode string `json:"ownerNode,omitempty"`
 	OwnerURL  string `json:"ownerUrl,omitempty"`
+	// Mutation and MissingPartitions accompany the 503 of a type-level
+	// pause or resume that some partitions could not be given (cluster
+	// mode): its mutation id, to send again as MutationIDHeader, and the
+	// partitions that do not have it.
+	Mutation          string `json:"mutation,omitempty"`
+	MissingPartitions []int  `json:"missingPartitions,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {

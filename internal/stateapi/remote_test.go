@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -139,6 +140,7 @@ type fakeCluster struct {
 	forwarded []int
 	gathered  []string
 	changes   []string // "METHOD path" of the state changes sent once
+	spread    []string // "METHOD path partitions" of the changes spread
 }
 
 func (c *fakeCluster) ForwardOnce(w http.ResponseWriter, r *http.Request, p int) (bool, error) {
@@ -148,6 +150,11 @@ func (c *fakeCluster) ForwardOnce(w http.ResponseWriter, r *http.Request, p int)
 }
 
 func (c *fakeCluster) Owned() []int { return c.owned }
+
+func (c *fakeCluster) Spread(r *http.Request, _ []byte, parts []int) ([]forward.Answer, *forward.Answer, []int) {
+	c.spread = append(c.spread, r.Method+" "+r.URL.Path+" "+forward.FormatPartitions(parts))
+	return nil, nil, parts // no owner answered
+}
 
 func (c *fakeCluster) Forward(w http.ResponseWriter, r *http.Request, p int) bool {
 	c.forwarded = append(c.forwarded, p)
@@ -202,9 +209,37 @@ func TestClusterHooks(t *testing.T) {
 	if r := send(t, base, "POST", "/pause/test/fn/x", nil, forward.Header, "node-z"); r.StatusCode != 503 || c.changes != nil {
 		t.Errorf("a pause with the hop header: %s, sent on %v; want 503, not sent on", r.Status, c.changes)
 	}
-	if r := send(t, base, "POST", "/pause/test/fn", []byte(`{"reason":"t"}`), "Content-Type", "application/json"); c.changes != nil {
-		t.Errorf("a type-level pause was sent to one owner: %s %v", r.Status, c.changes)
+	// A type-level pause is spread: every partition but the type's owner,
+	// then (had they all applied it) the owner; none answering, a 503
+	// naming them and the mutation id to complete it with.
+	r = send(t, base, "POST", "/pause/test/fn", []byte(`{"reason":"t"}`), "Content-Type", "application/json")
+	owner := eng.PartitionOf(address.Address{Type: fnType})
+	var others []string
+	for p := range 4 {
+		if p != owner {
+			others = append(others, strconv.Itoa(p))
+		}
 	}
+	wantSpread := []string{"POST /pause/test/fn " + strings.Join(others, ",")}
+	pr := r.problem(t)
+	if c.changes != nil || !slices.Equal(c.spread, wantSpread) || r.StatusCode != 503 || r.Header.Get(MissingHeader) != strings.Join(others, ",") ||
+		pr.Mutation == "" || r.Header.Get("Location") != "/mutations/"+pr.Mutation || r.Header.Get("Retry-After") == "" {
+		t.Errorf("a type-level pause, no owner answering: %s %v %s, spread %v, sent once %v; want 503 naming %v and its mutation, spread %v",
+			r.Status, r.Header, r.body, c.spread, c.changes, others, wantSpread)
+	}
+	// Sent again with its id: the receipt is looked for first (no node
+	// answers here: a 503 again, not a second spread).
+	c.spread, c.gathered = nil, nil
+	r = send(t, base, "POST", "/pause/test/fn", nil, MutationIDHeader, pr.Mutation)
+	if r.StatusCode != 503 || c.spread != nil || !slices.Equal(c.gathered, []string{"/mutations/" + pr.Mutation}) {
+		t.Errorf("the retry with its mutation id: %s %s, spread %v, gathered %v", r.Status, r.body, c.spread, c.gathered)
+	}
+	for _, bad := range []struct{ path, id string }{{"/pause/test/fn", "m1"}, {"/resume/test/fn/x", pr.Mutation}} {
+		if r := send(t, base, "POST", bad.path, nil, MutationIDHeader, bad.id); r.StatusCode != 400 {
+			t.Errorf("POST %s with %s %q: %s %s; want 400", bad.path, MutationIDHeader, bad.id, r.Status, r.body)
+		}
+	}
+	c.gathered = nil
 
 	r = send(t, base, "GET", "/state/test/fn", nil)
 	if r.StatusCode != 503 || r.Header.Get(MissingHeader) != "0,1,2,3" || !slices.Equal(c.gathered, []string{"/state/test/fn"}) {

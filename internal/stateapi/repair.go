@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/partition"
 )
@@ -35,6 +36,12 @@ type Repairer interface {
 	Pauses(ctx context.Context, t address.TypeName) ([]partition.PauseWrite, error)
 	// Pause sets or lifts a pause and returns its receipt once durable.
 	Pause(ctx context.Context, r engine.PauseRequest) (partition.Receipt, error)
+	// PauseIn applies a pause or resume of a function type in some
+	// partitions this node owns (cluster mode), and says which hold it
+	// durably.
+	PauseIn(ctx context.Context, r engine.PauseRequest, parts []int) (engine.PauseOutcome, error)
+	// Partitions returns P.
+	Partitions() int
 }
 
 // MaxFailingLimit caps ?limit= on GET /failing; MaxInboxLimit the queued
@@ -452,6 +459,13 @@ func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, resume bo
 	a := address.Address{Type: address.TypeName{Namespace: segs[0], Name: segs[1]}}
 	if len(segs) == 3 {
 		a.ID = segs[2]
+	}
+	mutation, err := s.typePauseID(r, a)
+	if err != nil {
+		fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if a.ID != "" {
 		if s.forwardChange(w, r, a) {
 			return
 		}
@@ -474,7 +488,7 @@ func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, resume bo
 			return
 		}
 	}
-	req := engine.PauseRequest{Mutation: s.newMutationID(), Addr: a, Resume: resume, Principal: principal, Reason: pb.Reason}
+	req := engine.PauseRequest{Mutation: mutation, Addr: a, Resume: resume, Principal: principal, Reason: pb.Reason}
 	if req.Reason == "" {
 		req.Reason = r.Header.Get("Statefun-Reason")
 	}
@@ -486,8 +500,19 @@ func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, resume bo
 		fail(w, r, http.StatusBadRequest, "this deployment requires a reason: give \"reason\" in the body or a Statefun-Reason header")
 		return
 	}
-	if req.ExpiresAt, err = s.expiry(pb, resume); err != nil {
+	// A node spreading a type-level change resolved expiresIn already:
+	// its expiresAt is not checked against this node's clock again.
+	spread := a.ID == "" && s.opts.Cluster != nil && forward.Forwarded(r)
+	if req.ExpiresAt, err = s.expiry(pb, resume, spread); err != nil {
 		fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	if a.ID == "" && s.opts.Cluster != nil {
+		if spread {
+			s.applyTypePauseShare(w, r, req)
+		} else {
+			s.spreadTypePause(w, r, req)
+		}
 		return
 	}
 	rc, err := s.eng.Pause(r.Context(), req)
@@ -495,8 +520,13 @@ func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, resume bo
 		s.engineError(w, r, err)
 		return
 	}
-	out := receiptOf(rc)
-	if rc.Reject != partition.Applied {
+	s.answerPause(w, r, a, receiptOf(rc))
+}
+
+// answerPause answers a pause or resume with its receipt: a 404 when it
+// was rejected (a resume of what is not paused).
+func (s *Server) answerPause(w http.ResponseWriter, r *http.Request, a address.Address, out receiptJSON) {
+	if out.Status == "rejected" {
 		what := "the address"
 		if a.ID == "" {
 			what = "the function type"
@@ -507,8 +537,9 @@ func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, resume bo
 	writeJSON(w, http.StatusOK, out)
 }
 
-// expiry reads expiresAt or expiresIn of a pause body.
-func (s *Server) expiry(pb pauseBody, resume bool) (int64, error) {
+// expiry reads expiresAt or expiresIn of a pause body; past allows an
+// expiresAt that is not in the future.
+func (s *Server) expiry(pb pauseBody, resume, past bool) (int64, error) {
 	if pb.ExpiresAt == "" && pb.ExpiresIn == "" {
 		return 0, nil
 	}
@@ -531,7 +562,7 @@ func (s *Server) expiry(pb pauseBody, resume bool) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("expiresAt %q: want an RFC 3339 time", pb.ExpiresAt)
 		}
-		if !t.After(now) {
+		if !t.After(now) && !past {
 			return 0, fmt.Errorf("expiresAt %q is not in the future", pb.ExpiresAt)
 		}
 		at = t

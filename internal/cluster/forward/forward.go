@@ -6,36 +6,49 @@
 //
 //   - A node owns a partition when its engine runs it and the consumer
 //     group's assignment gives it to the node (Owned).
+//
 //   - A read of one address whose partition this node does not own is
 //     forwarded over HTTP to the owner's admin URL (the consumer group's
 //     assignment names the node, its member record the URL): the same
 //     method, path and query, the caller's request headers (Authorization
 //     among them: every node shares the token configuration) and the
 //     owner's status, headers and body passed back unchanged.
+//
 //   - Every request a node sends to another carries the hop header
 //     (Header, naming the sending node). A node answers a request that
 //     carries it from itself alone, never forwarding or gathering again:
 //     a read of a partition it does not own is its 503, a listing is the
 //     part of its partitions, and the header Partitions lists them.
+//
 //   - While a partition moves (no owner known, the owner unreachable, or
 //     answering 503 because it is restoring the partition or no longer
 //     owns it) a read is retried with backoff for at most Budget and never
 //     past the request's context. Then the caller answers 503 with
 //     Retry-After itself (Forward reports false), or, when the owner
 //     answered 503 last, that answer is passed back.
+//
 //   - A state change about one address that does not travel as a command
 //     (a restore, a pause or resume of the address, an inbox repair,
 //     deleting the address) is sent to the owner at most once
 //     (ForwardOnce): again only when it certainly was not applied (no
 //     connection made, or a 503); an answer lost after sending is a 502.
+//
 //   - A listing is gathered: the request is sent, with the hop header, to
 //     every node that owns a partition; each answers for the partitions it
 //     owns. Partitions that no answer covers are asked again, within the
 //     same budget, and are then reported missing to the caller, which
 //     says so in its answer: a gathered listing is never silently short.
 //
+//   - A change every partition applies in its own partition (a pause or
+//     resume of a function type) is spread (Spread): each owner gets its
+//     share of the partitions, named in the header Partitions, and names
+//     in its answer those it applied; the rest are sent again, within the
+//     budget, to their owner then. The change carries its mutation id and
+//     each partition applies an id once, so a share sent twice is
+//     harmless.
+//
 // A counter, statefun_cluster_forwarded_requests_total, counts the
-// requests by kind (read, gather) and outcome.
+// requests by kind (read, write, gather, spread) and outcome.
 package forward
 
 import (
@@ -145,7 +158,7 @@ func New(cfg Config) (*Forwarder, error) {
 	}
 	f := &Forwarder{cfg: cfg, counter: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "statefun_cluster_forwarded_requests_total",
-		Help: "State API requests this node answered through other nodes, by kind (read: forwarded to the owner; write: a state change sent to the owner once; gather: a listing gathered from every node) and outcome.",
+		Help: "State API requests this node answered through other nodes, by kind (read: forwarded to the owner; write: a state change sent to the owner once; gather: a listing gathered from every node; spread: a type-level pause or resume sent to every owner) and outcome.",
 	}, []string{"kind", "outcome"})}
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(f.counter); err != nil {
@@ -346,7 +359,7 @@ func (f *Forwarder) Gather(r *http.Request, wait time.Duration, stop func(Answer
 				}
 			}
 			rctx, rcancel := context.WithTimeout(ctx, f.cfg.Budget+wait)
-			got, stopped := f.fanOut(rctx, rcancel, r, nodes, urls, stop)
+			got, stopped := f.fanOut(rctx, rcancel, r, nil, nodes, urls, stop)
 			rcancel()
 			for _, a := range got {
 				answers = append(answers, a)
@@ -392,8 +405,10 @@ func missingOf(covered []bool) []int {
 }
 
 // fanOut sends r to each of nodes at once and collects the answers (a node
-// that did not answer has none); stopped reports that stop took one.
-func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *http.Request, nodes map[string]bool, urls map[string]string, stop func(Answer) bool) ([]Answer, bool) {
+// that did not answer has none); stopped reports that stop took one. With
+// shares, r's body (body) goes to each node with the header Partitions
+// naming its share.
+func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *http.Request, shares *share, nodes map[string]bool, urls map[string]string, stop func(Answer) bool) ([]Answer, bool) {
 	var (
 		mu      sync.Mutex
 		out     []Answer
@@ -407,6 +422,11 @@ func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *ht
 			req, err := f.request(ctx, r, urls[n])
 			if err != nil {
 				return
+			}
+			if shares != nil {
+				req.Body = io.NopCloser(bytes.NewReader(shares.body))
+				req.ContentLength = int64(len(shares.body))
+				req.Header.Set(Partitions, FormatPartitions(shares.of[n]))
 			}
 			resp, err := f.cfg.Client.Do(req)
 			if err != nil {
@@ -436,6 +456,86 @@ func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *ht
 	}
 	wg.Wait()
 	return out, stopped
+}
+
+// share is what Spread sends each node: the body, and the partitions of
+// each node.
+type share struct {
+	body []byte
+	of   map[string][]int
+}
+
+// Spread sends r, with body, a change that each of parts applies in its
+// own partition (a pause or resume of a function type), to the owners of
+// parts: each owner at once, with the hop header and the header
+// Partitions naming its share. An owner answers 200 naming in Partitions
+// the ones of its share it applied; the others (moved, their owner
+// unreachable or answering 5xx, an answer lost) are sent again to their
+// owner as the group's assignment says then, with backoff, within the
+// budget. Unlike ForwardOnce it may send a partition's share twice: the
+// change must be idempotent (a type-level pause carries its mutation id,
+// and each partition applies an id once). It returns the 200 answers, the
+// first other answer below 500 (a refusal: 4xx; then it stops, and that is
+// the answer), and the partitions no answer applied.
+func (f *Forwarder) Spread(r *http.Request, body []byte, parts []int) (answers []Answer, refusal *Answer, missing []int) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	deadline := time.Now().Add(f.cfg.Budget)
+	d := 50 * time.Millisecond
+	todo := map[int]bool{}
+	for _, p := range parts {
+		todo[p] = true
+	}
+	for len(todo) > 0 {
+		owners, urls, err := f.assignment(ctx)
+		if err == nil {
+			sh := &share{body: body, of: map[string][]int{}}
+			nodes := map[string]bool{}
+			for p := range todo {
+				if n, ok := owners[p]; ok && urls[n] != "" {
+					nodes[n] = true
+					sh.of[n] = append(sh.of[n], p)
+				}
+			}
+			for _, ps := range sh.of {
+				slices.Sort(ps)
+			}
+			rctx, rcancel := context.WithTimeout(ctx, f.cfg.Budget)
+			got, _ := f.fanOut(rctx, rcancel, r, sh, nodes, urls, nil)
+			rcancel()
+			for _, a := range got {
+				if a.Status != http.StatusOK {
+					if a.Status < 500 {
+						f.counter.WithLabelValues("spread", "refused").Inc()
+						a := a
+						return answers, &a, nil
+					}
+					continue
+				}
+				answers = append(answers, a)
+				for _, p := range a.Partitions {
+					delete(todo, p)
+				}
+			}
+		}
+		if len(todo) == 0 {
+			break
+		}
+		f.stale()
+		if !backoff(r.Context(), &d, deadline) {
+			break
+		}
+	}
+	for p := range todo {
+		missing = append(missing, p)
+	}
+	slices.Sort(missing)
+	if len(missing) > 0 {
+		f.counter.WithLabelValues("spread", "partial").Inc()
+	} else {
+		f.counter.WithLabelValues("spread", "complete").Inc()
+	}
+	return answers, nil, missing
 }
 
 // FormatPartitions is the Partitions header's value of ps.

@@ -176,3 +176,72 @@ func TestOwnedIsTheEnginesAndTheGroups(t *testing.T) {
 		t.Errorf("Owned() without the assignment = %v, want [0 1 3]", got)
 	}
 }
+
+// TestSpreadSendsEachOwnerItsShare: each owner gets the body and its
+// partitions in the Partitions header; a partition whose owner answered
+// 503 is sent again when the assignment moves it, and one nobody applies
+// within the budget is reported missing.
+func TestSpreadSendsEachOwnerItsShare(t *testing.T) {
+	type got struct{ parts, body string }
+	var mu = make(chan struct{}, 1)
+	seen := map[string][]got{}
+	node := func(name string, answer func(parts string) (int, string)) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			parts := r.Header.Get(Partitions)
+			mu <- struct{}{}
+			seen[name] = append(seen[name], got{parts, string(b)})
+			<-mu
+			status, applied := answer(parts)
+			w.Header().Set(Partitions, applied)
+			w.WriteHeader(status)
+		}))
+	}
+	a := node("a", func(parts string) (int, string) { return 200, parts })
+	defer a.Close()
+	b := node("b", func(string) (int, string) { return 503, "" }) // restoring, then gone
+	defer b.Close()
+	var moved atomic.Bool
+	assign := func(context.Context) (map[int]string, map[string]string, error) {
+		owners := map[int]string{0: "a", 1: "a", 2: "b", 3: "b"}
+		if moved.Load() {
+			owners[2] = "a" // 2 moved to a; 3 stays with b, which never applies it
+		}
+		return owners, map[string]string{"a": a.URL, "b": b.URL}, nil
+	}
+	f := newForwarder(t, Config{Assignment: assign, Budget: 700 * time.Millisecond})
+	req := httptest.NewRequest(http.MethodPost, "/pause/kc/counter", nil)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		moved.Store(true)
+	}()
+	answers, refusal, missing := f.Spread(req, []byte(`{"reason":"r"}`), []int{0, 1, 2, 3})
+	if refusal != nil || !slices.Equal(missing, []int{3}) {
+		t.Fatalf("Spread: refusal %v, missing %v; want none, [3]", refusal, missing)
+	}
+	var applied []int
+	for _, an := range answers {
+		applied = append(applied, an.Partitions...)
+	}
+	slices.Sort(applied)
+	if !slices.Equal(applied, []int{0, 1, 2}) {
+		t.Errorf("applied %v; want 0,1,2", applied)
+	}
+	if first := seen["a"][0]; first.parts != "0,1" || first.body != `{"reason":"r"}` {
+		t.Errorf("a's first share: %+v", first)
+	}
+	if last := seen["a"][len(seen["a"])-1]; last.parts != "2" {
+		t.Errorf("a's last share: %+v; want partition 2 after it moved", last)
+	}
+	if first := seen["b"][0]; first.parts != "2,3" {
+		t.Errorf("b's first share: %+v", first)
+	}
+
+	// A refusal (4xx) is the answer.
+	c := node("c", func(string) (int, string) { return 401, "" })
+	defer c.Close()
+	f = newForwarder(t, Config{Assignment: fixed(map[int]string{0: "c"}, map[string]string{"c": c.URL})})
+	if _, refusal, _ := f.Spread(req, nil, []int{0}); refusal == nil || refusal.Status != 401 {
+		t.Errorf("a 401 share: %v", refusal)
+	}
+}

@@ -54,12 +54,13 @@ type Kafka struct {
 	changelog map[int][]store.Op           // by partition; the offset is the index
 	committed map[int]int64                // consumed offsets of the messages topic
 	egress    []partition.Egress
-	epoch     int // the producer epoch of the transactional id
+	epoch     map[string]int // the producer epoch of each node's transactional id
 }
 
 // NewKafka returns empty topics.
 func NewKafka() *Kafka {
-	return &Kafka{messages: map[int][]*protocol.Envelope{}, changelog: map[int][]store.Op{}, committed: map[int]int64{}}
+	return &Kafka{messages: map[int][]*protocol.Envelope{}, changelog: map[int][]store.Op{}, committed: map[int]int64{},
+		epoch: map[string]int{}}
 }
 
 // Produce appends a record to partition p of the messages topic outside
@@ -141,6 +142,10 @@ type Options struct {
 	// not name its partition, a message handed out for the wrong
 	// partition): testing.T.Errorf.
 	Errorf func(format string, args ...any)
+	// Node names the node, whose transactional id the session fences:
+	// sessions of different nodes on one Kafka (each owning partitions of
+	// its own) run side by side. Empty is one node.
+	Node string
 }
 
 // Session is one node's session: the Durability and Outbound of its
@@ -183,8 +188,8 @@ func NewSession(k *Kafka, db *store.DB, opts Options) *Session {
 		opts.Aborted = errors.New("clustertest: the transaction was aborted")
 	}
 	k.mu.Lock()
-	k.epoch++
-	epoch := k.epoch
+	k.epoch[opts.Node]++
+	epoch := k.epoch[opts.Node]
 	k.mu.Unlock()
 	return &Session{k: k, db: db, opts: opts, epoch: epoch, fetched: map[int]int64{}, wake: make(chan struct{}, 1)}
 }
@@ -308,7 +313,7 @@ func (s *Session) Finish(commit bool) error {
 	msgs, egress := s.msgs, s.egress
 	s.msgs, s.egress = nil, nil
 	s.k.mu.Lock()
-	fenced := s.epoch != s.k.epoch
+	fenced := s.epoch != s.k.epoch[s.opts.Node]
 	s.k.mu.Unlock()
 	if !commit || len(bad) > 0 || fenced {
 		for _, b := range overlays {

@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"fmt"
 	"io"
 	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +35,42 @@ import (
 
 func TestMain(m *testing.M) {
 	log.SetOutput(io.Discard) // the SDK logs every registration
-	os.Exit(m.Run())
+	code := m.Run()
+	if code == 0 {
+		code = checkStatusCoverage()
+	}
+	os.Exit(code)
+}
+
+// checkStatusCoverage fails a run of the whole package when a status
+// openapi.json lists for an operation was produced by no test (but 500, a
+// failing store). It runs after every test, so that it does not depend on
+// the order the tests run in; a run of some tests only (-run, -skip) skips
+// it.
+func checkStatusCoverage() int {
+	for _, name := range []string{"test.run", "test.skip"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" {
+			return 0
+		}
+	}
+	spec, err := parseSpec(openapiJSON)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "openapi.json: %v\n", err)
+		return 1
+	}
+	observed.Lock()
+	defer observed.Unlock()
+	code := 0
+	for _, op := range spec.ops {
+		for c := range mapOf(op.node["responses"]) {
+			n, _ := strconv.Atoi(c)
+			if n != 500 && !observed.m[op.key][n] {
+				fmt.Fprintf(os.Stderr, "--- FAIL: status coverage: %s documents %d, which no test produced\n", op.key, n)
+				code = 1
+			}
+		}
+	}
+	return code
 }
 
 // fnType is the official-SDK function of these tests. It registers states

@@ -611,21 +611,8 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 	t.Run("503 partition queue full", testBusy)
 	t.Run("503 runtime closed", testClosed)
 
-	// Every status the document lists for an operation was seen, but 500
-	// (a failing store).
-	if t.Failed() {
-		return
-	}
-	observed.Lock()
-	defer observed.Unlock()
-	for _, op := range theSpec(t).ops {
-		for code := range mapOf(op.node["responses"]) {
-			n, _ := strconv.Atoi(code)
-			if n != 500 && !observed.m[op.key][n] {
-				t.Errorf("%s documents %d, which no test produced", op.key, n)
-			}
-		}
-	}
+	// That every status the document lists was produced by some test is
+	// checked once the whole package ran (TestMain, checkStatusCoverage).
 }
 
 // checkAnswer checks an answer against its case.
@@ -845,8 +832,15 @@ func testBusy(t *testing.T) {
 	if r := <-held; r.StatusCode != 200 {
 		t.Errorf("the held write: %s %s", r.Status, r.body)
 	}
-	// Nothing refused was applied.
+	// Nothing refused was applied. The held write answered once applied
+	// (ack=applied); its audit record is written with its commit, a moment
+	// later.
 	var audit struct{ Records []auditJSON }
+	waitFor(t, "the held write's audit record", func() bool {
+		send(t, api, "GET", "/audit", nil).json(t, &audit)
+		return len(audit.Records) >= 2
+	})
+	time.Sleep(20 * time.Millisecond) // a refused write, were it applied, would commit by now
 	send(t, api, "GET", "/audit", nil).json(t, &audit)
 	if len(audit.Records) != 2 {
 		t.Errorf("%d audit records, want the first PUT's and the held one's only", len(audit.Records))

@@ -52,6 +52,9 @@ type deadLetterJSON struct {
 	// Key is null for a record without a key.
 	Key   *bytesJSON `json:"key"`
 	Value bytesJSON  `json:"value"`
+	// ValueOmitted is true when the value was not kept (cluster mode, a
+	// value too large for a record of the messages topic).
+	ValueOmitted bool `json:"valueOmitted,omitempty"`
 }
 
 // bytesJSON is a record's key or value: its exact bytes in base64, and as
@@ -73,7 +76,7 @@ func bytesOf(b []byte) bytesJSON {
 
 func deadLetterOf(d *store.DeadLetter) deadLetterJSON {
 	out := deadLetterJSON{Ingress: d.Ingress, Topic: d.Topic, Partition: d.Partition, Offset: d.Offset, Reason: d.Reason,
-		Timestamp: time.UnixMilli(d.Timestamp).UTC(), StoredAt: time.UnixMilli(d.At).UTC(), Value: bytesOf(d.Value)}
+		Timestamp: time.UnixMilli(d.Timestamp).UTC(), StoredAt: time.UnixMilli(d.At).UTC(), Value: bytesOf(d.Value), ValueOmitted: d.ValueOmitted}
 	if !d.KeyNull {
 		k := bytesOf(d.Key)
 		out.Key = &k

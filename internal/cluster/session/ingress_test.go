@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/statefun-go/statefun/internal/address"
@@ -357,4 +359,67 @@ func totalDead(ns ...*node) int64 {
 		n += x.e.dead.Load()
 	}
 	return n
+}
+
+// A bad ingress record's dead letter is stored once although both
+// transactions that carry it abort once: the brokers refuse the first
+// EndTxn commit after the record is written (the transaction that sends
+// the dead letter to its partition: nothing is sent, the record is polled
+// and routed again, with a new stored time) and the third (the one that
+// stores it: nothing is stored, the command is polled again). A leak of
+// either aborted transaction would show as a second dead letter or a
+// second count.
+func TestIngressDeadLetterOnceAcrossAborts(t *testing.T) {
+	h := newHarness(t)
+	h.createIngressTopic()
+	a, in := h.startIngress("a", t.TempDir(), kafkaingress.StartEarliest)
+	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+	eventually(t, "the ingress partitions placed and committed", 20*time.Second, func() bool {
+		if in.started.Load() != inP {
+			return false
+		}
+		offs, err := h.adm.FetchOffsets(ctxT(t), testApp)
+		if err != nil {
+			return false
+		}
+		n := 0
+		offs.Each(func(o kadm.OffsetResponse) {
+			if o.Topic == inTopic && o.Err == nil && o.At == 0 {
+				n++
+			}
+		})
+		return n == inP
+	})
+	var commits atomic.Int64
+	h.kc.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		r := req.(*kmsg.EndTxnRequest)
+		if !r.Commit {
+			return nil, nil, false
+		}
+		if n := commits.Add(1); n != 1 && n != 3 {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	dead := []store.DeadLetter{h.produceBad(1, nil, kafkaingress.ReasonNullKey)}
+	eventually(t, "the dead letter stored", 30*time.Second, func() bool { return a.e.dead.Load() >= 1 })
+	time.Sleep(300 * time.Millisecond) // many commit intervals
+	if n := commits.Load(); n < 4 {
+		t.Fatalf("%d EndTxn commits; want at least 4 (two refused, two committed)", n)
+	}
+	if n := a.metric(t, "statefun_cluster_txn_aborts_total"); n != 2 {
+		t.Errorf("%v transactions aborted, want the 2 refused", n)
+	}
+	if n := a.e.dead.Load(); n != 1 {
+		t.Errorf("%d dead letters made durable, want 1", n)
+	}
+	if n := a.metric(t, "statefun_kafka_ingress_bad_records_total"); n != 1 {
+		t.Errorf("the bad record counted %v times, want once", n)
+	}
+	checkDeadLetters(t, "node a", a.db, dead)
+	a.stop(t)
+	checkDeadLetters(t, "the changelogs", h.changelogStore(), dead)
 }

@@ -389,9 +389,9 @@ func (a arrivals) Full(p int) bool    { return a.n.eng.Full(p) }
 // SubmitArrivals decodes the records polled from partition p and submits
 // them to the engine as one request. A record no statefun node could have
 // written (it does not decode, names no target — or, for an ingress dead
-// letter, no ingress — or belongs to another partition) is skipped with a log line and a metric: handing it over
-// would make the engine refuse the whole run, and the session poll it
-// again forever.
+// letter, no ingress — or belongs to another partition) is skipped with a
+// log line and a metric: handing it over would make the engine refuse the
+// whole run, and the session poll it again forever.
 func (a arrivals) SubmitArrivals(p int, recs []*kgo.Record) error {
 	arr := make([]engine.Arrival, 0, len(recs))
 	for _, r := range recs {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/statefun-go/statefun/pkg/stateclient"
 )
 
 // clusterIngressDoc is a Kafka ingress kc/in on brokers: topic "in" →
@@ -36,7 +38,8 @@ spec:
 // (each counted once: none lost with the killed node's open transaction,
 // none again by the node that took its partitions over), and the Kafka
 // egress output, read read_committed, holds each effect once. A record
-// without a key is skipped and counted on the node that consumed it.
+// without a key is counted on the node that consumed it and becomes one
+// dead letter, listed by the survivors.
 func TestClusterKafkaIngressKillNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test skipped in -short mode")
@@ -123,10 +126,20 @@ func TestClusterKafkaIngressKillNode(t *testing.T) {
 	out := kcatReadUntil(t, dk.brokers, "counts", total, 30*time.Second)
 	checkEffects(t, out, want, nil)
 
-	// Each record is one message in the messages topic, read_committed.
+	// Each record is one message in the messages topic, read_committed,
+	// and the bad record one dead letter.
 	msgs := kcatRead(t, dk.brokers, app+"-messages")
-	if len(msgs) != total {
-		t.Errorf("%s holds %d messages (read_committed), want one per ingress record: %d", app+"-messages", len(msgs), total)
+	if len(msgs) != total+1 {
+		t.Errorf("%s holds %d records (read_committed), want one per ingress record and the bad record's dead letter: %d", app+"-messages", len(msgs), total+1)
+	}
+	var dead []stateclient.DeadLetter
+	waitFor(t, 30*time.Second, "the bad record's dead letter listed", func() bool {
+		list, err := cliDeadLetters(t, survivors[0], "kc/in")
+		dead = list
+		return err == nil && len(list) > 0
+	})
+	if len(dead) != 1 || dead[0].Reason != "null-key" || dead[0].Key != nil || string(dead[0].Value.Bytes) != "no key" {
+		t.Errorf("dead letters of kc/in: %+v; want the record without a key, once", dead)
 	}
 	bad, err := sumMetric(survivors, "statefun_kafka_ingress_bad_records_total", `reason="null-key"`)
 	if err != nil {

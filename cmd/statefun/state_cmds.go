@@ -701,8 +701,12 @@ func (c *stateCLI) deadLetters(args []string) error {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "STORED\tTOPIC\tPARTITION\tOFFSET\tREASON\tKEY\tVALUE")
 		for _, d := range list {
+			value := recordCell(&d.Value)
+			if d.ValueOmitted {
+				value = "(not kept: too large)"
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.StoredAt.Local().Format("2006-01-02 15:04:05.000"), d.Topic, d.Partition,
-				d.Offset, d.Reason, recordCell(d.Key), recordCell(&d.Value))
+				d.Offset, d.Reason, recordCell(d.Key), value)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

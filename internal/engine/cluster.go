@@ -247,8 +247,9 @@ func (e *Engine) Full(p int) bool {
 }
 
 // Arrival is one record polled from the messages topic for a partition: a
-// message (Env.Target set) or a state mutation command (Env.Mutation set,
-// with its target and mutation id).
+// message (Env.Target set), a state mutation command (Env.Mutation set,
+// with its target and mutation id), or a Kafka ingress dead letter this
+// partition keeps (Env.IngressDeadLetter set; IngressDeadLetterPartition).
 type Arrival struct {
 	// Offset is the record's offset in the topic's partition.
 	Offset int64
@@ -258,8 +259,10 @@ type Arrival struct {
 // SubmitArrivals makes the records polled from partition p of the messages
 // topic one request for p: its Encode writes their inbox entries into p's
 // batch (the transaction's overlay) under the key (SourceMessages,
-// offset), with an accepted receipt for each mutation command, and its
-// Durable delivers them to p's core in offset order. A mutation command
+// offset), with an accepted receipt for each mutation command, and the
+// Kafka ingress dead letters among them (stored in key space 0x0F, not
+// delivered), and its Durable delivers the messages and commands to p's
+// core in offset order. A mutation command
 // whose id has a receipt in the store, or was encoded already by this
 // assignment of p, is skipped: a forwarded or retried write applies once.
 // It is never refused for a full partition (the records are polled; see
@@ -286,6 +289,12 @@ func (e *Engine) SubmitArrivals(p int, recs []Arrival) (<-chan error, error) {
 			return nil, fmt.Errorf("engine: arrivals of partition %d: offset %d after %d (offsets must increase)", p, r.Offset, last)
 		}
 		last = r.Offset
+		if dl := r.Env.GetIngressDeadLetter(); dl != nil {
+			if err := checkIngressDeadLetter(dl, p, e.n, r.Offset); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		target := r.Env.GetTarget()
 		if m := r.Env.GetMutation(); m != nil {
 			if m.GetId() == "" {
@@ -312,8 +321,8 @@ type arrivalsReq struct {
 	reqOf
 	e    *Engine
 	recs []Arrival
-	// keep is the index of each record Encode wrote (skipped commands
-	// left out); keys their inbox keys.
+	// keep is the index of each record Encode wrote into the inbox
+	// (skipped commands and dead letters left out); keys their inbox keys.
 	keep []int
 	keys []partition.InboxKey
 	// ids are the mutation ids this request added to the part's commands;
@@ -330,6 +339,13 @@ func (r *arrivalsReq) Encode(b *store.Batch) error {
 	r.keep, r.keys, r.ids, r.ikeys = r.keep[:0], r.keys[:0], r.ids[:0], r.ikeys[:0]
 	now := r.e.opts.Now().UnixMilli()
 	for i, rec := range r.recs {
+		if dl := rec.Env.GetIngressDeadLetter(); dl != nil {
+			// Stored, not delivered: its key is the same however often
+			// it is encoded (its time came with it).
+			d := IngressDeadLetterOf(dl)
+			b.PutDeadLetter(&d)
+			continue
+		}
 		k := partition.InboxKey{Partition: r.p.id, Source: SourceMessages, Seq: uint64(rec.Offset)}
 		if m := rec.Env.GetMutation(); m != nil {
 			seen, err := r.seen(m.GetId())

@@ -597,8 +597,7 @@ func (c *Consumer) batch(k tp, recs []*kgo.Record) batchOf {
 		msgs, reason := c.mp.Messages(r)
 		if reason != "" {
 			c.mp.Bad(r, reason, "stored as a dead letter")
-			b.DeadLetters = append(b.DeadLetters, store.DeadLetter{Ingress: c.cfg.ID, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
-				Reason: reason, Timestamp: r.Timestamp.UnixMilli(), KeyNull: r.Key == nil, Key: r.Key, Value: r.Value})
+			b.DeadLetters = append(b.DeadLetters, c.mp.DeadLetter(r, reason))
 			continue
 		}
 		b.Messages = append(b.Messages, msgs...)

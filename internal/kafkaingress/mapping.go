@@ -11,6 +11,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
 )
 
 // Mapping is how one Kafka ingress turns records into messages: its routes,
@@ -85,6 +86,14 @@ func (m *Mapping) Messages(r *kgo.Record) ([]*protocol.Envelope, string) {
 		})
 	}
 	return msgs, ""
+}
+
+// DeadLetter is what is kept of a bad record r, for reason: the same in
+// embedded mode (stored beside the position past it) and in cluster mode
+// (sent to the runtime partition that keeps it). At is left to the writer.
+func (m *Mapping) DeadLetter(r *kgo.Record, reason string) store.DeadLetter {
+	return store.DeadLetter{Ingress: m.cfg.ID, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+		Reason: reason, Timestamp: r.Timestamp.UnixMilli(), KeyNull: r.Key == nil, Key: r.Key, Value: r.Value}
 }
 
 // Bad counts a bad record in statefun_kafka_ingress_bad_records_total and

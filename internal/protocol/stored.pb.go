@@ -40,9 +40,15 @@ type Envelope struct {
 	// ingress_key is set, in cluster mode, on a playground ingress message
 	// sent with an Idempotency-Key: the owner of the target delivers the
 	// first message of each key and drops repeats (docs/cluster.md).
-	IngressKey    *IngressKey `protobuf:"bytes,6,opt,name=ingress_key,json=ingressKey,proto3" json:"ingress_key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IngressKey *IngressKey `protobuf:"bytes,6,opt,name=ingress_key,json=ingressKey,proto3" json:"ingress_key,omitempty"`
+	// ingress_dead_letter is set (and the fields above unset), in cluster
+	// mode, for a Kafka ingress record that could not become a message: the
+	// node that consumed it sends it to the runtime partition that keeps it
+	// (engine.IngressDeadLetterPartition), whose owner stores it as a dead
+	// letter (store key space 0x0F) through its changelog.
+	IngressDeadLetter *IngressDeadLetter `protobuf:"bytes,7,opt,name=ingress_dead_letter,json=ingressDeadLetter,proto3" json:"ingress_dead_letter,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Envelope) Reset() {
@@ -117,6 +123,146 @@ func (x *Envelope) GetIngressKey() *IngressKey {
 	return nil
 }
 
+func (x *Envelope) GetIngressDeadLetter() *IngressDeadLetter {
+	if x != nil {
+		return x.IngressDeadLetter
+	}
+	return nil
+}
+
+// IngressDeadLetter is a Kafka ingress record that could not become a
+// message, with why (store.DeadLetter's fields).
+type IngressDeadLetter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// at is when the consuming node routed it, in Unix milliseconds: the
+	// dead letter's stored time (its age for retention).
+	At        int64  `protobuf:"varint,1,opt,name=at,proto3" json:"at,omitempty"`
+	Ingress   string `protobuf:"bytes,2,opt,name=ingress,proto3" json:"ingress,omitempty"`
+	Topic     string `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	Offset    int64  `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	Reason    string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// timestamp is the record's own, in Unix milliseconds.
+	Timestamp int64 `protobuf:"varint,7,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	// key_null is true when the record had no key (key is then empty).
+	KeyNull bool   `protobuf:"varint,8,opt,name=key_null,json=keyNull,proto3" json:"key_null,omitempty"`
+	Key     []byte `protobuf:"bytes,9,opt,name=key,proto3" json:"key,omitempty"`
+	Value   []byte `protobuf:"bytes,10,opt,name=value,proto3" json:"value,omitempty"`
+	// value_omitted is true when value was left out: the record's value
+	// would not fit in a record of the messages topic (store.DeadLetter's
+	// ValueOmitted).
+	ValueOmitted  bool `protobuf:"varint,11,opt,name=value_omitted,json=valueOmitted,proto3" json:"value_omitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngressDeadLetter) Reset() {
+	*x = IngressDeadLetter{}
+	mi := &file_protocol_stored_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngressDeadLetter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngressDeadLetter) ProtoMessage() {}
+
+func (x *IngressDeadLetter) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngressDeadLetter.ProtoReflect.Descriptor instead.
+func (*IngressDeadLetter) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *IngressDeadLetter) GetAt() int64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *IngressDeadLetter) GetIngress() string {
+	if x != nil {
+		return x.Ingress
+	}
+	return ""
+}
+
+func (x *IngressDeadLetter) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *IngressDeadLetter) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *IngressDeadLetter) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *IngressDeadLetter) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *IngressDeadLetter) GetTimestamp() int64 {
+	if x != nil {
+		return x.Timestamp
+	}
+	return 0
+}
+
+func (x *IngressDeadLetter) GetKeyNull() bool {
+	if x != nil {
+		return x.KeyNull
+	}
+	return false
+}
+
+func (x *IngressDeadLetter) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *IngressDeadLetter) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *IngressDeadLetter) GetValueOmitted() bool {
+	if x != nil {
+		return x.ValueOmitted
+	}
+	return false
+}
+
 // IngressKey is an Idempotency-Key a playground ingress message carries
 // through the messages topic in cluster mode.
 type IngressKey struct {
@@ -134,7 +280,7 @@ type IngressKey struct {
 
 func (x *IngressKey) Reset() {
 	*x = IngressKey{}
-	mi := &file_protocol_stored_proto_msgTypes[1]
+	mi := &file_protocol_stored_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -146,7 +292,7 @@ func (x *IngressKey) String() string {
 func (*IngressKey) ProtoMessage() {}
 
 func (x *IngressKey) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[1]
+	mi := &file_protocol_stored_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -159,7 +305,7 @@ func (x *IngressKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngressKey.ProtoReflect.Descriptor instead.
 func (*IngressKey) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{1}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *IngressKey) GetScope() string {
@@ -193,7 +339,7 @@ type Specs struct {
 
 func (x *Specs) Reset() {
 	*x = Specs{}
-	mi := &file_protocol_stored_proto_msgTypes[2]
+	mi := &file_protocol_stored_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -205,7 +351,7 @@ func (x *Specs) String() string {
 func (*Specs) ProtoMessage() {}
 
 func (x *Specs) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[2]
+	mi := &file_protocol_stored_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -218,7 +364,7 @@ func (x *Specs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Specs.ProtoReflect.Descriptor instead.
 func (*Specs) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{2}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Specs) GetSpecs() []*FromFunction_PersistedValueSpec {
@@ -241,7 +387,7 @@ type EgressRecord struct {
 
 func (x *EgressRecord) Reset() {
 	*x = EgressRecord{}
-	mi := &file_protocol_stored_proto_msgTypes[3]
+	mi := &file_protocol_stored_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -253,7 +399,7 @@ func (x *EgressRecord) String() string {
 func (*EgressRecord) ProtoMessage() {}
 
 func (x *EgressRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[3]
+	mi := &file_protocol_stored_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -266,7 +412,7 @@ func (x *EgressRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressRecord.ProtoReflect.Descriptor instead.
 func (*EgressRecord) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{3}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EgressRecord) GetEgressNamespace() string {
@@ -308,7 +454,7 @@ type PartitionMeta struct {
 
 func (x *PartitionMeta) Reset() {
 	*x = PartitionMeta{}
-	mi := &file_protocol_stored_proto_msgTypes[4]
+	mi := &file_protocol_stored_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +466,7 @@ func (x *PartitionMeta) String() string {
 func (*PartitionMeta) ProtoMessage() {}
 
 func (x *PartitionMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[4]
+	mi := &file_protocol_stored_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +479,7 @@ func (x *PartitionMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMeta.ProtoReflect.Descriptor instead.
 func (*PartitionMeta) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{4}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PartitionMeta) GetCommitId() uint64 {
@@ -383,7 +529,7 @@ type StateMutation struct {
 
 func (x *StateMutation) Reset() {
 	*x = StateMutation{}
-	mi := &file_protocol_stored_proto_msgTypes[5]
+	mi := &file_protocol_stored_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +541,7 @@ func (x *StateMutation) String() string {
 func (*StateMutation) ProtoMessage() {}
 
 func (x *StateMutation) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[5]
+	mi := &file_protocol_stored_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +554,7 @@ func (x *StateMutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateMutation.ProtoReflect.Descriptor instead.
 func (*StateMutation) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StateMutation) GetId() string {
@@ -531,7 +677,7 @@ type RestoreEntry struct {
 
 func (x *RestoreEntry) Reset() {
 	*x = RestoreEntry{}
-	mi := &file_protocol_stored_proto_msgTypes[6]
+	mi := &file_protocol_stored_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +689,7 @@ func (x *RestoreEntry) String() string {
 func (*RestoreEntry) ProtoMessage() {}
 
 func (x *RestoreEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[6]
+	mi := &file_protocol_stored_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +702,7 @@ func (x *RestoreEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreEntry.ProtoReflect.Descriptor instead.
 func (*RestoreEntry) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RestoreEntry) GetState() string {
@@ -612,7 +758,7 @@ type MessageRepair struct {
 
 func (x *MessageRepair) Reset() {
 	*x = MessageRepair{}
-	mi := &file_protocol_stored_proto_msgTypes[7]
+	mi := &file_protocol_stored_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +770,7 @@ func (x *MessageRepair) String() string {
 func (*MessageRepair) ProtoMessage() {}
 
 func (x *MessageRepair) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[7]
+	mi := &file_protocol_stored_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +783,7 @@ func (x *MessageRepair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRepair.ProtoReflect.Descriptor instead.
 func (*MessageRepair) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{7}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MessageRepair) GetKey() *InboxKey {
@@ -687,7 +833,7 @@ type InboxKey struct {
 
 func (x *InboxKey) Reset() {
 	*x = InboxKey{}
-	mi := &file_protocol_stored_proto_msgTypes[8]
+	mi := &file_protocol_stored_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +845,7 @@ func (x *InboxKey) String() string {
 func (*InboxKey) ProtoMessage() {}
 
 func (x *InboxKey) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[8]
+	mi := &file_protocol_stored_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +858,7 @@ func (x *InboxKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboxKey.ProtoReflect.Descriptor instead.
 func (*InboxKey) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{8}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InboxKey) GetPartition() int32 {
@@ -750,7 +896,7 @@ type EntryImage struct {
 
 func (x *EntryImage) Reset() {
 	*x = EntryImage{}
-	mi := &file_protocol_stored_proto_msgTypes[9]
+	mi := &file_protocol_stored_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +908,7 @@ func (x *EntryImage) String() string {
 func (*EntryImage) ProtoMessage() {}
 
 func (x *EntryImage) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[9]
+	mi := &file_protocol_stored_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +921,7 @@ func (x *EntryImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryImage.ProtoReflect.Descriptor instead.
 func (*EntryImage) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{9}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *EntryImage) GetState() string {
@@ -826,7 +972,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_protocol_stored_proto_msgTypes[10]
+	mi := &file_protocol_stored_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -838,7 +984,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[10]
+	mi := &file_protocol_stored_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -851,7 +997,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{10}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Condition) GetAny() bool {
@@ -889,7 +1035,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_protocol_stored_proto_msgTypes[11]
+	mi := &file_protocol_stored_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1047,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[11]
+	mi := &file_protocol_stored_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1060,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{11}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Receipt) GetMutation() string {
@@ -1018,7 +1164,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_protocol_stored_proto_msgTypes[12]
+	mi := &file_protocol_stored_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1176,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[12]
+	mi := &file_protocol_stored_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1189,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{12}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AuditRecord) GetMutation() string {
@@ -1178,7 +1324,7 @@ type TimerImage struct {
 
 func (x *TimerImage) Reset() {
 	*x = TimerImage{}
-	mi := &file_protocol_stored_proto_msgTypes[13]
+	mi := &file_protocol_stored_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1336,7 @@ func (x *TimerImage) String() string {
 func (*TimerImage) ProtoMessage() {}
 
 func (x *TimerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[13]
+	mi := &file_protocol_stored_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1349,7 @@ func (x *TimerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerImage.ProtoReflect.Descriptor instead.
 func (*TimerImage) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{13}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TimerImage) GetPartition() int32 {
@@ -1258,7 +1404,7 @@ type MessageDeadLetter struct {
 
 func (x *MessageDeadLetter) Reset() {
 	*x = MessageDeadLetter{}
-	mi := &file_protocol_stored_proto_msgTypes[14]
+	mi := &file_protocol_stored_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1416,7 @@ func (x *MessageDeadLetter) String() string {
 func (*MessageDeadLetter) ProtoMessage() {}
 
 func (x *MessageDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[14]
+	mi := &file_protocol_stored_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1429,7 @@ func (x *MessageDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDeadLetter.ProtoReflect.Descriptor instead.
 func (*MessageDeadLetter) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{14}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MessageDeadLetter) GetId() string {
@@ -1346,7 +1492,7 @@ var File_protocol_stored_proto protoreflect.FileDescriptor
 
 const file_protocol_stored_proto_rawDesc = "" +
 	"\n" +
-	"\x15protocol/stored.proto\x12\x17statefun.runtime.stored\x1a\x1bprotocol/requestreply.proto\"\xf5\x02\n" +
+	"\x15protocol/stored.proto\x12\x17statefun.runtime.stored\x1a\x1bprotocol/requestreply.proto\"\xd1\x03\n" +
 	"\bEnvelope\x127\n" +
 	"\x06target\x18\x01 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x127\n" +
 	"\x06caller\x18\x02 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06caller\x12>\n" +
@@ -1354,7 +1500,21 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"\x12cancellation_token\x18\x04 \x01(\tR\x11cancellationToken\x12B\n" +
 	"\bmutation\x18\x05 \x01(\v2&.statefun.runtime.stored.StateMutationR\bmutation\x12D\n" +
 	"\vingress_key\x18\x06 \x01(\v2#.statefun.runtime.stored.IngressKeyR\n" +
-	"ingressKey\"V\n" +
+	"ingressKey\x12Z\n" +
+	"\x13ingress_dead_letter\x18\a \x01(\v2*.statefun.runtime.stored.IngressDeadLetterR\x11ingressDeadLetter\"\xa7\x02\n" +
+	"\x11IngressDeadLetter\x12\x0e\n" +
+	"\x02at\x18\x01 \x01(\x03R\x02at\x12\x18\n" +
+	"\aingress\x18\x02 \x01(\tR\aingress\x12\x14\n" +
+	"\x05topic\x18\x03 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x04 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\x05 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1c\n" +
+	"\ttimestamp\x18\a \x01(\x03R\ttimestamp\x12\x19\n" +
+	"\bkey_null\x18\b \x01(\bR\akeyNull\x12\x10\n" +
+	"\x03key\x18\t \x01(\fR\x03key\x12\x14\n" +
+	"\x05value\x18\n" +
+	" \x01(\fR\x05value\x12#\n" +
+	"\rvalue_omitted\x18\v \x01(\bR\fvalueOmitted\"V\n" +
 	"\n" +
 	"IngressKey\x12\x14\n" +
 	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x10\n" +
@@ -1478,56 +1638,58 @@ func file_protocol_stored_proto_rawDescGZIP() []byte {
 	return file_protocol_stored_proto_rawDescData
 }
 
-var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_protocol_stored_proto_goTypes = []any{
 	(*Envelope)(nil),                        // 0: statefun.runtime.stored.Envelope
-	(*IngressKey)(nil),                      // 1: statefun.runtime.stored.IngressKey
-	(*Specs)(nil),                           // 2: statefun.runtime.stored.Specs
-	(*EgressRecord)(nil),                    // 3: statefun.runtime.stored.EgressRecord
-	(*PartitionMeta)(nil),                   // 4: statefun.runtime.stored.PartitionMeta
-	(*StateMutation)(nil),                   // 5: statefun.runtime.stored.StateMutation
-	(*RestoreEntry)(nil),                    // 6: statefun.runtime.stored.RestoreEntry
-	(*MessageRepair)(nil),                   // 7: statefun.runtime.stored.MessageRepair
-	(*InboxKey)(nil),                        // 8: statefun.runtime.stored.InboxKey
-	(*EntryImage)(nil),                      // 9: statefun.runtime.stored.EntryImage
-	(*Condition)(nil),                       // 10: statefun.runtime.stored.Condition
-	(*Receipt)(nil),                         // 11: statefun.runtime.stored.Receipt
-	(*AuditRecord)(nil),                     // 12: statefun.runtime.stored.AuditRecord
-	(*TimerImage)(nil),                      // 13: statefun.runtime.stored.TimerImage
-	(*MessageDeadLetter)(nil),               // 14: statefun.runtime.stored.MessageDeadLetter
-	(*Address)(nil),                         // 15: statefun.wire.reqreply.Address
-	(*TypedValue)(nil),                      // 16: statefun.wire.reqreply.TypedValue
-	(*FromFunction_PersistedValueSpec)(nil), // 17: statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	(*IngressDeadLetter)(nil),               // 1: statefun.runtime.stored.IngressDeadLetter
+	(*IngressKey)(nil),                      // 2: statefun.runtime.stored.IngressKey
+	(*Specs)(nil),                           // 3: statefun.runtime.stored.Specs
+	(*EgressRecord)(nil),                    // 4: statefun.runtime.stored.EgressRecord
+	(*PartitionMeta)(nil),                   // 5: statefun.runtime.stored.PartitionMeta
+	(*StateMutation)(nil),                   // 6: statefun.runtime.stored.StateMutation
+	(*RestoreEntry)(nil),                    // 7: statefun.runtime.stored.RestoreEntry
+	(*MessageRepair)(nil),                   // 8: statefun.runtime.stored.MessageRepair
+	(*InboxKey)(nil),                        // 9: statefun.runtime.stored.InboxKey
+	(*EntryImage)(nil),                      // 10: statefun.runtime.stored.EntryImage
+	(*Condition)(nil),                       // 11: statefun.runtime.stored.Condition
+	(*Receipt)(nil),                         // 12: statefun.runtime.stored.Receipt
+	(*AuditRecord)(nil),                     // 13: statefun.runtime.stored.AuditRecord
+	(*TimerImage)(nil),                      // 14: statefun.runtime.stored.TimerImage
+	(*MessageDeadLetter)(nil),               // 15: statefun.runtime.stored.MessageDeadLetter
+	(*Address)(nil),                         // 16: statefun.wire.reqreply.Address
+	(*TypedValue)(nil),                      // 17: statefun.wire.reqreply.TypedValue
+	(*FromFunction_PersistedValueSpec)(nil), // 18: statefun.wire.reqreply.FromFunction.PersistedValueSpec
 }
 var file_protocol_stored_proto_depIdxs = []int32{
-	15, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
-	15, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
-	16, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
-	5,  // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
-	1,  // 4: statefun.runtime.stored.Envelope.ingress_key:type_name -> statefun.runtime.stored.IngressKey
-	17, // 5: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
-	16, // 6: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
-	15, // 7: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
-	10, // 8: statefun.runtime.stored.StateMutation.if_match_tags:type_name -> statefun.runtime.stored.Condition
-	10, // 9: statefun.runtime.stored.StateMutation.if_none_match_tags:type_name -> statefun.runtime.stored.Condition
-	6,  // 10: statefun.runtime.stored.StateMutation.image:type_name -> statefun.runtime.stored.RestoreEntry
-	7,  // 11: statefun.runtime.stored.StateMutation.repair:type_name -> statefun.runtime.stored.MessageRepair
-	8,  // 12: statefun.runtime.stored.MessageRepair.key:type_name -> statefun.runtime.stored.InboxKey
-	16, // 13: statefun.runtime.stored.MessageRepair.argument:type_name -> statefun.wire.reqreply.TypedValue
-	9,  // 14: statefun.runtime.stored.MessageRepair.entries:type_name -> statefun.runtime.stored.EntryImage
-	0,  // 15: statefun.runtime.stored.MessageRepair.messages:type_name -> statefun.runtime.stored.Envelope
-	13, // 16: statefun.runtime.stored.MessageRepair.timers:type_name -> statefun.runtime.stored.TimerImage
-	15, // 17: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
-	15, // 18: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
-	0,  // 19: statefun.runtime.stored.AuditRecord.messages:type_name -> statefun.runtime.stored.Envelope
-	13, // 20: statefun.runtime.stored.AuditRecord.timers:type_name -> statefun.runtime.stored.TimerImage
-	0,  // 21: statefun.runtime.stored.TimerImage.envelope:type_name -> statefun.runtime.stored.Envelope
-	0,  // 22: statefun.runtime.stored.MessageDeadLetter.envelope:type_name -> statefun.runtime.stored.Envelope
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	16, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
+	16, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
+	17, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
+	6,  // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
+	2,  // 4: statefun.runtime.stored.Envelope.ingress_key:type_name -> statefun.runtime.stored.IngressKey
+	1,  // 5: statefun.runtime.stored.Envelope.ingress_dead_letter:type_name -> statefun.runtime.stored.IngressDeadLetter
+	18, // 6: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	17, // 7: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
+	16, // 8: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
+	11, // 9: statefun.runtime.stored.StateMutation.if_match_tags:type_name -> statefun.runtime.stored.Condition
+	11, // 10: statefun.runtime.stored.StateMutation.if_none_match_tags:type_name -> statefun.runtime.stored.Condition
+	7,  // 11: statefun.runtime.stored.StateMutation.image:type_name -> statefun.runtime.stored.RestoreEntry
+	8,  // 12: statefun.runtime.stored.StateMutation.repair:type_name -> statefun.runtime.stored.MessageRepair
+	9,  // 13: statefun.runtime.stored.MessageRepair.key:type_name -> statefun.runtime.stored.InboxKey
+	17, // 14: statefun.runtime.stored.MessageRepair.argument:type_name -> statefun.wire.reqreply.TypedValue
+	10, // 15: statefun.runtime.stored.MessageRepair.entries:type_name -> statefun.runtime.stored.EntryImage
+	0,  // 16: statefun.runtime.stored.MessageRepair.messages:type_name -> statefun.runtime.stored.Envelope
+	14, // 17: statefun.runtime.stored.MessageRepair.timers:type_name -> statefun.runtime.stored.TimerImage
+	16, // 18: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
+	16, // 19: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
+	0,  // 20: statefun.runtime.stored.AuditRecord.messages:type_name -> statefun.runtime.stored.Envelope
+	14, // 21: statefun.runtime.stored.AuditRecord.timers:type_name -> statefun.runtime.stored.TimerImage
+	0,  // 22: statefun.runtime.stored.TimerImage.envelope:type_name -> statefun.runtime.stored.Envelope
+	0,  // 23: statefun.runtime.stored.MessageDeadLetter.envelope:type_name -> statefun.runtime.stored.Envelope
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_protocol_stored_proto_init() }
@@ -1542,7 +1704,7 @@ func file_protocol_stored_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_stored_proto_rawDesc), len(file_protocol_stored_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

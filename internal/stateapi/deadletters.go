@@ -20,7 +20,8 @@ import (
 
 // The dead letters of the Kafka ingresses (docs/kafka-ingress.md): the
 // records an ingress consumed but could not deliver, kept in the store
-// until retention removes them. Read-only; re-sending them is left to a
+// until retention removes them (in cluster mode, by the owner of the
+// partition that keeps them; docs/cluster.md, "Edges"). Read-only; re-sending them is left to a
 // later repair tool.
 
 // DefaultDeadLetterLimit and MaxDeadLetterLimit are the default and the
@@ -51,6 +52,9 @@ type deadLetterJSON struct {
 	// Key is null for a record without a key.
 	Key   *bytesJSON `json:"key"`
 	Value bytesJSON  `json:"value"`
+	// ValueOmitted is true when the value was not kept (cluster mode, a
+	// value too large for a record of the messages topic).
+	ValueOmitted bool `json:"valueOmitted,omitempty"`
 }
 
 // bytesJSON is a record's key or value: its exact bytes in base64, and as
@@ -72,7 +76,7 @@ func bytesOf(b []byte) bytesJSON {
 
 func deadLetterOf(d *store.DeadLetter) deadLetterJSON {
 	out := deadLetterJSON{Ingress: d.Ingress, Topic: d.Topic, Partition: d.Partition, Offset: d.Offset, Reason: d.Reason,
-		Timestamp: time.UnixMilli(d.Timestamp).UTC(), StoredAt: time.UnixMilli(d.At).UTC(), Value: bytesOf(d.Value)}
+		Timestamp: time.UnixMilli(d.Timestamp).UTC(), StoredAt: time.UnixMilli(d.At).UTC(), Value: bytesOf(d.Value), ValueOmitted: d.ValueOmitted}
 	if !d.KeyNull {
 		k := bytesOf(d.Key)
 		out.Key = &k
@@ -265,9 +269,11 @@ func parseDeadLetterQuery(q url.Values, ingress string) (deadLetterQuery, error)
 // listDeadLetters answers GET /ingresses/<ns>/<name>/dead-letters: the
 // ingress's dead letters in the order they were stored, filtered, one page
 // of at most ?limit=, streamed like the audit log (a store error after the
-// first record cuts the connection). HEAD validates the query and scans
-// nothing. An ingress the module does not declare (any longer) is not an
-// error: its dead letters stay readable until retention removes them.
+// first record cuts the connection). In cluster mode the page is gathered
+// from every node, each answering for the partitions it owns. HEAD
+// validates the query and scans nothing. An ingress the module does not
+// declare (any longer) is not an error: its dead letters stay readable
+// until retention removes them.
 func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request, ingress string) {
 	q, err := parseDeadLetterQuery(r.URL.Query(), ingress)
 	if err != nil {
@@ -279,6 +285,10 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request, ingress
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if s.gather(w, r, ingressDeadLettersListing(q.limit)) {
+		return
+	}
+	s.ownDeadLetters(w, r, &q.filter)
 	page := pageWriter{w: w, field: "deadLetters"}
 	var last deadLetterCursor
 	more := false
@@ -333,9 +343,10 @@ type ingressDeadLetters struct {
 }
 
 // deadLetterSummary answers GET /ingresses: every ingress holding dead
-// letters, with counts by topic and reason. It scans every stored dead
-// letter without copying keys or values; retention bounds how many there
-// are (100,000 by default). HEAD scans nothing.
+// letters, with counts by topic and reason (in cluster mode, summed over
+// the nodes, each counting the partitions it owns). It scans every
+// stored dead letter without copying keys or values; retention bounds how
+// many there are (100,000 by default). HEAD scans nothing.
 func (s *Server) deadLetterSummary(w http.ResponseWriter, r *http.Request) {
 	if len(r.URL.Query()) > 0 {
 		for name := range r.URL.Query() {
@@ -348,9 +359,14 @@ func (s *Server) deadLetterSummary(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if s.gather(w, r, ingressSummaryListing()) {
+		return
+	}
+	f := store.DeadLetterFilter{SkipPayload: true}
+	s.ownDeadLetters(w, r, &f)
 	type group struct{ ingress, topic, reason string }
 	counts := map[group]*deadLetterCount{}
-	err := s.eng.ScanIngressDeadLetters(store.DeadLetterFilter{SkipPayload: true}, func(d store.DeadLetter) bool {
+	err := s.eng.ScanIngressDeadLetters(f, func(d store.DeadLetter) bool {
 		if r.Context().Err() != nil {
 			return false
 		}
@@ -399,4 +415,96 @@ func (s *Server) deadLetterSummary(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.SortFunc(out.Ingresses, func(a, b ingressDeadLetters) int { return strings.Compare(a.Ingress, b.Ingress) })
 	writeJSON(w, http.StatusOK, out)
+}
+
+// ownDeadLetters narrows f, for a listing another node is gathering
+// (cluster mode), to the dead letters of the partitions this node owns:
+// its store may still hold those of a partition that moved away, a cache
+// that only the partition's owner keeps current.
+func (s *Server) ownDeadLetters(w http.ResponseWriter, r *http.Request, f *store.DeadLetterFilter) {
+	own := s.localPart(w, r)
+	if own == nil {
+		return
+	}
+	match := f.Match
+	f.Match = func(d *store.DeadLetter) bool {
+		return own[s.eng.IngressDeadLetterPartition(d)] && (match == nil || match(d))
+	}
+}
+
+// ingressDeadLettersListing merges the nodes' pages of one ingress's dead
+// letters in the store's order (stored time, topic, partition, offset),
+// the order of their cursor.
+func ingressDeadLettersListing(limit int) listing {
+	read := func(item json.RawMessage) (deadLetterCursor, error) {
+		var d struct {
+			StoredAt  time.Time `json:"storedAt"`
+			Topic     string    `json:"topic"`
+			Partition int32     `json:"partition"`
+			Offset    int64     `json:"offset"`
+		}
+		err := json.Unmarshal(item, &d)
+		return deadLetterCursor{At: d.StoredAt.UnixMilli(), Topic: d.Topic, Partition: d.Partition, Offset: d.Offset}, err
+	}
+	return listing{field: "deadLetters", limit: limit,
+		key: func(item json.RawMessage) (string, error) {
+			c, err := read(item)
+			// Offset so that negative times sort too; topic names hold
+			// no NUL.
+			return fmt.Sprintf("%020d\x00%s\x00%010d\x00%020d", uint64(c.At)^(1<<63), c.Topic, uint32(c.Partition), uint64(c.Offset)), err
+		},
+		cursor: func(item json.RawMessage) (string, error) {
+			c, err := read(item)
+			return c.String(), err
+		}}
+}
+
+// ingressSummaryListing merges the nodes' summaries: one item per
+// ingress, its counts added by topic and reason, its times the oldest and
+// newest of any node.
+func ingressSummaryListing() listing {
+	return listing{field: "ingresses",
+		key: func(item json.RawMessage) (string, error) {
+			var in ingressDeadLetters
+			err := json.Unmarshal(item, &in)
+			return in.Ingress, err
+		},
+		combine: func(a, b json.RawMessage) json.RawMessage {
+			var x, y ingressDeadLetters
+			if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+				return a
+			}
+			x.DeadLetters += y.DeadLetters
+			x.OldestStoredAt = minTime(x.OldestStoredAt, y.OldestStoredAt)
+			x.NewestStoredAt = maxTime(x.NewestStoredAt, y.NewestStoredAt)
+			for _, c := range y.Counts {
+				i := slices.IndexFunc(x.Counts, func(o deadLetterCount) bool { return o.Topic == c.Topic && o.Reason == c.Reason })
+				if i < 0 {
+					x.Counts = append(x.Counts, c)
+					continue
+				}
+				x.Counts[i].Count += c.Count
+				x.Counts[i].OldestStoredAt = minTime(x.Counts[i].OldestStoredAt, c.OldestStoredAt)
+				x.Counts[i].NewestStoredAt = maxTime(x.Counts[i].NewestStoredAt, c.NewestStoredAt)
+			}
+			slices.SortFunc(x.Counts, func(a, b deadLetterCount) int {
+				return cmp.Or(strings.Compare(a.Topic, b.Topic), strings.Compare(a.Reason, b.Reason))
+			})
+			out, _ := json.Marshal(x)
+			return out
+		}}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

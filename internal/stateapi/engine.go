@@ -44,6 +44,10 @@ type Engine interface {
 	// ingresses that f selects, in the order they were stored, until fn
 	// returns false.
 	ScanIngressDeadLetters(f store.DeadLetterFilter, fn func(store.DeadLetter) bool) error
+	// IngressDeadLetterPartition returns the partition whose changelog
+	// holds an ingress dead letter in cluster mode (its owner answers for
+	// it when a listing is gathered from every node).
+	IngressDeadLetterPartition(d *store.DeadLetter) int
 	// Repairer: failing addresses, inboxes, pauses (repair.go).
 	Repairer
 	// History calls fn with the durable history records of one entry,

@@ -2,6 +2,7 @@ package stateapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -116,6 +117,55 @@ func TestMergeTypes(t *testing.T) {
 	json.Unmarshal(body, &out)
 	if !slices.Equal(out.Namespaces, []string{"kc", "zz"}) || len(out.Types) != 2 || !out.Types[0].HoldsState || !out.Types[0].Registered {
 		t.Errorf("%s", body)
+	}
+}
+
+// TestMergeIngressDeadLetters: one ingress's dead letters of every node in
+// the store's order (stored time, topic, partition, offset), one page with
+// the cursor of its last; the summary adds each node's counts by ingress,
+// topic and reason, with the oldest and newest times of any.
+func TestMergeIngressDeadLetters(t *testing.T) {
+	dl := func(at string, p, off int) string {
+		return fmt.Sprintf(`{"ingress":"shop/in","topic":"in","partition":%d,"offset":%d,"reason":"null-key","timestamp":"2026-01-01T00:00:00Z","storedAt":"%s","key":null,"value":{"length":0,"base64":""}}`, p, off, at)
+	}
+	_, _, body := mergeListing(ingressDeadLettersListing(2), []forward.Answer{
+		answer("a", 200, `{"deadLetters":[`+dl("2026-01-01T00:00:01Z", 0, 5)+`,`+dl("2026-01-01T00:00:02Z", 2, 1)+`],"next":null}`),
+		answer("b", 200, `{"deadLetters":[`+dl("2026-01-01T00:00:01Z", 1, 9)+`],"next":null}`),
+	}, nil)
+	var page struct {
+		DeadLetters []deadLetterJSON `json:"deadLetters"`
+		Next        *string          `json:"next"`
+	}
+	json.Unmarshal(body, &page)
+	if len(page.DeadLetters) != 2 || page.DeadLetters[0].Partition != 0 || page.DeadLetters[1].Partition != 1 || page.Next == nil {
+		t.Fatalf("page %s", body)
+	}
+	c, err := parseDeadLetterCursor(*page.Next)
+	if err != nil || c.Partition != 1 || c.Offset != 9 || c.Topic != "in" || c.At != page.DeadLetters[1].StoredAt.UnixMilli() {
+		t.Errorf("cursor %+v %v", c, err)
+	}
+
+	_, _, body = mergeListing(ingressSummaryListing(), []forward.Answer{
+		answer("a", 200, `{"ingresses":[{"ingress":"shop/in","deadLetters":3,"oldestStoredAt":"2026-01-01T00:00:02Z","newestStoredAt":"2026-01-01T00:00:05Z",`+
+			`"counts":[{"topic":"in","reason":"null-key","count":3,"oldestStoredAt":"2026-01-01T00:00:02Z","newestStoredAt":"2026-01-01T00:00:05Z"}]}]}`),
+		answer("b", 200, `{"ingresses":[{"ingress":"shop/in","deadLetters":2,"oldestStoredAt":"2026-01-01T00:00:01Z","newestStoredAt":"2026-01-01T00:00:03Z",`+
+			`"counts":[{"topic":"in","reason":"empty-key","count":1,"oldestStoredAt":"2026-01-01T00:00:03Z","newestStoredAt":"2026-01-01T00:00:03Z"},`+
+			`{"topic":"in","reason":"null-key","count":1,"oldestStoredAt":"2026-01-01T00:00:01Z","newestStoredAt":"2026-01-01T00:00:01Z"}]},`+
+			`{"ingress":"zz/other","deadLetters":1,"oldestStoredAt":"2026-01-01T00:00:01Z","newestStoredAt":"2026-01-01T00:00:01Z",`+
+			`"counts":[{"topic":"x","reason":"no-route","count":1,"oldestStoredAt":"2026-01-01T00:00:01Z","newestStoredAt":"2026-01-01T00:00:01Z"}]}]}`),
+	}, nil)
+	var sum struct {
+		Ingresses []ingressDeadLetters `json:"ingresses"`
+	}
+	json.Unmarshal(body, &sum)
+	if len(sum.Ingresses) != 2 || sum.Ingresses[1].Ingress != "zz/other" {
+		t.Fatalf("summary %s", body)
+	}
+	in := sum.Ingresses[0]
+	if in.Ingress != "shop/in" || in.DeadLetters != 5 || in.OldestStoredAt.Second() != 1 || in.NewestStoredAt.Second() != 5 ||
+		len(in.Counts) != 2 || in.Counts[0].Reason != "empty-key" || in.Counts[0].Count != 1 ||
+		in.Counts[1].Count != 4 || in.Counts[1].OldestStoredAt.Second() != 1 || in.Counts[1].NewestStoredAt.Second() != 5 {
+		t.Errorf("summary of shop/in %+v", in)
 	}
 }
 

@@ -127,6 +127,11 @@ type DeadLetter struct {
 	KeyNull bool
 	Key     []byte
 	Value   []byte
+	// ValueOmitted is true when the record's value was not kept (Value is
+	// then empty): in cluster mode, a dead letter travels in a record of
+	// the messages topic and its partition's changelog, and a value too
+	// large for one is left out; the record stays in its topic at Offset.
+	ValueOmitted bool
 }
 
 // deadLetterKey appends the key of one dead letter.
@@ -177,12 +182,16 @@ func decodeDeadLetterKey(key []byte, d *DeadLetter) (err error) {
 //
 // timestamp is the record's, in Unix milliseconds (two's complement);
 // flags bit 0 set means the record had no key (a null key, not an empty
-// one); the other bits are 0.
+// one); bit 1 set means its value was not kept (ValueOmitted; the value
+// bytes are then empty); the other bits are 0.
 func appendDeadLetter(dst []byte, d *DeadLetter) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, uint64(d.Timestamp))
 	var flags byte
 	if d.KeyNull {
 		flags |= 1
+	}
+	if d.ValueOmitted {
+		flags |= 2
 	}
 	dst = append(dst, flags)
 	dst = binary.AppendUvarint(dst, uint64(len(d.Reason)))
@@ -202,6 +211,7 @@ func decodeDeadLetter(val []byte, d *DeadLetter, skipPayload bool) error {
 	}
 	d.Timestamp = int64(binary.BigEndian.Uint64(val))
 	d.KeyNull = val[8]&1 != 0
+	d.ValueOmitted = val[8]&2 != 0
 	b := val[9:]
 	n, w := binary.Uvarint(b)
 	if w <= 0 || uint64(len(b)-w) < n {
@@ -246,8 +256,9 @@ type DeadLetterFilter struct {
 	// returns true. It runs before the value is read, so a record it drops
 	// costs no read of its (possibly large) value.
 	Match func(*DeadLetter) bool
-	// SkipPayload leaves Key and Value nil (KeyNull, Reason and Timestamp
-	// are still filled): for counting without copying record bodies.
+	// SkipPayload leaves Key and Value nil (KeyNull, ValueOmitted, Reason
+	// and Timestamp are still filled): for counting without copying record
+	// bodies.
 	SkipPayload bool
 }
 

@@ -45,7 +45,8 @@ func TestDeadLettersScanAndRetention(t *testing.T) {
 				ing = "ns/other"
 			}
 			b.PutDeadLetter(&DeadLetter{At: t0.Add(time.Duration(i) * time.Minute).UnixMilli(), Ingress: ing, Topic: "t\x00", Partition: int32(i), Offset: int64(100 + i),
-				Reason: "null-key", Timestamp: int64(-i), KeyNull: i == 0, Key: []byte{byte(i), 0xff}, Value: bytes.Repeat([]byte{byte(i)}, i)})
+				Reason: "null-key", Timestamp: int64(-i), KeyNull: i == 0, Key: []byte{byte(i), 0xff}, Value: bytes.Repeat([]byte{byte(i)}, i),
+				ValueOmitted: i == 6})
 		}
 	})
 	var got []DeadLetter
@@ -53,6 +54,7 @@ func TestDeadLettersScanAndRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got) != 5 || got[0].Partition != 0 || got[4].Partition != 8 || !got[0].KeyNull || got[1].KeyNull ||
+		got[2].ValueOmitted || !got[3].ValueOmitted ||
 		got[2].Topic != "t\x00" || got[2].Offset != 104 || got[2].Timestamp != -4 || !bytes.Equal(got[2].Key, []byte{4, 0xff}) ||
 		!bytes.Equal(got[2].Value, []byte{4, 4, 4, 4}) || got[2].Reason != "null-key" || got[2].At != t0.Add(4*time.Minute).UnixMilli() {
 		t.Fatalf("scan: %+v", got)

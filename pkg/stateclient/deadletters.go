@@ -42,6 +42,10 @@ type DeadLetter struct {
 	// Key is nil when the record had no key.
 	Key   *RecordBytes `json:"key"`
 	Value RecordBytes  `json:"value"`
+	// ValueOmitted is true when the value was not kept (Value is then
+	// empty): in cluster mode, a value too large for a record of the
+	// messages topic. The record stays in its topic at Offset.
+	ValueOmitted bool `json:"valueOmitted,omitempty"`
 }
 
 // RecordBytes is a record's key or value.

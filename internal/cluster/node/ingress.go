@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/statefun-go/statefun/internal/cluster/session"
+	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/kafkaingress"
 )
 
@@ -64,15 +65,33 @@ func (in *ingresses) Start(ctx context.Context, adm *kadm.Client, offsets map[st
 	return out, nil
 }
 
-// Route maps r to its messages-topic records.
+// Route maps r to its messages-topic records. A bad record becomes one
+// record too: its dead letter (engine.IngressDeadLetterCommand), sent to
+// the runtime partition that keeps it, whose owner stores it
+// (docs/cluster.md, "Edges"). Its value is left out (ValueOmitted) when
+// the command would not fit in a record of the messages topic, which
+// would otherwise abort every transaction routing it.
 func (in *ingresses) Route(r *kgo.Record) ([]session.Message, string, error) {
 	m := in.byTopic[r.Topic]
 	if m == nil {
+		// Guarded: the session consumes the ingresses' topics alone.
 		return nil, kafkaingress.ReasonNoRoute, nil
 	}
 	envs, reason := m.Messages(r)
 	if reason != "" {
-		return nil, reason, nil
+		d := m.DeadLetter(r, reason)
+		d.At = in.n.now().UnixMilli()
+		rec, err := in.n.record(engine.IngressDeadLetterCommand(&d))
+		if err != nil {
+			return nil, "", err
+		}
+		if len(rec.Key)+len(rec.Value)+deadLetterSlack > in.n.maxRecord {
+			d.Value, d.ValueOmitted = nil, true
+			if rec, err = in.n.record(engine.IngressDeadLetterCommand(&d)); err != nil {
+				return nil, "", err
+			}
+		}
+		return []session.Message{{Partition: int(rec.Partition), Key: rec.Key, Value: rec.Value}}, reason, nil
 	}
 	out := make([]session.Message, 0, len(envs))
 	for _, env := range envs {
@@ -85,16 +104,20 @@ func (in *ingresses) Route(r *kgo.Record) ([]session.Message, string, error) {
 	return out, "", nil
 }
 
+// deadLetterSlack is the room a dead-letter command leaves in a record
+// beyond its own key and value: its owner's changelog record of it has a
+// longer key (the store's dead-letter key) and the command's framing.
+const deadLetterSlack = 1024
+
 // Committed counts a record of a committed transaction: delivered, or
-// skipped as bad. Cluster mode stores no dead letter: the record stays in
-// its topic at the offset the log line names.
+// bad, in which case its dead letter went out in the same transaction.
 func (in *ingresses) Committed(r *kgo.Record, bad string) {
 	m := in.byTopic[r.Topic]
 	if m == nil {
 		return
 	}
 	if bad != "" {
-		m.Bad(r, bad, "skipped (cluster mode stores no dead letter; the record stays in its topic at this offset)")
+		m.Bad(r, bad, fmt.Sprintf("kept as a dead letter by runtime partition %d", engine.IngressDeadLetterPartition(r.Partition, in.n.p)))
 		return
 	}
 	m.Delivered(r.Topic, 1)

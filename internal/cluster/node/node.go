@@ -60,6 +60,10 @@ type Config struct {
 	// messages topic (docs/cluster.md, "Edges"). Two may not share a
 	// topic.
 	Ingresses []*kafkaingress.Mapping
+	// Now is the clock that stamps the Kafka ingress dead letters' stored
+	// time (the engine's, so that retention ages them alike); nil means
+	// time.Now.
+	Now func() time.Time
 }
 
 // Node is a cluster-mode node's Kafka side and its adapters to the engine.
@@ -131,6 +135,13 @@ func New(cfg Config) (*Node, error) {
 		cfg.Metrics.MustRegister(n.skipped)
 	}
 	return n, nil
+}
+
+func (n *Node) now() time.Time {
+	if n.cfg.Now != nil {
+		return n.cfg.Now()
+	}
+	return time.Now()
 }
 
 // MaxRecord is the largest key plus value of a Kafka egress record the
@@ -312,8 +323,14 @@ func (n *Node) record(env *protocol.Envelope) (*kgo.Record, error) {
 
 // Key returns the messages-topic key of a command (its target address,
 // str(namespace) str(type) str(id)) and its partition among p: the
-// message's target, or a mutation's.
+// message's target, or a mutation's. A Kafka ingress dead letter has no
+// address: its key is str(ingress) str(topic) str("<partition>/<offset>")
+// of its record, its partition engine.IngressDeadLetterPartition's.
 func Key(env *protocol.Envelope, p int) ([]byte, int, error) {
+	if d := env.GetIngressDeadLetter(); d != nil {
+		return store.AddressKey(d.GetIngress(), d.GetTopic(), fmt.Sprintf("%d/%d", d.GetPartition(), d.GetOffset())),
+			engine.IngressDeadLetterPartition(d.GetPartition(), p), nil
+	}
 	t := target(env)
 	if t == nil {
 		return nil, 0, errors.New("cluster: a command without a target address")
@@ -371,10 +388,10 @@ func (a arrivals) Full(p int) bool    { return a.n.eng.Full(p) }
 
 // SubmitArrivals decodes the records polled from partition p and submits
 // them to the engine as one request. A record no statefun node could have
-// written (it does not decode, names no target, or belongs to another
-// partition) is skipped with a log line and a metric: handing it over
-// would make the engine refuse the whole run, and the session poll it
-// again forever.
+// written (it does not decode, names no target — or, for an ingress dead
+// letter, no ingress — or belongs to another partition) is skipped with a
+// log line and a metric: handing it over would make the engine refuse the
+// whole run, and the session poll it again forever.
 func (a arrivals) SubmitArrivals(p int, recs []*kgo.Record) error {
 	arr := make([]engine.Arrival, 0, len(recs))
 	for _, r := range recs {
@@ -383,6 +400,12 @@ func (a arrivals) SubmitArrivals(p int, recs []*kgo.Record) error {
 		switch {
 		case err != nil:
 			reason = "undecodable"
+		case env.GetIngressDeadLetter() != nil:
+			if d := env.GetIngressDeadLetter(); d.GetIngress() == "" || d.GetTopic() == "" || d.GetPartition() < 0 || d.GetOffset() < 0 {
+				reason = "no-target"
+			} else if engine.IngressDeadLetterPartition(d.GetPartition(), a.n.p) != p {
+				reason = "wrong-partition"
+			}
 		case target(env) == nil || env.GetMutation() != nil && env.GetMutation().GetId() == "":
 			reason = "no-target"
 		case address.Partition(target(env).GetId(), a.n.p) != p:

@@ -14,7 +14,8 @@ import (
 // topic"): the key is the target address as str(namespace) str(type)
 // str(id), the same for a message and a state mutation command, and the
 // partition is address.Partition of the id; the value is the envelope's
-// protobuf encoding, read back as it was.
+// protobuf encoding, read back as it was. A Kafka ingress dead letter is
+// keyed by its record and goes to its Kafka partition mod P.
 func TestRecordFormat(t *testing.T) {
 	msg := &protocol.Envelope{
 		Target:   &protocol.Address{Namespace: "kc", Type: "counter", Id: "a\x00b"},
@@ -41,6 +42,16 @@ func TestRecordFormat(t *testing.T) {
 		if err != nil || !proto.Equal(back, env) {
 			t.Errorf("Decode = %v, %v; want %v", back, err, env)
 		}
+	}
+	// An ingress dead letter: str(ingress) str(topic) str("<partition>/<offset>"),
+	// at its Kafka partition mod P.
+	dl := &protocol.Envelope{IngressDeadLetter: &protocol.IngressDeadLetter{Ingress: "kc/in", Topic: "in", Partition: 11, Offset: 42}}
+	key, p, err := Key(dl, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := hex.EncodeToString(key), "6b632f696e0001"+"696e0001"+"31312f34320001"; got != want || p != 3 {
+		t.Errorf("a dead letter's key %s at partition %d, want %s at 3", got, p, want)
 	}
 	if _, _, err := Key(&protocol.Envelope{}, 8); err == nil {
 		t.Error("Key of an envelope without a target: no error")

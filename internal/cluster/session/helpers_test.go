@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,12 +20,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/cluster/changelog"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/cluster/topics"
+	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/engine/committer"
+	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -44,7 +48,9 @@ const (
 // the output topic through Outbound, so that exactly-once shows as: every
 // partition's output values are 1..count, each once. An arrival whose
 // value is a positive hop count also sends a message to the next
-// partition through Outbound, one hop fewer.
+// partition through Outbound, one hop fewer. A record that carries a Kafka
+// ingress dead letter is stored as the engine stores it, and counts
+// nothing.
 type counterEngine struct {
 	s  *Session
 	db *store.DB
@@ -53,6 +59,7 @@ type counterEngine struct {
 	cores map[int]*core
 
 	arrivals atomic.Int64 // increments made durable by arrival requests
+	dead     atomic.Int64 // ingress dead letters made durable
 	ticks    atomic.Int64 // ticks made durable
 	aborted  atomic.Int64 // requests failed with ErrAborted
 	moved    atomic.Int64 // requests failed with ErrMoved
@@ -111,18 +118,58 @@ func (e *counterEngine) SubmitArrivals(p int, recs []*kgo.Record) error {
 		return fmt.Errorf("partition %d not assigned", p)
 	}
 	r := &countReq{e: e, p: p, from: c.count}
+	dl := &deadReq{e: e, p: p}
 	for _, rec := range recs {
+		if bytes.HasPrefix(rec.Key, deadLetterKey) {
+			env := &protocol.Envelope{}
+			if err := proto.Unmarshal(rec.Value, env); err != nil || env.GetIngressDeadLetter() == nil {
+				return fmt.Errorf("a dead-letter record that does not decode: %v", err)
+			}
+			dl.letters = append(dl.letters, engine.IngressDeadLetterOf(env.GetIngressDeadLetter()))
+			continue
+		}
 		hops, err := strconv.Atoi(string(rec.Value))
 		if err != nil {
 			return err
 		}
 		r.hops = append(r.hops, hops)
 	}
-	c.count += int64(len(recs))
+	c.count += int64(len(r.hops))
 	r.to = c.count
-	e.submitted[p].Add(int64(len(recs)))
+	e.submitted[p].Add(int64(len(r.hops)))
+	if len(dl.letters) > 0 {
+		if err := e.s.Submit(dl); err != nil {
+			return err
+		}
+	}
+	if len(r.hops) == 0 {
+		return nil
+	}
 	return e.s.Submit(r)
 }
+
+// deadLetterKey starts the key of a messages-topic record that carries an
+// ingress dead letter (engine.IngressDeadLetterCommand), as the double's
+// ingress writes it.
+var deadLetterKey = []byte("dead-letter/")
+
+// deadReq stores ingress dead letters that arrived for partition p, as
+// the engine does.
+type deadReq struct {
+	e       *counterEngine
+	p       int
+	letters []store.DeadLetter
+}
+
+func (r *deadReq) Partition() int { return r.p }
+func (r *deadReq) Encode(b *store.Batch) error {
+	for i := range r.letters {
+		b.PutDeadLetter(&r.letters[i])
+	}
+	return nil
+}
+func (r *deadReq) Durable()       { r.e.dead.Add(int64(len(r.letters))) }
+func (r *deadReq) Fail(err error) { r.e.failed(err) }
 
 // Full reports what the test set: a partition whose queue is full.
 func (e *counterEngine) Full(p int) bool { return e.full[p].Load() }

@@ -168,10 +168,11 @@ func (s *Session) forgetStarts(m map[string][]int32) {
 	}
 }
 
-// routeIngress produces the messages the polled ingress records become,
-// in the open transaction, and returns the reason each bad one was
-// skipped (empty for one delivered). An error (a record Route cannot
-// encode) aborts the transaction.
+// routeIngress produces the messages the polled ingress records become
+// (a bad one's dead letter among them), in the open transaction, and
+// returns the reason each bad one was not delivered (empty for one
+// delivered). An error (a record Route cannot encode) aborts the
+// transaction.
 func (s *Session) routeIngress(t *txn, recs []*kgo.Record) ([]string, error) {
 	bad := make([]string, len(recs))
 	for i, r := range recs {

@@ -1,6 +1,7 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -9,10 +10,16 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/changelog"
+	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/kafkaingress"
+	"github.com/statefun-go/statefun/internal/store"
 )
 
 const (
@@ -56,7 +63,14 @@ func (m *mappedIngress) Start(ctx context.Context, adm *kadm.Client, offsets map
 func (m *mappedIngress) Route(r *kgo.Record) ([]Message, string, error) {
 	envs, reason := m.mp.Messages(r)
 	if reason != "" {
-		return nil, reason, nil
+		d := m.mp.DeadLetter(r, reason)
+		d.At = time.Now().UnixMilli()
+		v, err := proto.Marshal(engine.IngressDeadLetterCommand(&d))
+		if err != nil {
+			return nil, "", err
+		}
+		key := fmt.Appendf(append([]byte(nil), deadLetterKey...), "%s/%d/%d", r.Topic, r.Partition, r.Offset)
+		return []Message{{Partition: engine.IngressDeadLetterPartition(r.Partition, testP), Key: key, Value: v}}, reason, nil
 	}
 	out := make([]Message, 0, len(envs))
 	for _, env := range envs {
@@ -68,7 +82,7 @@ func (m *mappedIngress) Route(r *kgo.Record) ([]Message, string, error) {
 
 func (m *mappedIngress) Committed(r *kgo.Record, bad string) {
 	if bad != "" {
-		m.mp.Bad(r, bad, "skipped")
+		m.mp.Bad(r, bad, "kept as a dead letter")
 		return
 	}
 	m.mp.Delivered(r.Topic, 1)
@@ -101,22 +115,93 @@ func (h *harness) startIngress(id, dir string, startup kafkaingress.StartupKind)
 	return n, in
 }
 
+// produceBad writes a record that cannot become a message (key nil: no
+// key; empty; not UTF-8) into partition p of the ingress topic and
+// returns the dead letter it must become (At aside).
+func (h *harness) produceBad(p int32, key []byte, reason string) store.DeadLetter {
+	h.t.Helper()
+	r := &kgo.Record{Topic: inTopic, Partition: p, Key: key, Value: []byte("bad " + reason)}
+	if err := h.prod.ProduceSync(ctxT(h.t), r).FirstErr(); err != nil {
+		h.t.Fatal(err)
+	}
+	return store.DeadLetter{Ingress: "test/in", Topic: inTopic, Partition: p, Offset: r.Offset, Reason: reason,
+		Timestamp: r.Timestamp.UnixMilli(), KeyNull: key == nil, Key: key, Value: r.Value}
+}
+
+// checkDeadLetters checks that db holds each wanted dead letter exactly
+// once, with every field the ingress gave it, and no other.
+func checkDeadLetters(t *testing.T, where string, db *store.DB, want []store.DeadLetter) {
+	t.Helper()
+	got := map[string][]store.DeadLetter{}
+	if err := db.ScanDeadLetters(store.DeadLetterFilter{}, func(d store.DeadLetter) bool {
+		k := fmt.Sprintf("%s/%d@%d", d.Topic, d.Partition, d.Offset)
+		got[k] = append(got[k], d)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		k := fmt.Sprintf("%s/%d@%d", w.Topic, w.Partition, w.Offset)
+		ds := got[k]
+		delete(got, k)
+		if len(ds) != 1 {
+			t.Errorf("%s: %d dead letters of %s, want exactly one", where, len(ds), k)
+			continue
+		}
+		d := ds[0]
+		if d.At <= 0 {
+			t.Errorf("%s: dead letter %s stored at %d, want its time", where, k, d.At)
+		}
+		d.At = 0
+		if d.Ingress != w.Ingress || d.Reason != w.Reason || d.Timestamp != w.Timestamp || d.KeyNull != w.KeyNull ||
+			!bytes.Equal(d.Key, w.Key) || !bytes.Equal(d.Value, w.Value) || d.ValueOmitted {
+			t.Errorf("%s: dead letter %s = %+v, want %+v", where, k, d, w)
+		}
+	}
+	for k, ds := range got {
+		t.Errorf("%s: %d dead letters of %s, which is no bad record", where, len(ds), k)
+	}
+}
+
+// changelogStore restores every partition's changelog into a fresh store:
+// what a node that takes them all over holds.
+func (h *harness) changelogStore() *store.DB {
+	t := h.t
+	t.Helper()
+	db, err := store.Open(t.TempDir(), store.Options{Partitions: testP, Logger: quietLogger{}, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for p := range testP {
+		if _, _, err := changelog.Restore(ctxT(t), changelog.Config{DB: db, Brokers: h.kc.ListenAddrs(), Topic: testApp + "-changelog", Partition: int32(p)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
+}
+
 // Records of a Kafka ingress topic, consumed by the nodes' group sessions,
 // each become exactly one message — one arrival at the counter of their
 // key's partition — through joins, a stop and a restart, and brokers that
 // refuse EndTxn and TxnOffsetCommit and answer heartbeats "rebalance in
 // progress": the ingress offsets commit in the transaction that produced
 // the messages, so an aborted transaction polls its records again and a
-// committed one never does. A bad record (no key) is skipped and counted.
+// committed one never does. A bad record (no key, an empty key, a key not
+// UTF-8; one written in each phase) is counted once and becomes exactly
+// one dead letter, with its topic, partition, offset, reason, key and
+// value, in the changelog of the runtime partition that keeps it
+// (engine.IngressDeadLetterPartition): its dead-letter command is produced
+// in the transaction that commits its offset, and stored by that
+// partition's owner in the transaction that commits the command's. A node
+// that takes every partition over restores them all.
 func TestIngressRecordsCountOnceThroughMovesAndFaults(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	h := newHarness(t)
 	h.createIngressTopic()
 	h.produceIngress(100) // before any node: startup position earliest
-	if err := h.prod.ProduceSync(ctxT(t), &kgo.Record{Topic: inTopic, Partition: 1, Value: []byte("no key")}).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	dead := []store.DeadLetter{h.produceBad(1, nil, kafkaingress.ReasonNullKey)}
 	f := h.injectFaults(seed)
 	dirB := t.TempDir()
 	a, _ := h.startIngress("a", t.TempDir(), kafkaingress.StartEarliest)
@@ -137,18 +222,24 @@ func TestIngressRecordsCountOnceThroughMovesAndFaults(t *testing.T) {
 	}
 	step("two nodes", 300)
 	b.stop(t)
+	dead = append(dead, h.produceBad(2, []byte{}, kafkaingress.ReasonEmptyKey))
 	step("node b stopped", 300)
 	b2, _ := h.startIngress("b", dirB, kafkaingress.StartEarliest)
 	all = append(all, b2)
+	dead = append(dead, h.produceBad(0, []byte{0xff, 0xfe}, kafkaingress.ReasonInvalidKey))
 	step("node b restarted", 300)
 	eventually(t, "b serves again", 30*time.Second, func() bool { return len(b2.e.owned()) > 0 && b2.s.Ready() })
 	step("both serving", 100)
+	eventually(t, "the dead letters stored", 30*time.Second, func() bool { return totalDead(all...) >= int64(len(dead)) })
 
 	f.on.Store(false)
 	// Nothing more comes: no record is delivered twice late.
 	time.Sleep(300 * time.Millisecond)
 	if got := totalArrivals(all...); got != want {
 		t.Fatalf("after the run: %d arrivals, want %d", got, want)
+	}
+	if got := totalDead(all...); got != int64(len(dead)) {
+		t.Errorf("after the run: %d dead letters made durable, want %d (one per bad record)", got, len(dead))
 	}
 	var bad, delivered float64
 	for _, n := range []*node{a, b2} {
@@ -157,20 +248,25 @@ func TestIngressRecordsCountOnceThroughMovesAndFaults(t *testing.T) {
 	}
 	delivered += b.metric(t, "statefun_kafka_ingress_records_total")
 	bad += b.metric(t, "statefun_kafka_ingress_bad_records_total")
+	// Node a stops: b takes its partitions over, restoring them from their
+	// changelogs, and holds every dead letter.
 	a.stop(t)
+	eventually(t, "b serves every partition", 30*time.Second, func() bool { return len(b2.e.owned()) == testP && b2.s.Ready() })
+	checkDeadLetters(t, "node b, owning every partition", b2.db, dead)
 	b2.stop(t)
 	t.Logf("faults: %d EndTxn, %d TxnOffsetCommit, %d heartbeats; requests aborted %d",
 		f.endTxn.Load(), f.offsets.Load(), f.heartbeats.Load(), abortedTotal(all...))
 	if f.endTxn.Load() == 0 || f.offsets.Load() == 0 {
 		t.Errorf("not every fault fired: %d EndTxn, %d TxnOffsetCommit", f.endTxn.Load(), f.offsets.Load())
 	}
-	if bad != 1 {
-		t.Errorf("bad ingress records counted %v times, want once", bad)
+	if bad != float64(len(dead)) {
+		t.Errorf("bad ingress records counted %v times, want %d (once each)", bad, len(dead))
 	}
 	if delivered != float64(want) {
 		t.Errorf("statefun_kafka_ingress_records_total = %v, want %d", delivered, want)
 	}
 	h.checkExactlyOnce(want)
+	checkDeadLetters(t, "the changelogs", h.changelogStore(), dead)
 }
 
 // An ingress partition without a committed offset starts at the
@@ -255,4 +351,75 @@ func TestFullPartitionPausesFetching(t *testing.T) {
 	eventually(t, "30 arrivals durable", 20*time.Second, func() bool { return totalArrivals(a) == 30 })
 	a.stop(t)
 	h.checkExactlyOnce(30)
+}
+
+func totalDead(ns ...*node) int64 {
+	var n int64
+	for _, x := range ns {
+		n += x.e.dead.Load()
+	}
+	return n
+}
+
+// A bad ingress record's dead letter is stored once although both
+// transactions that carry it abort once: the brokers refuse the first
+// EndTxn commit after the record is written (the transaction that sends
+// the dead letter to its partition: nothing is sent, the record is polled
+// and routed again, with a new stored time) and the third (the one that
+// stores it: nothing is stored, the command is polled again). A leak of
+// either aborted transaction would show as a second dead letter or a
+// second count.
+func TestIngressDeadLetterOnceAcrossAborts(t *testing.T) {
+	h := newHarness(t)
+	h.createIngressTopic()
+	a, in := h.startIngress("a", t.TempDir(), kafkaingress.StartEarliest)
+	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+	eventually(t, "the ingress partitions placed and committed", 20*time.Second, func() bool {
+		if in.started.Load() != inP {
+			return false
+		}
+		offs, err := h.adm.FetchOffsets(ctxT(t), testApp)
+		if err != nil {
+			return false
+		}
+		n := 0
+		offs.Each(func(o kadm.OffsetResponse) {
+			if o.Topic == inTopic && o.Err == nil && o.At == 0 {
+				n++
+			}
+		})
+		return n == inP
+	})
+	var commits atomic.Int64
+	h.kc.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		h.kc.KeepControl()
+		r := req.(*kmsg.EndTxnRequest)
+		if !r.Commit {
+			return nil, nil, false
+		}
+		if n := commits.Add(1); n != 1 && n != 3 {
+			return nil, nil, false
+		}
+		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	dead := []store.DeadLetter{h.produceBad(1, nil, kafkaingress.ReasonNullKey)}
+	eventually(t, "the dead letter stored", 30*time.Second, func() bool { return a.e.dead.Load() >= 1 })
+	time.Sleep(300 * time.Millisecond) // many commit intervals
+	if n := commits.Load(); n < 4 {
+		t.Fatalf("%d EndTxn commits; want at least 4 (two refused, two committed)", n)
+	}
+	if n := a.metric(t, "statefun_cluster_txn_aborts_total"); n != 2 {
+		t.Errorf("%v transactions aborted, want the 2 refused", n)
+	}
+	if n := a.e.dead.Load(); n != 1 {
+		t.Errorf("%d dead letters made durable, want 1", n)
+	}
+	if n := a.metric(t, "statefun_kafka_ingress_bad_records_total"); n != 1 {
+		t.Errorf("the bad record counted %v times, want once", n)
+	}
+	checkDeadLetters(t, "node a", a.db, dead)
+	a.stop(t)
+	checkDeadLetters(t, "the changelogs", h.changelogStore(), dead)
 }

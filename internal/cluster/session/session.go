@@ -77,8 +77,11 @@ type Ingress interface {
 	// given the offsets the group knows.
 	Start(ctx context.Context, adm *kadm.Client, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]int64, error)
 	// Route returns the messages a polled ingress record becomes, or, for
-	// a record that cannot become a message, why (it is skipped). An
-	// error aborts the transaction (the record is polled again).
+	// a record that cannot become a message, why, with the message that
+	// keeps it as a dead letter (to the runtime partition that stores
+	// it). Either way the messages are produced in the transaction that
+	// commits the record's offset, so each is in the messages topic once.
+	// An error aborts the transaction (the record is polled again).
 	Route(r *kgo.Record) (msgs []Message, bad string, err error)
 	// Committed is told of each ingress record of a committed
 	// transaction, in poll order, with the reason Route gave for a bad

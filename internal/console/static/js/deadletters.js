@@ -96,7 +96,7 @@ export async function ingressDeadLetters(main, ctx, ns, name) {
     [h('code', null, d.topic), ' ', h('span', {class: 'muted'}, `partition ${d.partition}, offset ${d.offset}`)],
     h('code', null, d.reason),
     d.key ? bytesView(d.key) : h('span', {class: 'empty'}, 'null'),
-    bytesView(d.value),
+    d.valueOmitted ? h('span', {class: 'empty'}, 'not kept (too large); the record stays in its topic') : bytesView(d.value),
     {v: fmtTime(d.timestamp), cls: 'hide-narrow'},
   ]}));
   const next = page.next ? base + '?' + new URLSearchParams(Object.assign(Object.fromEntries(q), {after: page.next})) : null;

@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// Kafka ingress dead letters in cluster mode (docs/cluster.md, "Edges"):
+// the node that consumes an ingress partition may own no runtime
+// partition, so a record it cannot turn into a message travels, in the
+// transaction that commits its offset, as a command of the messages topic
+// to the runtime partition that keeps it; that partition's owner stores it
+// (key space 0x0F, as embedded mode does) in its own transaction, so it
+// reaches the partition's changelog and moves with the partition, and its
+// retention deletions go through that changelog like every other key the
+// partition wrote.
+
+// IngressDeadLetterPartition is the runtime partition, among n, that
+// keeps the dead letters of Kafka partition kafkaPartition of any ingress
+// topic in cluster mode: kafkaPartition mod n. One Kafka partition's dead
+// letters thus stay in one runtime partition, in offset order.
+func IngressDeadLetterPartition(kafkaPartition int32, n int) int {
+	if kafkaPartition < 0 || n <= 0 {
+		return 0
+	}
+	return int(kafkaPartition) % n
+}
+
+// IngressDeadLetterPartition is the partition whose changelog holds d in
+// cluster mode (the package function for this engine's partitions). The
+// state API answers a gathered dead-letter listing for the ones it owns.
+func (e *Engine) IngressDeadLetterPartition(d *store.DeadLetter) int {
+	return IngressDeadLetterPartition(d.Partition, e.n)
+}
+
+// IngressDeadLetterCommand is the messages-topic form of a Kafka ingress
+// dead letter (cluster mode): the envelope whose IngressDeadLetter carries
+// every field of d, its stored time included, so that it is stored as the
+// sender made it however often it is encoded.
+func IngressDeadLetterCommand(d *store.DeadLetter) *protocol.Envelope {
+	return &protocol.Envelope{IngressDeadLetter: &protocol.IngressDeadLetter{
+		At: d.At, Ingress: d.Ingress, Topic: d.Topic, Partition: d.Partition, Offset: d.Offset,
+		Reason: d.Reason, Timestamp: d.Timestamp, KeyNull: d.KeyNull, Key: d.Key, Value: d.Value,
+		ValueOmitted: d.ValueOmitted,
+	}}
+}
+
+// IngressDeadLetterOf is the dead letter an IngressDeadLetterCommand
+// carries.
+func IngressDeadLetterOf(m *protocol.IngressDeadLetter) store.DeadLetter {
+	return store.DeadLetter{
+		At: m.GetAt(), Ingress: m.GetIngress(), Topic: m.GetTopic(), Partition: m.GetPartition(), Offset: m.GetOffset(),
+		Reason: m.GetReason(), Timestamp: m.GetTimestamp(), KeyNull: m.GetKeyNull(), Key: m.GetKey(), Value: m.GetValue(),
+		ValueOmitted: m.GetValueOmitted(),
+	}
+}
+
+// checkIngressDeadLetter refuses a dead-letter command that partition p
+// must not store: one naming no ingress, a negative Kafka partition or
+// offset, or one another partition keeps.
+func checkIngressDeadLetter(m *protocol.IngressDeadLetter, p, n int, offset int64) error {
+	switch {
+	case m.GetIngress() == "" || m.GetTopic() == "":
+		return fmt.Errorf("engine: arrivals of partition %d: the ingress dead letter at offset %d names no ingress or topic", p, offset)
+	case m.GetPartition() < 0 || m.GetOffset() < 0:
+		return fmt.Errorf("engine: arrivals of partition %d: the ingress dead letter at offset %d names Kafka partition %d offset %d", p, offset, m.GetPartition(), m.GetOffset())
+	case IngressDeadLetterPartition(m.GetPartition(), n) != p:
+		return fmt.Errorf("engine: arrivals of partition %d: the ingress dead letter at offset %d is kept by partition %d", p, offset, IngressDeadLetterPartition(m.GetPartition(), n))
+	}
+	return nil
+}

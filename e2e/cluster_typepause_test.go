@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -54,32 +57,46 @@ func orderedCounterFn(t *testing.T) (string, *arrivals) {
 	return srv.URL, log
 }
 
-// typePause sends POST /pause/kc/counter (or /resume/...) to node n,
-// again with its mutation id while it answers 503 (partitions moving),
-// until it answers otherwise or timeout passes; it returns the last answer
-// and how many 503s came before it.
+// typePause sends POST /pause/kc/counter (or /resume/...) to node n; while
+// it answers 503 (partitions moving), it sends it again with its mutation
+// id, as an operator would, with the CLI (`statefun state pause|resume
+// --mutation-id`, whose error on a 503 must say so), until it answers
+// otherwise or timeout passes. It returns the last answer and how many
+// 503s came before it.
 func typePause(t *testing.T, n *clusterNode, action, reason string, timeout time.Duration) (stateReply, int) {
 	t.Helper()
-	var hdr []string
-	retries := 0
+	r := n.api(t, http.MethodPost, "/"+action+"/kc/counter", `{"reason":"`+reason+`"}`, "Content-Type", "application/json")
+	if r.status != http.StatusServiceUnavailable || timeout == 0 {
+		return r, 0
+	}
+	var pr struct {
+		Mutation string `json:"mutation"`
+		Missing  []int  `json:"missingPartitions"`
+	}
+	json.Unmarshal(r.body, &pr)
+	if pr.Mutation == "" || len(pr.Missing) == 0 || r.header.Get("Location") != "/mutations/"+pr.Mutation || r.header.Get("Retry-After") == "" {
+		t.Fatalf("%s of kc/counter on %s: 503 without its mutation, the missing partitions, Location and Retry-After: %v %s", action, n.id, r.header, r.body)
+	}
+	retries := 1
 	deadline := time.Now().Add(timeout)
 	for {
-		r := n.api(t, http.MethodPost, "/"+action+"/kc/counter", `{"reason":"`+reason+`"}`, append([]string{"Content-Type", "application/json"}, hdr...)...)
-		if r.status != http.StatusServiceUnavailable || time.Now().After(deadline) {
-			return r, retries
-		}
-		var pr struct {
-			Mutation string `json:"mutation"`
-			Missing  []int  `json:"missingPartitions"`
-		}
-		json.Unmarshal(r.body, &pr)
-		if pr.Mutation == "" || len(pr.Missing) == 0 || r.header.Get("Location") != "/mutations/"+pr.Mutation || r.header.Get("Retry-After") == "" {
-			t.Fatalf("%s of kc/counter on %s: 503 without its mutation, the missing partitions, Location and Retry-After: %v %s", action, n.id, r.header, r.body)
-		}
 		t.Logf("%s of kc/counter on %s: 503, partitions %v missing; sending it again as %s", action, n.id, pr.Missing, pr.Mutation)
-		hdr = []string{"Statefun-Mutation-Id", pr.Mutation}
-		retries++
 		time.Sleep(time.Second)
+		cmd := exec.Command(binary, "state", action, "--reason", reason, "--mutation-id", pr.Mutation, "kc/counter")
+		cmd.Env = append(os.Environ(), "STATEFUN_SERVER=http://"+n.admin)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err == nil {
+			return stateReply{status: http.StatusOK, body: out}, retries
+		}
+		if !strings.Contains(stderr.String(), "503") || time.Now().After(deadline) {
+			return stateReply{status: -1, body: stderr.Bytes()}, retries
+		}
+		if hint := "--mutation-id " + pr.Mutation; !strings.Contains(stderr.String(), hint) {
+			t.Fatalf("statefun state %s answered 503 without saying how to complete it (%q): %s", action, hint, stderr.String())
+		}
+		retries++
 	}
 }
 
@@ -204,10 +221,17 @@ func TestClusterPauseTypeEveryNode(t *testing.T) {
 		t.Errorf("the resume has %d audit records; want 1", got)
 	}
 
-	// The pause sent again with its id (a client that lost the answer):
-	// its receipt, nothing paused again, no second audit record.
-	r = nodes[2].api(t, http.MethodPost, "/pause/kc/counter", "", "Statefun-Mutation-Id", pause.Mutation)
-	if again := committedReceipt(t, "the pause sent again with its id", r); again.Mutation != pause.Mutation || *again.Checkpoint != *pause.Checkpoint {
+	// The pause sent again with its id (a client that lost the answer),
+	// with the CLI's --mutation-id: its receipt, nothing paused again, no
+	// second audit record.
+	cmd := exec.Command(binary, "state", "pause", "--mutation-id", pause.Mutation, "kc/counter")
+	cmd.Env = append(os.Environ(), "STATEFUN_SERVER=http://"+nodes[2].admin)
+	out, err := cmd.Output()
+	var again receipt
+	if err != nil || json.Unmarshal(out, &again) != nil {
+		t.Fatalf("statefun state pause --mutation-id %s: %v\n%s", pause.Mutation, err, out)
+	}
+	if again.Mutation != pause.Mutation || *again.Checkpoint != *pause.Checkpoint {
 		t.Errorf("the pause sent again: %+v; want its receipt %+v", again, pause)
 	}
 	if got := auditCount(t, nodes[1], pause.Mutation); got != 1 {

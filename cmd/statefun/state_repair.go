@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -181,13 +182,14 @@ func (c *stateCLI) pause(args []string) error {
 		"Prints the receipt once the pause is durable.",
 	})
 	var (
-		reason, until string
-		dur           time.Duration
-		quiet         bool
+		reason, until, mutationID string
+		dur                       time.Duration
+		quiet                     bool
 	)
 	fs.StringVar(&reason, "reason", "", "why, recorded in the audit log")
 	fs.DurationVar(&dur, "for", 0, "lift the pause by itself after this long (e.g. 30m)")
 	fs.StringVar(&until, "until", "", "lift the pause by itself at this time (RFC 3339)")
+	fs.StringVar(&mutationID, "mutation-id", "", "cluster mode, a whole type: complete the earlier pause answered 503 with this mutation id")
 	fs.BoolVar(&quiet, "q", false, "print nothing on success")
 	fs.BoolVar(&quiet, "quiet", false, "same as -q")
 	pos, err := parse(fs, args)
@@ -198,7 +200,7 @@ func (c *stateCLI) pause(args []string) error {
 	if err != nil {
 		return err
 	}
-	o := stateclient.PauseOptions{Reason: reason, ExpiresIn: dur}
+	o := stateclient.PauseOptions{Reason: reason, ExpiresIn: dur, MutationID: mutationID}
 	switch {
 	case dur < 0:
 		return usagef("--for %s: want a positive duration", dur)
@@ -215,7 +217,7 @@ func (c *stateCLI) pause(args []string) error {
 	}
 	rc, err := cl.Pause(c.ctx(), a, o)
 	if err != nil {
-		return err
+		return partialHint(err, "pause")
 	}
 	return c.printReceipts(&mutationFlags{quiet: quiet}, *rc)
 }
@@ -230,10 +232,11 @@ func (c *stateCLI) resume(args []string) error {
 		"was not paused.",
 	})
 	var (
-		reason string
-		quiet  bool
+		reason, mutationID string
+		quiet              bool
 	)
 	fs.StringVar(&reason, "reason", "", "why, recorded in the audit log")
+	fs.StringVar(&mutationID, "mutation-id", "", "cluster mode, a whole type: complete the earlier resume answered 503 with this mutation id")
 	fs.BoolVar(&quiet, "q", false, "print nothing on success")
 	fs.BoolVar(&quiet, "quiet", false, "same as -q")
 	pos, err := parse(fs, args)
@@ -248,9 +251,21 @@ func (c *stateCLI) resume(args []string) error {
 	if err != nil {
 		return err
 	}
-	rc, err := cl.Resume(c.ctx(), a, reason)
+	rc, err := cl.ResumeWith(c.ctx(), a, stateclient.ResumeOptions{Reason: reason, MutationID: mutationID})
 	if err != nil {
-		return err
+		return partialHint(err, "resume")
 	}
 	return c.printReceipts(&mutationFlags{quiet: quiet}, *rc)
+}
+
+// partialHint adds to the error of a type-level pause or resume that some
+// partitions could not be given (cluster mode) the command that completes
+// it.
+func partialHint(err error, cmd string) error {
+	var p *stateclient.ProblemError
+	if !errors.As(err, &p) || p.Mutation == "" {
+		return err
+	}
+	return fmt.Errorf("%w\nthe %s may be partially applied (partitions %v do not have it yet); complete it: run the same command again with --mutation-id %s",
+		err, cmd, p.MissingPartitions, p.Mutation)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -49,5 +50,19 @@ func TestStatePauseResume(t *testing.T) {
 		if r := rt.cli(t, "", args...); r.code != 2 {
 			t.Errorf("%q: %s, want exit 2", args, r)
 		}
+	}
+}
+
+// The error of a type-level pause answered partial (cluster mode) says how
+// to complete it; any other error is passed on as it is.
+func TestPartialHint(t *testing.T) {
+	partial := &stateclient.ProblemError{Status: 503, Detail: "partitions 1, 2 do not have the pause yet", Mutation: "m-1", MissingPartitions: []int{1, 2}}
+	err := partialHint(partial, "pause")
+	if !errors.Is(err, partial) || !strings.Contains(err.Error(), "run the same command again with --mutation-id m-1") || !strings.Contains(err.Error(), "[1 2]") {
+		t.Errorf("partialHint: %v", err)
+	}
+	busy := &stateclient.ProblemError{Status: 503, Detail: "the partition's queue is full"}
+	if err := partialHint(busy, "pause"); err != busy {
+		t.Errorf("partialHint of a 503 without a mutation: %v", err)
 	}
 }

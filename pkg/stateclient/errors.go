@@ -43,6 +43,13 @@ type ProblemError struct {
 	// RetryAfter is the Retry-After of a 503 (a full queue, a shutdown);
 	// zero without one.
 	RetryAfter time.Duration
+	// Mutation and MissingPartitions come with the 503 of a type-level
+	// pause or resume in cluster mode that some partitions could not be
+	// given in time: the change may be partially applied, and sending it
+	// again with PauseOptions.MutationID (ResumeOptions.MutationID) set to
+	// Mutation completes it.
+	Mutation          string
+	MissingPartitions []int
 }
 
 // Error returns "stateclient: <status> <title>: <detail>".
@@ -75,6 +82,8 @@ func problemOf(method string, u *url.URL, resp *http.Response, body []byte) *Pro
 			CurrentVersion *string  `json:"currentVersion"`
 			Available      []string `json:"available"`
 			Receipt        *Receipt `json:"receipt"`
+			Mutation       string   `json:"mutation"`
+			Missing        []int    `json:"missingPartitions"`
 		}
 		if json.Unmarshal(body, &p) == nil {
 			e.Type, e.Title, e.Detail, e.Instance = p.Type, p.Title, p.Detail, p.Instance
@@ -82,6 +91,7 @@ func problemOf(method string, u *url.URL, resp *http.Response, body []byte) *Pro
 				e.CurrentVersion = *p.CurrentVersion
 			}
 			e.Available, e.Receipt = p.Available, p.Receipt
+			e.Mutation, e.MissingPartitions = p.Mutation, p.Missing
 			return e
 		}
 	}

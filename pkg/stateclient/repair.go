@@ -168,6 +168,18 @@ type PauseOptions struct {
 	Reason    string
 	ExpiresAt time.Time
 	ExpiresIn time.Duration
+	// MutationID, for a type-level pause in cluster mode, sends the pause
+	// again under the id of an earlier attempt that was answered 503 with
+	// that id (ProblemError.Mutation): the server completes that change
+	// instead of starting another, and answers its receipt.
+	MutationID string
+}
+
+// ResumeOptions say why a pause is lifted; MutationID is as in
+// PauseOptions.
+type ResumeOptions struct {
+	Reason     string
+	MutationID string
 }
 
 // Pause pauses address a, or every address of its type when a.ID is "",
@@ -183,21 +195,26 @@ func (c *Client) Pause(ctx context.Context, a Address, o PauseOptions) (*Receipt
 	if o.ExpiresIn != 0 {
 		body["expiresIn"] = o.ExpiresIn.String()
 	}
-	return c.pauseOrResume(ctx, "pause", a, body)
+	return c.pauseOrResume(ctx, "pause", a, body, o.MutationID)
 }
 
 // Resume lifts the pause of address a, or of its whole type when a.ID is
 // "". A resume of what is not paused is a *ProblemError for which
 // IsNotFound is true.
 func (c *Client) Resume(ctx context.Context, a Address, reason string) (*Receipt, error) {
-	body := map[string]string{}
-	if reason != "" {
-		body["reason"] = reason
-	}
-	return c.pauseOrResume(ctx, "resume", a, body)
+	return c.ResumeWith(ctx, a, ResumeOptions{Reason: reason})
 }
 
-func (c *Client) pauseOrResume(ctx context.Context, route string, a Address, body map[string]string) (*Receipt, error) {
+// ResumeWith is Resume with options.
+func (c *Client) ResumeWith(ctx context.Context, a Address, o ResumeOptions) (*Receipt, error) {
+	body := map[string]string{}
+	if o.Reason != "" {
+		body["reason"] = o.Reason
+	}
+	return c.pauseOrResume(ctx, "resume", a, body, o.MutationID)
+}
+
+func (c *Client) pauseOrResume(ctx context.Context, route string, a Address, body map[string]string, mutationID string) (*Receipt, error) {
 	segs := []string{a.Namespace, a.Type}
 	names := []string{"namespace", "type"}
 	if a.ID != "" {
@@ -208,6 +225,9 @@ func (c *Client) pauseOrResume(ctx context.Context, route string, a Address, bod
 	}
 	b, _ := json.Marshal(body)
 	h := http.Header{"Content-Type": {"application/json"}}
+	if mutationID != "" {
+		h.Set("Statefun-Mutation-Id", mutationID)
+	}
 	resp, err := c.do(ctx, request{method: http.MethodPost, url: c.endpoint(route, segs, nil), header: h, body: b})
 	if err != nil {
 		return nil, err

@@ -32,6 +32,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/session"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/idempotency"
+	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
 	"github.com/statefun-go/statefun/internal/kafkaingress"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -276,6 +277,12 @@ func (n *Node) Ingest(ctx context.Context, env *protocol.Envelope) error {
 	rec, err := n.record(env)
 	if err != nil {
 		return err
+	}
+	// Kafka would refuse it every time; ErrNotAcknowledged would have the
+	// client retry forever.
+	if size := len(rec.Key) + len(rec.Value); size > n.maxRecord {
+		return fmt.Errorf("%w: its record in %s would be %d bytes (key and value; the body is %d), over the %d this node's Kafka producer takes (max.request.size, --cluster-property)",
+			ingress.ErrTooLarge, rec.Topic, size, len(env.GetArgument().GetValue()), n.maxRecord)
 	}
 	if err := n.producer.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("%w (%s, partition %d): %w", ErrNotAcknowledged, rec.Topic, rec.Partition, err)

@@ -270,9 +270,11 @@ func (n *Node) Close() {
 	n.producer.Close()
 }
 
-// Ingest produces a playground ingress message to the messages topic, at
-// its address's partition, and returns once Kafka acknowledged it (all
-// replicas in sync). It implements ingress.Sink.
+// Ingest produces a playground ingress message (or a state mutation's
+// command) to the messages topic, at its address's partition, and returns
+// once Kafka acknowledged it (all replicas in sync). A record over what
+// the producer takes is refused with ingress.ErrTooLarge. It implements
+// ingress.Sink.
 func (n *Node) Ingest(ctx context.Context, env *protocol.Envelope) error {
 	rec, err := n.record(env)
 	if err != nil {
@@ -281,8 +283,8 @@ func (n *Node) Ingest(ctx context.Context, env *protocol.Envelope) error {
 	// Kafka would refuse it every time; ErrNotAcknowledged would have the
 	// client retry forever.
 	if size := len(rec.Key) + len(rec.Value); size > n.maxRecord {
-		return fmt.Errorf("%w: its record in %s would be %d bytes (key and value; the body is %d), over the %d this node's Kafka producer takes (max.request.size, --cluster-property)",
-			ingress.ErrTooLarge, rec.Topic, size, len(env.GetArgument().GetValue()), n.maxRecord)
+		return fmt.Errorf("%w: its record in %s would be %d bytes (key and value), over the %d this node's Kafka producer takes (max.request.size, --cluster-property)",
+			ingress.ErrTooLarge, rec.Topic, size, n.maxRecord)
 	}
 	if err := n.producer.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("%w (%s, partition %d): %w", ErrNotAcknowledged, rec.Topic, rec.Partition, err)

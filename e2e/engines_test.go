@@ -47,6 +47,18 @@ const engineEnv = "STATEFUN_E2E_ENGINE"
 // engine=cluster (only one of them when STATEFUN_E2E_ENGINE names it).
 func onEngines(t *testing.T, body func(t *testing.T, e engine)) {
 	t.Helper()
+	runOnEngines(t, true, body)
+}
+
+// onEnginesInTurn is onEngines with the subtests one after the other, for
+// a test that keeps the machine's cores busy.
+func onEnginesInTurn(t *testing.T, body func(t *testing.T, e engine)) {
+	t.Helper()
+	runOnEngines(t, false, body)
+}
+
+func runOnEngines(t *testing.T, parallel bool, body func(t *testing.T, e engine)) {
+	t.Helper()
 	only := os.Getenv(engineEnv)
 	if only != "" && only != string(embedded) && only != string(clustered) {
 		t.Fatalf("%s=%q: want %s, %s, or unset for both", engineEnv, only, embedded, clustered)
@@ -56,7 +68,9 @@ func onEngines(t *testing.T, body func(t *testing.T, e engine)) {
 			continue
 		}
 		t.Run("engine="+string(e), func(t *testing.T) {
-			t.Parallel()
+			if parallel {
+				t.Parallel()
+			}
 			if e == clustered && testing.Short() {
 				t.Skip("cluster: skipped in -short mode")
 			}
@@ -163,6 +177,15 @@ func newRuntimeOn(t *testing.T, e engine, module func(ingressPort, egressPort in
 
 // egressRouter is a function server of internal/sdktest.
 type egressRouter interface{ SendEgressTo(sdktest.EgressRoute) }
+
+// egressRouteVar is an egressRouter for a function written in a test: it
+// holds the route (nil until a cluster runtime sets it: the playground
+// egress).
+type egressRouteVar struct {
+	atomic.Pointer[sdktest.EgressRoute]
+}
+
+func (v *egressRouteVar) SendEgressTo(r sdktest.EgressRoute) { v.Store(&r) }
 
 // routeEgress makes the functions of a server send their records to the
 // runtime's egress: the Kafka egress on a cluster node, with the runtime's

@@ -34,7 +34,13 @@ type runtime struct {
 // newRuntime writes a module.yaml binding every function namespace in
 // namespaces to fnURL, with a playground ingress and an egress of topics.
 func newRuntime(t testing.TB, fnURL string, namespaces []string, topics []string) *runtime {
-	return newRuntimeWith(t, func(ingressPort, egressPort int) string {
+	return newRuntimeWith(t, playgroundModule(fnURL, namespaces, topics))
+}
+
+// playgroundModule is the module of newRuntime, for newRuntimeWith and
+// newRuntimeOn.
+func playgroundModule(fnURL string, namespaces []string, topics []string) func(ingressPort, egressPort int) string {
+	return func(ingressPort, egressPort int) string {
 		var mod strings.Builder
 		for _, ns := range namespaces {
 			fmt.Fprintf(&mod, "kind: io.statefun.endpoints.v2/http\nspec:\n  functions: %s/*\n  urlPathTemplate: %s\n  transport:\n    type: io.statefun.transports.v1/async\n    call: 5s\n---\n", ns, fnURL)
@@ -42,7 +48,7 @@ func newRuntime(t testing.TB, fnURL string, namespaces []string, topics []string
 		fmt.Fprintf(&mod, "kind: io.statefun.playground.v1/ingress\nspec:\n  port: %d\n---\n", ingressPort)
 		fmt.Fprintf(&mod, "kind: io.statefun.playground.v1/egress\nspec:\n  port: %d\n  topics: [%s]\n", egressPort, strings.Join(topics, ", "))
 		return mod.String()
-	})
+	}
 }
 
 // newRuntimeWith writes the module.yaml that module returns for the free

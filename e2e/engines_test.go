@@ -243,10 +243,7 @@ func clusterModuleOf(module, brokers string) (string, []string, error) {
 // runArgs is the command line of `statefun run` for the runtime: the
 // embedded engine with 8 partitions, or a cluster node of 8 partitions
 // whose group session times out after 6 s and transactions after 10 s
-// (as the cluster tests' nodes). The node's fetches wait at most 100 ms
-// for records: with the client's default (5 s) a test whose messages hop
-// between partitions ran much longer on devkafka (TestFeatureIDs: 9.7 s
-// against 5.7 s).
+// (as the cluster tests' nodes).
 func (r *runtime) runArgs(extra ...string) []string {
 	args := []string{"run", "--module", r.module, "--data-dir", filepath.Join(r.dir, "data"), "--admin-addr", r.admin}
 	if c := r.cluster; c != nil {
@@ -257,7 +254,7 @@ func (r *runtime) runArgs(extra ...string) []string {
 		args = append(args, "--cluster-brokers", c.brokers, "--cluster-app-id", c.app, "--cluster-node-id", c.node,
 			"--cluster-advertise", scheme+"://"+r.admin, "--cluster-partitions", "8",
 			"--cluster-property", "session.timeout.ms=6000", "--cluster-property", "heartbeat.interval.ms=500",
-			"--cluster-property", "transaction.timeout.ms=10000", "--cluster-property", "fetch.max.wait.ms=100")
+			"--cluster-property", "transaction.timeout.ms=10000")
 	} else {
 		args = append(args, "--partitions", "8")
 	}

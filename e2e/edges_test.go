@@ -64,7 +64,7 @@ func (r *runtime) sendKeyed(path, typename, key, body string) (int, bool) {
 // position, and only the acknowledgement removes it. A client that retries
 // a keyed message after a SIGKILL makes no second message.
 func TestKillBetweenReadAndAck(t *testing.T) {
-	fn := crashFunction(t)
+	fn := crashFunction(t, &egressRouteVar{})
 	rt := newRuntime(t, fn, []string{"crash"}, []string{"counts", "ticks"})
 	rt.start()
 

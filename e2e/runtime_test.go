@@ -27,12 +27,20 @@ type runtime struct {
 	logMu   sync.Mutex
 	log     bytes.Buffer
 	exited  chan struct{}
+	// cluster is set for a cluster node (newRuntimeOn).
+	cluster *clusterSide
 }
 
 // newRuntime writes a module.yaml binding every function namespace in
 // namespaces to fnURL, with a playground ingress and an egress of topics.
 func newRuntime(t testing.TB, fnURL string, namespaces []string, topics []string) *runtime {
-	return newRuntimeWith(t, func(ingressPort, egressPort int) string {
+	return newRuntimeWith(t, playgroundModule(fnURL, namespaces, topics))
+}
+
+// playgroundModule is the module of newRuntime, for newRuntimeWith and
+// newRuntimeOn.
+func playgroundModule(fnURL string, namespaces []string, topics []string) func(ingressPort, egressPort int) string {
+	return func(ingressPort, egressPort int) string {
 		var mod strings.Builder
 		for _, ns := range namespaces {
 			fmt.Fprintf(&mod, "kind: io.statefun.endpoints.v2/http\nspec:\n  functions: %s/*\n  urlPathTemplate: %s\n  transport:\n    type: io.statefun.transports.v1/async\n    call: 5s\n---\n", ns, fnURL)
@@ -40,7 +48,7 @@ func newRuntime(t testing.TB, fnURL string, namespaces []string, topics []string
 		fmt.Fprintf(&mod, "kind: io.statefun.playground.v1/ingress\nspec:\n  port: %d\n---\n", ingressPort)
 		fmt.Fprintf(&mod, "kind: io.statefun.playground.v1/egress\nspec:\n  port: %d\n  topics: [%s]\n", egressPort, strings.Join(topics, ", "))
 		return mod.String()
-	})
+	}
 }
 
 // newRuntimeWith writes the module.yaml that module returns for the free
@@ -85,8 +93,7 @@ func (r *runtime) logs() string {
 // start launches the process and waits until it is ready.
 func (r *runtime) start() {
 	r.t.Helper()
-	r.cmd = exec.Command(binary, "run", "--module", r.module, "--data-dir", filepath.Join(r.dir, "data"),
-		"--admin-addr", r.admin, "--partitions", "8")
+	r.cmd = exec.Command(binary, r.runArgs()...)
 	r.cmd.Env = append(os.Environ(), "STATEFUN_LISTEN_HOST=127.0.0.1")
 	r.cmd.Stdout, r.cmd.Stderr = r, r
 	if err := r.cmd.Start(); err != nil {
@@ -94,7 +101,7 @@ func (r *runtime) start() {
 	}
 	r.exited = make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(r.cmd, r.exited)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(r.readyWithin())
 	for time.Now().Before(deadline) {
 		resp, err := http.Get("http://" + r.admin + "/readyz")
 		if err == nil {
@@ -109,7 +116,7 @@ func (r *runtime) start() {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	r.t.Fatalf("statefun not ready after 30s:\n%s", r.logs())
+	r.t.Fatalf("statefun not ready after %v:\n%s", r.readyWithin(), r.logs())
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
@@ -153,8 +160,12 @@ func (r *runtime) send(path, typename, body string) (int, error) {
 	return resp.StatusCode, nil
 }
 
-// pop takes one record from an egress topic: payload, found.
+// pop takes one record from an egress topic: payload, found. On a cluster
+// node it reads the Kafka egress that stands in for the playground one.
 func (r *runtime) pop(topic string) (string, bool, error) {
+	if r.cluster != nil {
+		return r.cluster.out.pop(r.cluster.prefix + topic)
+	}
 	resp, err := http.Get(r.egress + "/" + topic)
 	if err != nil {
 		return "", false, err

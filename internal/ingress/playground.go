@@ -36,6 +36,12 @@ type Sink interface {
 // ingress answers 501 with the error.
 var ErrNotSupported = errors.New("ingress: not supported")
 
+// ErrTooLarge is wrapped by a Sink's error for a message it can never make
+// durable because of its size (in cluster mode, a record over what the
+// node's Kafka producer takes); the ingress answers 413 with the error
+// rather than 503, which would have the client retry forever.
+var ErrTooLarge = errors.New("ingress: message too large")
+
 // DefaultTypename is the typename of a playground message whose
 // Content-Type does not name one, as in StateFun's playground.
 const DefaultTypename = "io.statefun.types/string"
@@ -120,6 +126,10 @@ func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if errors.Is(err, ErrNotSupported) {
 			http.Error(w, err.Error(), http.StatusNotImplemented)
+			return
+		}
+		if errors.Is(err, ErrTooLarge) {
+			http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 			return
 		}
 		if p.Busy != nil && p.Busy(err) {

@@ -3,6 +3,7 @@ package ingress
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -262,5 +263,26 @@ func TestPlaygroundIdempotencyKey(t *testing.T) {
 	}
 	if n := len(sink.stored(t)); n != 2 {
 		t.Fatalf("stored %d messages, want 2", n)
+	}
+}
+
+// tooLargeSink refuses every message as too large, as a cluster node does
+// one whose record its Kafka producer would refuse.
+type tooLargeSink struct{ storeSink }
+
+func (*tooLargeSink) Ingest(context.Context, *protocol.Envelope) error {
+	return fmt.Errorf("%w: over the 1000 bytes Kafka takes", ErrTooLarge)
+}
+
+// A message the sink can never make durable for its size is a 413 naming
+// why, not the 503 of "retry later", which a client would retry forever;
+// a sink that is only busy still gets a 503.
+func TestPlaygroundTooLargeForTheSink(t *testing.T) {
+	busy := func(err error) bool { return true }
+	srv := httptest.NewServer(&Playground{Sink: &tooLargeSink{}, Busy: busy})
+	t.Cleanup(srv.Close)
+	status, hdr, body := send(t, srv, "PUT", "/example/greeter/a", "", []byte("x"))
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(body, "over the 1000 bytes Kafka takes") || hdr.Get("Retry-After") != "" {
+		t.Fatalf("status %d, Retry-After %q, body %q; want 413 naming the limit, no Retry-After", status, hdr.Get("Retry-After"), body)
 	}
 }

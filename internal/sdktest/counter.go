@@ -18,23 +18,23 @@ var countSpec = statefun.ValueSpec{Name: CounterState, ValueType: statefun.Int64
 // {"topic": CounterTopic, "payload": "<id>:<new count>"}. A test that must
 // stop and restart the function on a fixed address serves it on a listener
 // of its own.
-func CounterHandler() http.Handler {
+func CounterHandler() http.Handler { return counterHandler(&route{}) }
+
+func counterHandler(out *route) http.Handler {
 	fns := statefun.StatefulFunctionsBuilder()
 	must(fns.WithSpec(statefun.StatefulFunctionSpec{
 		FunctionType: statefun.TypeNameFrom(CounterFn),
 		States:       []statefun.ValueSpec{countSpec},
-		Function:     statefun.StatefulFunctionPointer(count),
+		Function: statefun.StatefulFunctionPointer(func(ctx statefun.Context, _ statefun.Message) error {
+			var n int64
+			ctx.Storage().Get(countSpec, &n)
+			n++
+			ctx.Storage().Set(countSpec, n)
+			out.send(ctx, CounterTopic, fmt.Sprintf("%s:%d", ctx.Self().Id, n))
+			return nil
+		}),
 	}))
 	return fns.AsHandler()
-}
-
-func count(ctx statefun.Context, _ statefun.Message) error {
-	var n int64
-	ctx.Storage().Get(countSpec, &n)
-	n++
-	ctx.Storage().Set(countSpec, n)
-	egress(ctx, CounterTopic, fmt.Sprintf("%s:%d", ctx.Self().Id, n))
-	return nil
 }
 
 // CounterServer serves CounterHandler on a loopback port, with nothing in
@@ -44,13 +44,18 @@ type CounterServer struct {
 	URL string
 
 	srv *httptest.Server
+	out *route
 }
+
+// SendEgressTo makes the function send its records by r from now on.
+func (s *CounterServer) SendEgressTo(r EgressRoute) { s.out.p.Store(&r) }
 
 // StartCounterServer starts a CounterServer that stops when t ends.
 func StartCounterServer(t testing.TB) *CounterServer {
 	t.Helper()
-	srv := httptest.NewServer(CounterHandler())
-	s := &CounterServer{URL: srv.URL + "/statefun", srv: srv}
+	out := &route{}
+	srv := httptest.NewServer(counterHandler(out))
+	s := &CounterServer{URL: srv.URL + "/statefun", srv: srv, out: out}
 	t.Cleanup(s.Close)
 	return s
 }

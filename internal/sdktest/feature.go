@@ -29,6 +29,7 @@ type FeatureServer struct {
 	URL string
 
 	sdk     http.Handler
+	out     *route
 	srv     *httptest.Server
 	closing chan struct{}
 	once    sync.Once
@@ -59,8 +60,10 @@ type Batch struct {
 // StartFeatureServer starts a FeatureServer that stops when t ends.
 func StartFeatureServer(t testing.TB) *FeatureServer {
 	t.Helper()
+	out := &route{}
 	s := &FeatureServer{
-		sdk:     FeatureHandler(),
+		sdk:     featureHandler(out),
+		out:     out,
 		closing: make(chan struct{}),
 		calls:   map[string]int{},
 		holds:   map[string][]*Hold{},
@@ -71,6 +74,10 @@ func StartFeatureServer(t testing.TB) *FeatureServer {
 	t.Cleanup(s.Close)
 	return s
 }
+
+// SendEgressTo makes the functions send their records (reports and
+// egress commands) by r from now on.
+func (s *FeatureServer) SendEgressTo(r EgressRoute) { s.out.p.Store(&r) }
 
 // Close releases every hold and stops the server; calls to URL fail from
 // then on. It is idempotent; StartFeatureServer registers it as a cleanup.

@@ -2,11 +2,13 @@ package sdktest
 
 import (
 	"context"
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/statefun-go/statefun/internal/kafkaegress"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -365,3 +367,41 @@ func mustReport(t *testing.T, m *protocol.FromFunction_EgressMessage, topic stri
 }
 
 func show(s States) string { return string(JSONValue("x/y", s).GetValue()) }
+
+// With a Kafka route, reports and egress commands go to that Kafka egress
+// as the SDK's KafkaProducerRecord (topic prefixed, key the sender's id,
+// value the payload), for feature and counter functions alike.
+func TestEgressRouteKafka(t *testing.T) {
+	srv := StartFeatureServer(t)
+	srv.SendEgressTo(EgressRoute{Kafka: "e2e/out", TopicPrefix: "app."})
+	from := Invoke(t, srv.URL, Request(Address(StatelessFn, "x"), nil,
+		Invocation(nil, CommandValue(Command{Op: OpSeq, Commands: []Command{{Op: OpReport, Tag: "r"}, {Op: OpEgress, Topic: "alpha", Payload: "p"}}}))))
+	cs := StartCounterServer(t)
+	cs.SendEgressTo(EgressRoute{Kafka: "e2e/out", TopicPrefix: "app."})
+	counted := NewSession(cs.URL, Address(CounterFn, "c")).Call(t, Invocation(nil, StringValue("tick")))
+	egs := append(from.GetInvocationResult().GetOutgoingEgresses(), counted.GetOutgoingEgresses()...)
+	if len(egs) != 3 {
+		t.Fatalf("want 3 egress records, got %v", egs)
+	}
+	var got []kafkaegress.Record
+	for _, eg := range egs {
+		if eg.GetEgressNamespace()+"/"+eg.GetEgressType() != "e2e/out" || eg.GetArgument().GetTypename() != kafkaegress.RecordTypename {
+			t.Fatalf("egress %s/%s typed %s, want e2e/out typed %s", eg.GetEgressNamespace(), eg.GetEgressType(), eg.GetArgument().GetTypename(), kafkaegress.RecordTypename)
+		}
+		rec, err := kafkaegress.DecodeRecord(eg.GetArgument().GetValue())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, rec)
+	}
+	var rep Report
+	if err := json.Unmarshal(got[0].Value, &rep); err != nil || rep.Tag != "r" || got[0].Topic != "app."+DefaultTopic || got[0].Key != "x" {
+		t.Errorf("report record %+v (%v), want a report tagged r on app.%s keyed x", got[0], err, DefaultTopic)
+	}
+	if r := got[1]; r.Topic != "app.alpha" || string(r.Value) != "p" || r.Key != "x" {
+		t.Errorf("egress record %+v, want p on app.alpha keyed x", r)
+	}
+	if r := got[2]; r.Topic != "app."+CounterTopic || string(r.Value) != "c:1" || r.Key != "c" {
+		t.Errorf("counter record %+v, want c:1 on app.%s keyed c", r, CounterTopic)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/flink-statefun/statefun-sdk-go/v3/pkg/statefun"
@@ -55,18 +56,54 @@ const maxSeqDepth = 32
 // per-address call counts (Report.Calls). StartFeatureServer serves one on
 // a loopback port; a test that needs a listener of its own serves it
 // directly.
-func FeatureHandler() http.Handler {
+func FeatureHandler() http.Handler { return featureHandler(&route{}) }
+
+func featureHandler(out *route) http.Handler {
 	fns := statefun.StatefulFunctionsBuilder()
 	must(fns.WithSpec(statefun.StatefulFunctionSpec{
 		FunctionType: statefun.TypeNameFrom(FeaturesFn),
 		States:       featureSpecs,
-		Function:     &features{stateful: true, calls: map[string]int64{}},
+		Function:     &features{stateful: true, calls: map[string]int64{}, out: out},
 	}))
 	must(fns.WithSpec(statefun.StatefulFunctionSpec{
 		FunctionType: statefun.TypeNameFrom(StatelessFn),
-		Function:     &features{calls: map[string]int64{}},
+		Function:     &features{calls: map[string]int64{}, out: out},
 	}))
 	return fns.AsHandler()
+}
+
+// EgressRoute says where the functions send their records. The zero value
+// is the playground egress: each record an EgressRecord for
+// PlaygroundEgress. With Kafka set, each record goes to that
+// io.statefun.kafka.v1/egress instead, built with the SDK's
+// KafkaEgressBuilder: the topic TopicPrefix+topic, the sender's id as the
+// key, the payload as the value. Cluster mode refuses the playground
+// egress, so a test running there reads its results from Kafka.
+type EgressRoute struct {
+	// Kafka is the typename of the Kafka egress; empty for the playground
+	// egress.
+	Kafka string
+	// TopicPrefix goes before each topic name, so that tests sharing one
+	// Kafka do not share topics.
+	TopicPrefix string
+}
+
+// route is the EgressRoute of one handler, which its FeatureServer may
+// change while it serves.
+type route struct{ p atomic.Pointer[EgressRoute] }
+
+// send sends one record by the current route.
+func (r *route) send(ctx statefun.Context, topic, payload string) {
+	if to := r.p.Load(); to != nil && to.Kafka != "" {
+		ctx.SendEgress(statefun.KafkaEgressBuilder{
+			Target: statefun.TypeNameFrom(to.Kafka),
+			Topic:  to.TopicPrefix + topic,
+			Key:    ctx.Self().Id,
+			Value:  []byte(payload),
+		})
+		return
+	}
+	egress(ctx, topic, payload)
 }
 
 func must(err error) {
@@ -79,6 +116,7 @@ func must(err error) {
 // rejects the commands that need one.
 type features struct {
 	stateful bool
+	out      *route
 
 	mu    sync.Mutex
 	calls map[string]int64 // "namespace/type/id" -> messages handled
@@ -91,7 +129,7 @@ func (f *features) Invoke(ctx statefun.Context, msg statefun.Message) error {
 	calls := f.calls[self]
 	f.mu.Unlock()
 
-	inv := invocation{ctx: ctx, msg: &msg, calls: calls, stateful: f.stateful}
+	inv := invocation{ctx: ctx, msg: &msg, calls: calls, stateful: f.stateful, out: f.out}
 	if !msg.Is(commandType) {
 		return inv.report(Command{Op: OpReport})
 	}
@@ -108,6 +146,7 @@ type invocation struct {
 	msg      *statefun.Message
 	calls    int64
 	stateful bool
+	out      *route
 }
 
 var errNoState = errors.New("sdktest: " + StatelessFn + " has no state")
@@ -139,7 +178,7 @@ func (in invocation) run(cmd Command, depth int) error {
 	case OpReport:
 		return in.report(cmd)
 	case OpEgress:
-		egress(in.ctx, topicOr(cmd.Topic), cmd.Payload)
+		in.out.send(in.ctx, topicOr(cmd.Topic), cmd.Payload)
 	case OpSend, OpSendAfter:
 		return in.send(cmd)
 	case OpCancel:
@@ -243,7 +282,7 @@ func (in invocation) report(cmd Command) error {
 	if err != nil {
 		return err
 	}
-	egress(in.ctx, topicOr(cmd.Topic), payload)
+	in.out.send(in.ctx, topicOr(cmd.Topic), payload)
 	return nil
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/stateapi"
@@ -152,6 +153,12 @@ func (s *Sender) produce(ctx context.Context, env *protocol.Envelope, id string,
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, ingress.ErrTooLarge) {
+			// Kafka would refuse it on every retry, and the owner could
+			// not log it in its changelog either.
+			return &stateapi.CommandError{Status: http.StatusRequestEntityTooLarge, Mutation: id,
+				Detail: fmt.Sprintf("mutation %s was not applied and cannot be in cluster mode: %v", id, err)}
 		}
 		s.cfg.Logger.Warn("cluster: producing a state mutation's command", "mutation", id, "partition", p, "err", err)
 		if sleep(ctx, 200*time.Millisecond) != nil {

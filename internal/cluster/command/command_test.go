@@ -3,10 +3,12 @@ package command
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/stateapi"
@@ -238,6 +241,21 @@ func TestSendFailsClearly(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Status != 403 {
 		t.Errorf("a token without the read scope: %v", err)
 	}
+
+	// A command over what the producer takes is refused for good, at once:
+	// a 413, not a 503 after retrying it for the whole budget.
+	tp.fail = fmt.Errorf("%w: over max.request.size", ingress.ErrTooLarge)
+	s = newSender(t, tp, m, func(context.Context, int) (string, string, bool) { return "owner", url, true }, 15*time.Second)
+	start := time.Now()
+	_, err = s.Send(context.Background(), m, "")
+	if !errors.As(err, &ce) || ce.Status != http.StatusRequestEntityTooLarge || ce.Mutation != "m-1" ||
+		!strings.Contains(ce.Detail, "was not applied") || !strings.Contains(ce.Detail, "max.request.size") {
+		t.Errorf("a command too large for Kafka: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("a command too large for Kafka was answered after %v, retried instead of refused", d)
+	}
+	tp.fail = nil
 
 	tp.up = true
 	m2 := put("m-2", "v")

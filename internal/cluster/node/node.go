@@ -32,6 +32,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/session"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/idempotency"
+	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
 	"github.com/statefun-go/statefun/internal/kafkaingress"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -280,13 +281,21 @@ func (n *Node) Close() {
 	n.producer.Close()
 }
 
-// Ingest produces a playground ingress message to the messages topic, at
-// its address's partition, and returns once Kafka acknowledged it (all
-// replicas in sync). It implements ingress.Sink.
+// Ingest produces a playground ingress message (or a state mutation's
+// command) to the messages topic, at its address's partition, and returns
+// once Kafka acknowledged it (all replicas in sync). A record over what
+// the producer takes is refused with ingress.ErrTooLarge. It implements
+// ingress.Sink.
 func (n *Node) Ingest(ctx context.Context, env *protocol.Envelope) error {
 	rec, err := n.record(env)
 	if err != nil {
 		return err
+	}
+	// Kafka would refuse it every time; ErrNotAcknowledged would have the
+	// client retry forever.
+	if size := len(rec.Key) + len(rec.Value); size > n.maxRecord {
+		return fmt.Errorf("%w: its record in %s would be %d bytes (key and value), over the %d this node's Kafka producer takes (max.request.size, --cluster-property)",
+			ingress.ErrTooLarge, rec.Topic, size, n.maxRecord)
 	}
 	if err := n.producer.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		return fmt.Errorf("%w (%s, partition %d): %w", ErrNotAcknowledged, rec.Topic, rec.Partition, err)

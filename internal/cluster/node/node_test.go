@@ -1,12 +1,17 @@
 package node
 
 import (
+	"context"
 	"encoding/hex"
+	"errors"
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -58,5 +63,26 @@ func TestRecordFormat(t *testing.T) {
 	}
 	if _, err := Decode([]byte("not an envelope")); err == nil {
 		t.Error("Decode of a foreign value: no error")
+	}
+}
+
+// A playground message whose record is over what the node's producer takes
+// is refused with ingress.ErrTooLarge, naming the sizes and the setting,
+// before anything is sent to Kafka: Kafka would refuse it on every retry.
+func TestIngestRefusesARecordOverTheProducerLimit(t *testing.T) {
+	// No producer: reaching Kafka would panic.
+	n := &Node{p: 8, maxRecord: 1000, cfg: Config{Cluster: &clusterconfig.Config{AppID: "app"}}}
+	env := &protocol.Envelope{
+		Target:   &protocol.Address{Namespace: "kc", Type: "counter", Id: "a"},
+		Argument: &protocol.TypedValue{Typename: "kc/text", HasValue: true, Value: make([]byte, 1000)},
+	}
+	err := n.Ingest(context.Background(), env)
+	if !errors.Is(err, ingress.ErrTooLarge) || errors.Is(err, ErrNotAcknowledged) {
+		t.Fatalf("Ingest of a 1000-byte body with a 1000-byte record limit: %v; want ingress.ErrTooLarge", err)
+	}
+	for _, want := range []string{"app-messages", "over the 1000", "max.request.size"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }

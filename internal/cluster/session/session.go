@@ -463,10 +463,19 @@ func (s *Session) Run(ctx context.Context) (err error) {
 	}
 }
 
+// DefaultFetchMaxWait is how long a fetch of the session waits for records
+// unless fetch.max.wait.ms says otherwise: the Kafka consumer's default.
+// The client's own default (5 s) held up every partition resumed while a
+// fetch was in flight — after a restore, a rebuild or a full queue — for up
+// to that long: a node that had just reported ready took 5.1 s to take the
+// first message in.
+const DefaultFetchMaxWait = 500 * time.Millisecond
+
 // clientOpts are the options of the node's group transact session.
 func (s *Session) clientOpts() []kgo.Opt {
 	c := s.cfg.Cluster
-	var opts []kgo.Opt
+	// First, so that fetch.max.wait.ms (in GroupOpts) overrides it.
+	opts := []kgo.Opt{kgo.FetchMaxWait(DefaultFetchMaxWait)}
 	opts = append(opts, s.cl.Opts...)
 	opts = append(opts, s.cl.GroupOpts...)
 	opts = append(opts, s.cl.ProducerOpts...)

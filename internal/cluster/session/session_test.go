@@ -13,7 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/module"
+	"github.com/statefun-go/statefun/internal/store"
 )
 
 // faultSeed fixes the schedule of injected faults of the fault tests (0:
@@ -460,4 +465,39 @@ func TestCommitWithoutOffsetsSkipsThePreKIP447Pause(t *testing.T) {
 	}
 	a.stop(t)
 	h.checkExactlyOnce(20 + ticks)
+}
+
+// A session's fetches wait at most DefaultFetchMaxWait (the Kafka
+// consumer's default) unless fetch.max.wait.ms is set: with the client's
+// default of 5 s, a partition resumed after its restore waited for the
+// fetch in flight, and a node that had just reported ready took 5.1 s to
+// take in its first message (seen in the e2e suites on a cluster node).
+func TestFetchMaxWaitDefault(t *testing.T) {
+	for _, tc := range []struct {
+		props []module.KafkaProperty
+		want  time.Duration
+	}{
+		{nil, DefaultFetchMaxWait},
+		{[]module.KafkaProperty{{Key: "fetch.max.wait.ms", Value: "50"}}, 50 * time.Millisecond},
+	} {
+		db, err := store.Open("", store.Options{Partitions: testP, FS: vfs.NewMem(), Logger: quietLogger{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		cfg := &clusterconfig.Config{Brokers: []string{"127.0.0.1:1"}, AppID: testApp, NodeID: "n", Advertise: "http://n:8070", Properties: tc.props}
+		s, err := New(Config{Cluster: cfg, DB: db})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(s.clientOpts()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := cl.OptValue(kgo.FetchMaxWait)
+		cl.Close()
+		if got != tc.want {
+			t.Errorf("properties %v: the session's fetch max wait is %v, want %v", tc.props, got, tc.want)
+		}
+	}
 }

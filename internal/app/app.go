@@ -241,6 +241,7 @@ func Start(cfg Config) (*App, error) {
 	}
 	if cn != nil {
 		eopts.Owned, eopts.Durability, eopts.Outbound = true, cn.Durability(), cn.Outbound()
+		eopts.MaxRecordBytes = cn.MaxRecord()
 	}
 	eng, err := engine.New(eopts)
 	if err != nil {

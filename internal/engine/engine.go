@@ -41,6 +41,9 @@ type Options struct {
 	// is refused as a protocol violation (see partition.Config.Routable).
 	// Nil means every type is served.
 	Routable func(t address.TypeName) bool
+	// MaxRecordBytes is the most bytes one record of the log takes (see
+	// partition.Config.MaxRecordBytes); ≤ 0 for no limit.
+	MaxRecordBytes int
 	// MaxBacklog is how many messages may wait in one partition before the
 	// ingress answers busy. Default 100000.
 	MaxBacklog int

@@ -104,6 +104,7 @@ func (e *Engine) buildPart(p int, in *inboxScan, outSeq uint64, pauses []partiti
 		PauseAfter:       e.opts.PauseAfter,
 		PauseOnViolation: e.opts.PauseOnViolation,
 		OwnTypePauses:    e.opts.Owned,
+		MaxRecordBytes:   e.opts.MaxRecordBytes,
 	}, storeReader{db: e.db, specs: specs}, rs)
 	pt := newPart(p, core, e, e.opts.Now)
 	for i, k := range in.keys {

@@ -57,6 +57,15 @@ type Config struct {
 	// share alone writes the type's receipt and audit record. Without it
 	// only TypeOwner records the pause and the others answer at once.
 	OwnTypePauses bool
+	// MaxRecordBytes is the most bytes one record of the application's log
+	// may carry (cluster mode: what one Kafka record of the node's producer
+	// takes, max.request.size less a batch's framing). A message, a
+	// delayed message or a state value of a function's response whose
+	// record would be larger could never be committed, so the response is
+	// a protocol violation, refused as a whole like any other: the batch
+	// backs off and the poison policy applies, instead of every commit of
+	// the partition failing on it. ≤ 0: no limit (embedded mode).
+	MaxRecordBytes int
 }
 
 // Restore is the durable starting point of a core: what the store held at

@@ -22,6 +22,7 @@ func TestResponsesWithUnstorableOrUndeliverableMessagesAreViolations(t *testing.
 		return &protocol.FromFunction_InvocationResponse{DelayedInvocations: []*protocol.FromFunction_DelayedInvocation{d}}
 	}
 	typed := func(tn string) *protocol.TypedValue { return &protocol.TypedValue{Typename: tn, HasValue: true} }
+	big := &protocol.TypedValue{Typename: intType, HasValue: true, Value: make([]byte, 1000)}
 	for _, tc := range []struct {
 		name string
 		resp *protocol.FromFunction
@@ -48,9 +49,18 @@ func TestResponsesWithUnstorableOrUndeliverableMessagesAreViolations(t *testing.
 			"a declared state name is 4097 bytes"},
 		{"state typename not UTF-8", incomplete(spec("s", "a/\xff", protocol.FromFunction_ExpirationSpec_NONE, 0)),
 			`state "s": typename is not valid UTF-8`},
+		// Over what one record of the cluster's log takes (MaxRecordBytes
+		// below): it could never be committed.
+		{"message over one record", result(msg(to("test", "counter", "x"), big)),
+			"outgoing message 0: 1211 bytes, over the 1000 bytes one record of the cluster's log takes"},
+		{"delayed message over one record", result(delayed(&protocol.FromFunction_DelayedInvocation{DelayInMs: 5, Target: to("test", "counter", "x"), Argument: big})),
+			"delayed invocation 0: 1211 bytes, over the 1000"},
+		{"state value over one record", result(&protocol.FromFunction_InvocationResponse{StateMutations: []*protocol.FromFunction_PersistedValueMutation{{
+			MutationType: protocol.FromFunction_PersistedValueMutation_MODIFY, StateName: "count", StateValue: &protocol.TypedValue{Typename: intType, HasValue: true, Value: big.Value}}}}),
+			`state mutation 0: the value of "count": 1166 bytes, over the 1000`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, Config{Routable: func(t address.TypeName) bool { return t == counterT }})
+			h := newHarness(t, Config{Routable: func(t address.TypeName) bool { return t == counterT }, MaxRecordBytes: 1000})
 			h.registered(Spec{Name: "count", Typename: intType})
 			k := h.ingress(addr("a"), intVal(1))
 			inv := h.oneInvocation()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
+	"google.golang.org/protobuf/proto"
 )
 
 // ViolationError is a response that broke the protocol. Its effects are
@@ -59,7 +60,11 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 		if err := c.checkMessage(m.GetTarget(), m.GetArgument()); err != nil {
 			return nil, violation("outgoing message %d: %v", i, err)
 		}
-		fx.messages = append(fx.messages, &protocol.Envelope{Target: m.GetTarget(), Caller: caller, Argument: m.GetArgument()})
+		env := &protocol.Envelope{Target: m.GetTarget(), Caller: caller, Argument: m.GetArgument()}
+		if err := c.checkRecord(env.GetTarget(), proto.Size(env)); err != nil {
+			return nil, violation("outgoing message %d: %v", i, err)
+		}
+		fx.messages = append(fx.messages, env)
 	}
 	// Tokens are scoped by the sender's id; follow the adds and cancels of
 	// this response in order to find a duplicate it creates itself.
@@ -98,10 +103,14 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 			}
 			changed[tok] = true
 		}
+		env := &protocol.Envelope{Target: d.GetTarget(), Caller: caller, Argument: d.GetArgument(), CancellationToken: d.GetCancellationToken()}
+		if err := c.checkRecord(env.GetTarget(), proto.Size(env)); err != nil {
+			return nil, violation("delayed invocation %d: %v", i, err)
+		}
 		fx.delayed = append(fx.delayed, delayedOp{
 			token: d.GetCancellationToken(),
 			delay: d.GetDelayInMs(),
-			env:   &protocol.Envelope{Target: d.GetTarget(), Caller: caller, Argument: d.GetArgument(), CancellationToken: d.GetCancellationToken()},
+			env:   env,
 		})
 	}
 	for i, e := range r.GetOutgoingEgresses() {
@@ -138,6 +147,9 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 			if v.GetTypename() != spec.Typename {
 				return nil, violation("state mutation %d: state %q is registered as %s, the function wrote %s", i, spec.Name, spec.Typename, v.GetTypename())
 			}
+			if err := c.checkRecord(toProto(self), len(v.GetValue())+len(v.GetTypename())+len(spec.Name)); err != nil {
+				return nil, violation("state mutation %d: the value of %q: %v", i, spec.Name, err)
+			}
 			fx.mutations = append(fx.mutations, mutation{spec: spec, value: v.GetValue()})
 		default:
 			return nil, violation("state mutation %d: unknown mutation type %d", i, m.GetMutationType())
@@ -165,6 +177,24 @@ func (c *Core) checkMessage(a *protocol.Address, arg *protocol.TypedValue) error
 	}
 	if err := address.CheckTypename(arg.GetTypename()); err != nil {
 		return fmt.Errorf("argument %s", fieldProblem(err))
+	}
+	return nil
+}
+
+// recordSlack is what a log record carries besides its payload and the
+// address in its key: a store key's framing, a stored value's version,
+// expiry and field tags, an inbox or timer key's sequence numbers.
+const recordSlack = 128
+
+// checkRecord checks that an effect of payload bytes about address a fits
+// one record of the application's log (Config.MaxRecordBytes).
+func (c *Core) checkRecord(a *protocol.Address, payload int) error {
+	if c.cfg.MaxRecordBytes <= 0 {
+		return nil
+	}
+	key := len(a.GetNamespace()) + len(a.GetType()) + len(a.GetId())
+	if n := payload + key + recordSlack; n > c.cfg.MaxRecordBytes {
+		return fmt.Errorf("%d bytes, over the %d bytes one record of the cluster's log takes (the Kafka producer's max.request.size, --cluster-property); it could never be committed", n, c.cfg.MaxRecordBytes)
 	}
 	return nil
 }

@@ -24,6 +24,8 @@ var (
 	flagNice       = flag.Int("load.nice", envInt("STATEFUN_BENCH_NICE", 0), "niceness of the function and load generator processes: they stand in for machines of their own, so with a positive value they take only the CPU the runtime leaves")
 	flagPin        = flag.String("load.pin", envStr("STATEFUN_BENCH_PIN", ""), "RT:OTHERS pins the runtime child to the CPUs RT and every other child to OTHERS (taskset lists, e.g. 0:1): the runtime then has processors of its own, as on a machine of its own")
 	flagProcs      = flag.Int("load.procs", envInt("STATEFUN_BENCH_PROCS", 0), "GOMAXPROCS of the runtime's child process (-load.runtime process; 0: leave it)")
+	flagPool       = flag.Int("load.pool", envInt("STATEFUN_BENCH_POOL", 0), "the function endpoint's transport pool_size in the runtime child's module (calls in flight at most; 0: the default)")
+	flagTrace      = flag.String("load.trace", envStr("STATEFUN_BENCH_TRACE", ""), "a file: the runtime child's execution trace of its last seconds, written when it exits (-load.runtime process)")
 	flagProfile    = flag.String("load.profile", envStr("STATEFUN_BENCH_PROFILE", ""), "directory for a CPU profile of each end-to-end run")
 )
 

@@ -79,6 +79,8 @@
 //	-load.gen         STATEFUN_BENCH_GEN         where the load generator runs: process or inprocess
 //	-load.gogc        STATEFUN_BENCH_GOGC        GOGC of the runtime's process (0: leave it)
 //	-load.procs       STATEFUN_BENCH_PROCS       GOMAXPROCS of the runtime's child process (0: leave it)
+//	-load.pool        STATEFUN_BENCH_POOL        the function endpoint's pool_size in the runtime child's module
+//	-load.trace       STATEFUN_BENCH_TRACE       a file for the runtime child's execution trace of its last seconds
 //	-load.profile     STATEFUN_BENCH_PROFILE     a directory: write a CPU profile of each
 //	                                             end-to-end run's measured window there
 //

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"sync"
 	"testing"
@@ -375,7 +376,8 @@ type runtimeSpec struct {
 	Module     string
 	Partitions int
 	GOGC       int
-	Procs      int // GOMAXPROCS (0: leave it)
+	Procs      int    // GOMAXPROCS (0: leave it)
+	Trace      string // a file for the execution trace of the child's last seconds ("": none)
 }
 
 // runRuntimeChild is the runtime in a process of its own, as an operator's
@@ -389,6 +391,21 @@ func runRuntimeChild() error {
 	debug.SetGCPercent(cmp.Or(spec.GOGC, 400))
 	if spec.Procs > 0 {
 		runtime.GOMAXPROCS(spec.Procs)
+	}
+	if spec.Trace != "" {
+		// A flight recorder keeps the last seconds: written at exit, they
+		// cover the end of the measured operation, not the whole run.
+		fr := trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: 8 * time.Second, MaxBytes: 512 << 20})
+		if err := fr.Start(); err != nil {
+			return err
+		}
+		defer func() {
+			if f, err := os.Create(spec.Trace); err == nil {
+				fr.WriteTo(f)
+				f.Close()
+			}
+			fr.Stop()
+		}()
 	}
 	dir, err := os.MkdirTemp("", "statefun-bench-runtime-")
 	if err != nil {
@@ -417,7 +434,7 @@ func startRuntime(b *testing.B, module string) benchRuntime {
 	b.Helper()
 	switch *flagRuntime {
 	case "process":
-		js, err := json.Marshal(runtimeSpec{Module: module, Partitions: *flagPartitions, GOGC: *flagGOGC, Procs: *flagProcs})
+		js, err := json.Marshal(runtimeSpec{Module: module, Partitions: *flagPartitions, GOGC: *flagGOGC, Procs: *flagProcs, Trace: *flagTrace})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -451,11 +468,15 @@ func startApp(dir, module string, partitions int) (*app.App, error) {
 // counterModule is the module of the state API and console benchmarks:
 // sdktest/* served by fn, a playground ingress and egress on free ports.
 func counterModule(b *testing.B, fn *counterFn) string {
+	transport := ""
+	if *flagPool > 0 {
+		transport = fmt.Sprintf("  transport:\n    type: io.statefun.transports.v1/async\n    pool_size: %d\n", *flagPool)
+	}
 	return fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
 spec:
   functions: sdktest/*
   urlPathTemplate: %s
----
+%s---
 kind: io.statefun.playground.v1/ingress
 spec:
   port: %d
@@ -464,5 +485,5 @@ kind: io.statefun.playground.v1/egress
 spec:
   port: %d
   topics: [%s]
-`, fn.url, freePort(b), freePort(b), sdktest.CounterTopic)
+`, fn.url, transport, freePort(b), freePort(b), sdktest.CounterTopic)
 }

@@ -244,6 +244,13 @@ func TestClusterPauseTypeEveryNode(t *testing.T) {
 	waitCounts(t, nodes, want, 60*time.Second)
 }
 
+// A killed node's last invocations may run again on the partition's next
+// owner: the counts waited for are read as applied, which can be before
+// the node committed them (effects count once, invocations at least once).
+// So the checks below compare the arguments seen with repeats of the same
+// invocation folded (slices.Compact): what they check is that no message
+// sent after the pause was invoked before the resume, and the order.
+//
 // TestClusterPauseTypeAcrossKill pauses a function type while one node of
 // three is killed with SIGKILL: the answer is the receipt, or a 503 naming
 // the partitions it did not reach, and sending it again with its mutation
@@ -284,7 +291,7 @@ func TestClusterPauseTypeAcrossKill(t *testing.T) {
 	sendAll(t, survivors, ids, "1")
 	waitHeld(t, survivors, ids, pause.Mutation, 1)
 	for _, id := range ids {
-		if got := log.of(id); !slices.Equal(got, []string{"0"}) {
+		if got := log.of(id); !slices.Equal(slices.Compact(got), []string{"0"}) {
 			t.Errorf("%s invoked with %v while its type is paused; want only the message before the pause", id, got)
 		}
 	}
@@ -308,7 +315,7 @@ func TestClusterPauseTypeAcrossKill(t *testing.T) {
 	sendAll(t, last, ids, "2")
 	waitHeld(t, last, ids, pause.Mutation, 1)
 	for _, id := range ids {
-		if got := log.of(id); !slices.Equal(got, []string{"0", "1"}) {
+		if got := log.of(id); !slices.Equal(slices.Compact(got), []string{"0", "1"}) {
 			t.Errorf("%s invoked with %v while its type is paused; want 0 1", id, got)
 		}
 	}

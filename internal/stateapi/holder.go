@@ -13,7 +13,6 @@ package stateapi
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -115,15 +114,7 @@ func (s *Server) forwardByID(w http.ResponseWriter, r *http.Request, body []byte
 		fr.ContentLength = int64(len(body))
 	}
 	fr.Header.Set(PartitionHeader, strconv.Itoa(hp))
-	answered, err := c.ForwardOnce(w, fr, hp)
-	switch {
-	case errors.Is(err, forward.ErrTooLarge):
-		fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", forward.MaxOnceBody))
-	case err != nil:
-		fail(w, r, http.StatusBadRequest, err.Error())
-	case !answered:
-		s.notOwned(w, r, hp)
-	}
+	s.sendOnce(w, r, fr, hp)
 	return true
 }
 

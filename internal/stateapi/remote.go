@@ -84,7 +84,15 @@ func (s *Server) forwardChange(w http.ResponseWriter, r *http.Request, a address
 		s.notOwned(w, r, p)
 		return true
 	}
-	answered, err := c.ForwardOnce(w, r, p)
+	s.sendOnce(w, r, r, p)
+	return true
+}
+
+// sendOnce sends fr, the request r or a copy of it, to the owner of
+// partition p at most once (Cluster.ForwardOnce) and answers r: with the
+// owner's answer, or this node's when fr could not be sent.
+func (s *Server) sendOnce(w http.ResponseWriter, r, fr *http.Request, p int) {
+	answered, err := s.opts.Cluster.ForwardOnce(w, fr, p)
 	switch {
 	case errors.Is(err, forward.ErrTooLarge):
 		fail(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is over %d bytes", forward.MaxOnceBody))
@@ -93,7 +101,6 @@ func (s *Server) forwardChange(w http.ResponseWriter, r *http.Request, a address
 	case !answered:
 		s.notOwned(w, r, p)
 	}
-	return true
 }
 
 // localPart is, for a request another node sent to gather a listing, the

@@ -124,13 +124,22 @@ func (s *Server) spreadTypePause(w http.ResponseWriter, r *http.Request, req eng
 			others = append(others, p)
 		}
 	}
-	answers, refusal, missing := c.Spread(fw, body, others)
-	if refusal != nil {
-		s.passAnswer(w, *refusal)
-		return
+	// spread sends the change to parts, and answers the request itself
+	// when some refused it or were not reached (ok false).
+	spread := func(parts []int) (answers []forward.Answer, ok bool) {
+		answers, refusal, missing := c.Spread(fw, body, parts)
+		switch {
+		case refusal != nil:
+			s.passAnswer(w, *refusal)
+		case len(missing) > 0:
+			s.typePauseMissing(w, r, req, missing)
+		default:
+			return answers, true
+		}
+		return nil, false
 	}
-	if len(missing) > 0 {
-		s.typePauseMissing(w, r, req, missing)
+	answers, ok := spread(others)
+	if !ok {
 		return
 	}
 	changed := false
@@ -143,13 +152,7 @@ func (s *Server) spreadTypePause(w http.ResponseWriter, r *http.Request, req eng
 		changed = changed || sa.Changed
 	}
 	fw.Header.Set(changedElsewhereHeader, strconv.FormatBool(changed))
-	answers, refusal, missing = c.Spread(fw, body, []int{owner})
-	if refusal != nil {
-		s.passAnswer(w, *refusal)
-		return
-	}
-	if len(missing) > 0 {
-		s.typePauseMissing(w, r, req, missing)
+	if answers, ok = spread([]int{owner}); !ok {
 		return
 	}
 	for _, a := range answers {

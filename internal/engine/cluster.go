@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/engine/committer"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -358,7 +360,7 @@ func (r *arrivalsReq) Encode(b *store.Batch) error {
 			}
 			r.p.commands[m.GetId()] = true
 			r.ids = append(r.ids, m.GetId())
-			b.PutReceipt(&protocol.Receipt{Mutation: m.GetId(), Status: "accepted", At: now, Target: m.GetTarget(), State: m.GetState()})
+			b.PutReceipt(&protocol.Receipt{Mutation: m.GetId(), Status: "accepted", At: now, Target: m.GetTarget(), State: m.GetState(), Partition: proto.Uint32(uint32(r.p.id))})
 		}
 		if ik := rec.Env.GetIngressKey(); ik != nil {
 			deliver, err := r.firstOfKey(b, ik, rec, now)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -268,6 +270,7 @@ func (r *resendReq) Encode(b *store.Batch) error {
 	}
 	// (ingressReq.Encode counted the request as encoded.)
 	b.DeleteMessageDeadLetter(r.deadLetter)
+	r.audit.Partition = proto.Uint32(uint32(r.p.id))
 	b.PutAudit(r.audit)
 	return nil
 }

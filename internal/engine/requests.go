@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
@@ -30,6 +32,7 @@ func (r *ingressReq) Encode(b *store.Batch) error {
 	}
 	b.PutInbox(r.p.arr.assign(r.key), r.env)
 	if r.receipt != nil {
+		r.receipt.Partition = proto.Uint32(uint32(r.p.id))
 		b.PutReceipt(r.receipt)
 	}
 	if r.once != nil {
@@ -126,12 +129,18 @@ func (r *partCommit) Encode(b *store.Batch) error {
 			b.PutEgressSeq(r.e.egressSeq)
 		}
 	}
+	// Both name the partition that keeps them: a cancel of a delayed
+	// message is kept by the sender's, not the target's.
 	for _, a := range cm.Audit {
-		b.PutAudit(auditToProto(a))
+		ap := auditToProto(a)
+		ap.Partition = proto.Uint32(uint32(r.p.id))
+		b.PutAudit(ap)
 	}
 	for _, rc := range cm.Receipts {
 		if !rc.Unstored {
-			b.PutReceipt(receiptToProto(rc))
+			rp := receiptToProto(rc)
+			rp.Partition = proto.Uint32(uint32(r.p.id))
+			b.PutReceipt(rp)
 		}
 	}
 	b.PutMeta(r.p.id, store.PartitionMeta{CommitID: cm.ID, VersionSeq: cm.VersionSeq})

@@ -1029,8 +1029,13 @@ type Receipt struct {
 	At              int64    `protobuf:"varint,8,opt,name=at,proto3" json:"at,omitempty"`
 	Target          *Address `protobuf:"bytes,9,opt,name=target,proto3" json:"target,omitempty"`
 	State           string   `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// partition is the partition whose commit wrote the receipt (checkpoint
+	// is that partition's commit). It is the target's partition but for a
+	// cancel of a delayed message, kept by the sender's partition. Absent in
+	// receipts written before it was recorded: then the target's.
+	Partition     *uint32 `protobuf:"varint,11,opt,name=partition,proto3,oneof" json:"partition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Receipt) Reset() {
@@ -1133,6 +1138,13 @@ func (x *Receipt) GetState() string {
 	return ""
 }
 
+func (x *Receipt) GetPartition() uint32 {
+	if x != nil && x.Partition != nil {
+		return *x.Partition
+	}
+	return 0
+}
+
 // AuditRecord is one entry's change by an operator mutation, with the
 // entry as it was before (the before-image an undo restores).
 type AuditRecord struct {
@@ -1157,7 +1169,11 @@ type AuditRecord struct {
 	// so that a revert can put them back.
 	Messages []*Envelope `protobuf:"bytes,16,rep,name=messages,proto3" json:"messages,omitempty"`
 	// timers are the delayed messages it cancelled or put back.
-	Timers        []*TimerImage `protobuf:"bytes,17,rep,name=timers,proto3" json:"timers,omitempty"`
+	Timers []*TimerImage `protobuf:"bytes,17,rep,name=timers,proto3" json:"timers,omitempty"`
+	// partition is the partition whose commit wrote the record, as in
+	// Receipt (absent in records written before it was recorded: the
+	// target's).
+	Partition     *uint32 `protobuf:"varint,18,opt,name=partition,proto3,oneof" json:"partition,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1309,6 +1325,13 @@ func (x *AuditRecord) GetTimers() []*TimerImage {
 		return x.Timers
 	}
 	return nil
+}
+
+func (x *AuditRecord) GetPartition() uint32 {
+	if x != nil && x.Partition != nil {
+		return *x.Partition
+	}
+	return 0
 }
 
 // TimerImage is a pending delayed message as an audit record keeps it.
@@ -1574,7 +1597,7 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"expires_at\x18\x05 \x01(\x03R\texpiresAt\"9\n" +
 	"\tCondition\x12\x10\n" +
 	"\x03any\x18\x01 \x01(\bR\x03any\x12\x1a\n" +
-	"\bversions\x18\x02 \x03(\x04R\bversions\"\xb1\x02\n" +
+	"\bversions\x18\x02 \x03(\x04R\bversions\"\xe2\x02\n" +
 	"\aReceipt\x12\x1a\n" +
 	"\bmutation\x18\x01 \x01(\tR\bmutation\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
@@ -1588,7 +1611,10 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"\x02at\x18\b \x01(\x03R\x02at\x127\n" +
 	"\x06target\x18\t \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x12\x14\n" +
 	"\x05state\x18\n" +
-	" \x01(\tR\x05state\"\xd8\x04\n" +
+	" \x01(\tR\x05state\x12!\n" +
+	"\tpartition\x18\v \x01(\rH\x00R\tpartition\x88\x01\x01B\f\n" +
+	"\n" +
+	"_partition\"\x89\x05\n" +
 	"\vAuditRecord\x12\x1a\n" +
 	"\bmutation\x18\x01 \x01(\tR\bmutation\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\x03R\x02at\x12\x1c\n" +
@@ -1608,7 +1634,10 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"\aversion\x18\x0e \x01(\x04R\aversion\x12\x1a\n" +
 	"\btypename\x18\x0f \x01(\tR\btypename\x12=\n" +
 	"\bmessages\x18\x10 \x03(\v2!.statefun.runtime.stored.EnvelopeR\bmessages\x12;\n" +
-	"\x06timers\x18\x11 \x03(\v2#.statefun.runtime.stored.TimerImageR\x06timers\"\x8b\x01\n" +
+	"\x06timers\x18\x11 \x03(\v2#.statefun.runtime.stored.TimerImageR\x06timers\x12!\n" +
+	"\tpartition\x18\x12 \x01(\rH\x00R\tpartition\x88\x01\x01B\f\n" +
+	"\n" +
+	"_partition\"\x8b\x01\n" +
 	"\n" +
 	"TimerImage\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x10\n" +
@@ -1698,6 +1727,8 @@ func file_protocol_stored_proto_init() {
 		return
 	}
 	file_protocol_requestreply_proto_init()
+	file_protocol_stored_proto_msgTypes[12].OneofWrappers = []any{}
+	file_protocol_stored_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -199,7 +199,7 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 	var last *protocol.AuditRecord
 	more := false
 	err := s.eng.ScanAudit(filter, func(a *protocol.AuditRecord) bool {
-		if r.Context().Err() != nil || !match(a) || (own != nil && !own[s.eng.PartitionOf(addrOf(a.GetTarget()))]) {
+		if r.Context().Err() != nil || !match(a) || (own != nil && !own[s.auditPartition(a)]) {
 			return r.Context().Err() == nil
 		}
 		if page.n == limit {

@@ -427,7 +427,26 @@ func (s *Server) receiptPosition(rc *protocol.Receipt) string {
 	if rc.GetStatus() == "accepted" {
 		return ""
 	}
-	return position(s.eng.PartitionOf(addrOf(rc.GetTarget())), rc.GetCheckpoint())
+	return position(s.receiptPartition(rc), rc.GetCheckpoint())
+}
+
+// receiptPartition is the partition that keeps a stored receipt: the one
+// it names, or, for a receipt written before receipts named one, its
+// target's (the same but for a cancel of a delayed message, kept by the
+// sender's partition).
+func (s *Server) receiptPartition(rc *protocol.Receipt) int {
+	if rc != nil && rc.Partition != nil {
+		return int(rc.GetPartition())
+	}
+	return s.eng.PartitionOf(addrOf(rc.GetTarget()))
+}
+
+// auditPartition is receiptPartition for an audit record.
+func (s *Server) auditPartition(a *protocol.AuditRecord) int {
+	if a != nil && a.Partition != nil {
+		return int(a.GetPartition())
+	}
+	return s.eng.PartitionOf(addrOf(a.GetTarget()))
 }
 
 // readPast serves what a GET of an entry or an address asks beyond the

@@ -64,7 +64,7 @@ func (s *Server) serveMutations(w http.ResponseWriter, r *http.Request) {
 		s.engineError(w, r, err)
 		return
 	}
-	if own := s.localPart(w, r); ok && own != nil && !own[s.eng.PartitionOf(addrOf(rc.GetTarget()))] {
+	if own := s.localPart(w, r); ok && own != nil && !own[s.receiptPartition(rc)] {
 		ok = false // a stale copy of a partition that moved away: its owner answers
 	}
 	if !ok {
@@ -104,7 +104,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 		return
 	}
 	h := receiptHolder(id)
-	if s.forwardByID(w, r, nil, ok, s.eng.PartitionOf(addrOf(rc.GetTarget())), h) {
+	if s.forwardByID(w, r, nil, ok, s.receiptPartition(rc), h) {
 		return
 	}
 	if !ok {

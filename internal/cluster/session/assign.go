@@ -68,23 +68,39 @@ func (s *Session) onAssigned(_ context.Context, cl *kgo.Client, m map[string][]i
 }
 
 // onRevoked runs on the group's goroutine, with the session's lock held:
-// the open transaction, if any, will abort (the GroupTransactSession saw a
-// revocation). Calling into the engine or ending the transaction here
+// the open transaction, if it commits offsets, will abort (the
+// GroupTransactSession saw a revocation; one without offsets commits, see
+// endWithoutOffsets). Calling into the engine or ending the transaction here
 // would race Run's goroutine or deadlock; Run drops the partitions before
 // it encodes anything more.
+//
+// An event is posted for a revocation of ingress partitions alone too
+// (with no partitions of its own): the group transact session hears no
+// further revocation until its End runs, and a node whose transactions
+// commit no offsets (endWithoutOffsets) would not run one, so Run must
+// rearm it (rearmRevocations).
 func (s *Session) onRevoked(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	s.forgetStarts(m)
-	if ps := s.ownParts(m); len(ps) > 0 {
-		s.post(event{kind: evRevoked, parts: ps})
+	if anyPartition(m) {
+		s.post(event{kind: evRevoked, parts: s.ownParts(m)})
 	}
+}
+
+func anyPartition(m map[string][]int32) bool {
+	for _, ps := range m {
+		if len(ps) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // onLost is onRevoked for partitions lost without a clean revocation (the
 // session timed out, the member was fenced).
 func (s *Session) onLost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	s.forgetStarts(m)
-	if ps := s.ownParts(m); len(ps) > 0 {
-		s.post(event{kind: evLost, parts: ps})
+	if anyPartition(m) {
+		s.post(event{kind: evLost, parts: s.ownParts(m)})
 	}
 }
 
@@ -115,8 +131,11 @@ func (s *Session) handleEvents(rctx context.Context) error {
 			if ev.kind == evLost {
 				kind = "lost"
 			}
-			s.m.rebalances.WithLabelValues(kind).Inc()
 			s.rearm = true
+			if len(ev.parts) == 0 {
+				continue // ingress partitions only: nothing of ours to drop
+			}
+			s.m.rebalances.WithLabelValues(kind).Inc()
 			s.log.Info("cluster: partitions "+kind, "partitions", ev.parts)
 			for _, p := range ev.parts {
 				s.drop(p, kind)

@@ -263,6 +263,10 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 			}
 		}
 		s.m.aborts.WithLabelValues(abort).Inc()
+		if abort == "group" {
+			// The other causes were logged where they arose.
+			s.log.Info("cluster: the transaction was aborted by the group (a rebalance, or an offset commit the coordinator refused); its work is redone", "partitions", sortedKeys(touched))
+		}
 		for _, p := range sortedKeys(touched) {
 			s.rebuild(rctx, p, cause)
 		}

@@ -2,12 +2,15 @@ package stateapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/protocol"
 )
 
 // Commands takes, in cluster mode, the mutations this node cannot apply
@@ -105,8 +108,39 @@ func rejectionName(c partition.RejectCode) string {
 	}
 }
 
-// RejectionCode is the code a receipt's "rejection" field names.
-func RejectionCode(name string) (partition.RejectCode, bool) {
+// DecodeReceipt reads a receipt as GET /mutations/<id> answers it
+// (receiptJSON) back into its stored form. The cluster's command sender
+// reads the owner's receipts with it, so that the format is read where it
+// is written.
+func DecodeReceipt(body []byte) (*protocol.Receipt, error) {
+	var rj receiptJSON
+	if err := json.Unmarshal(body, &rj); err != nil {
+		return nil, fmt.Errorf("the receipt does not decode: %w", err)
+	}
+	rc := &protocol.Receipt{Mutation: rj.Mutation, Status: rj.Status, Reason: rj.Reason}
+	if rj.Checkpoint != nil {
+		rc.Checkpoint = *rj.Checkpoint
+	}
+	version := func(v *string) uint64 {
+		if v == nil {
+			return 0
+		}
+		n, _ := strconv.ParseUint(*v, 10, 64)
+		return n
+	}
+	rc.Version, rc.PreviousVersion = version(rj.Version), version(rj.PreviousVersion)
+	if rj.Status == "rejected" {
+		code, ok := rejectionCode(rj.Rejection)
+		if !ok {
+			return nil, fmt.Errorf("a rejected receipt names no known rejection (%q): the owner runs another build", rj.Rejection)
+		}
+		rc.Reject = int32(code)
+	}
+	return rc, nil
+}
+
+// rejectionCode is the code a receipt's "rejection" field names.
+func rejectionCode(name string) (partition.RejectCode, bool) {
 	for _, c := range []partition.RejectCode{partition.RejectPrecondition, partition.RejectTypeConflict,
 		partition.RejectNoTypename, partition.RejectNotFound, partition.RejectConflict} {
 		if rejectionName(c) == name {

@@ -189,7 +189,7 @@ func mustVersion(t *testing.T, v *string) uint64 {
 func TestReceiptRejection(t *testing.T) {
 	for _, c := range []partition.RejectCode{partition.RejectPrecondition, partition.RejectTypeConflict,
 		partition.RejectNoTypename, partition.RejectNotFound, partition.RejectConflict} {
-		got, ok := RejectionCode(rejectionName(c))
+		got, ok := rejectionCode(rejectionName(c))
 		if !ok || got != c {
 			t.Errorf("%d: %q read back as %d %v", c, rejectionName(c), got, ok)
 		}

@@ -12,14 +12,12 @@ package command
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -168,17 +166,6 @@ func (s *Sender) produce(ctx context.Context, env *protocol.Envelope, id string,
 	}
 }
 
-// receiptJSON is what GET /mutations/<id> answers (docs/state-api.md).
-type receiptJSON struct {
-	Mutation        string  `json:"mutation"`
-	Status          string  `json:"status"`
-	Checkpoint      *uint64 `json:"checkpoint"`
-	Version         *string `json:"version"`
-	PreviousVersion *string `json:"previousVersion"`
-	Reason          string  `json:"reason"`
-	Rejection       string  `json:"rejection"`
-}
-
 // fetch reads the receipt of id from the owner's API, waiting there a few
 // seconds for it to be final: short enough to notice a move soon.
 func (s *Sender) fetch(ctx context.Context, adminURL, id, auth string) (*protocol.Receipt, error) {
@@ -220,31 +207,11 @@ func (s *Sender) fetch(ctx context.Context, adminURL, id, auth string) (*protoco
 			Detail: fmt.Sprintf("mutation %s was sent to the owner as a command, but the owner refused to give its receipt (GET %s: %s: %s); the write applies once regardless",
 				id, u, resp.Status, strings.TrimSpace(string(body)))}
 	}
-	var rj receiptJSON
-	if err := json.Unmarshal(body, &rj); err != nil {
-		return nil, fmt.Errorf("GET %s: the receipt does not decode: %w", u, err)
-	}
-	rc := &protocol.Receipt{Mutation: rj.Mutation, Status: rj.Status, Reason: rj.Reason}
-	if rj.Checkpoint != nil {
-		rc.Checkpoint = *rj.Checkpoint
-	}
-	rc.Version, rc.PreviousVersion = parseVersion(rj.Version), parseVersion(rj.PreviousVersion)
-	if rj.Status == "rejected" {
-		code, ok := stateapi.RejectionCode(rj.Rejection)
-		if !ok {
-			return nil, fmt.Errorf("GET %s: a rejected receipt names no known rejection (%q): the owner runs another build", u, rj.Rejection)
-		}
-		rc.Reject = int32(code)
+	rc, err := stateapi.DecodeReceipt(body)
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
 	}
 	return rc, nil
-}
-
-func parseVersion(v *string) uint64 {
-	if v == nil {
-		return 0
-	}
-	n, _ := strconv.ParseUint(*v, 10, 64)
-	return n
 }
 
 // receiptOf is a final receipt as the API answers a mutation's own

@@ -50,18 +50,25 @@ const MissingHeader = "Statefun-Missing-Partitions"
 // answered. A request another node forwarded is not forwarded again: its
 // answer here is the 503 naming the owner.
 func (s *Server) forwardRead(w http.ResponseWriter, r *http.Request, a address.Address) bool {
-	c := s.opts.Cluster
-	if c == nil {
+	p, elsewhere := s.ownedElsewhere(a)
+	if !elsewhere {
 		return false
 	}
-	p := s.eng.PartitionOf(a)
-	if slices.Contains(c.Owned(), p) {
-		return false
-	}
-	if forward.Forwarded(r) || !c.Forward(w, r, p) {
+	if forward.Forwarded(r) || !s.opts.Cluster.Forward(w, r, p) {
 		s.notOwned(w, r, p)
 	}
 	return true
+}
+
+// ownedElsewhere returns the partition of address a and whether another
+// node owns it (cluster mode; false in embedded mode).
+func (s *Server) ownedElsewhere(a address.Address) (int, bool) {
+	c := s.opts.Cluster
+	if c == nil {
+		return 0, false
+	}
+	p := s.eng.PartitionOf(a)
+	return p, !slices.Contains(c.Owned(), p)
 }
 
 // forwardChange answers a state change about address a that does not
@@ -72,12 +79,8 @@ func (s *Server) forwardRead(w http.ResponseWriter, r *http.Request, a address.A
 // change this node took is never also sent to another. A request another
 // node forwarded is not forwarded again.
 func (s *Server) forwardChange(w http.ResponseWriter, r *http.Request, a address.Address) bool {
-	c := s.opts.Cluster
-	if c == nil {
-		return false
-	}
-	p := s.eng.PartitionOf(a)
-	if slices.Contains(c.Owned(), p) {
+	p, elsewhere := s.ownedElsewhere(a)
+	if !elsewhere {
 		return false
 	}
 	if forward.Forwarded(r) {

@@ -61,7 +61,7 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 			return nil, violation("outgoing message %d: %v", i, err)
 		}
 		env := &protocol.Envelope{Target: m.GetTarget(), Caller: caller, Argument: m.GetArgument()}
-		if err := c.checkRecord(env.GetTarget(), proto.Size(env)); err != nil {
+		if err := c.checkMessageRecord(env); err != nil {
 			return nil, violation("outgoing message %d: %v", i, err)
 		}
 		fx.messages = append(fx.messages, env)
@@ -104,7 +104,7 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 			changed[tok] = true
 		}
 		env := &protocol.Envelope{Target: d.GetTarget(), Caller: caller, Argument: d.GetArgument(), CancellationToken: d.GetCancellationToken()}
-		if err := c.checkRecord(env.GetTarget(), proto.Size(env)); err != nil {
+		if err := c.checkMessageRecord(env); err != nil {
 			return nil, violation("delayed invocation %d: %v", i, err)
 		}
 		fx.delayed = append(fx.delayed, delayedOp{
@@ -185,6 +185,16 @@ func (c *Core) checkMessage(a *protocol.Address, arg *protocol.TypedValue) error
 // address in its key: a store key's framing, a stored value's version,
 // expiry and field tags, an inbox or timer key's sequence numbers.
 const recordSlack = 128
+
+// checkMessageRecord is checkRecord for a message: its encoded envelope,
+// measured only when there is a limit (embedded mode has none, and pays
+// nothing for the check).
+func (c *Core) checkMessageRecord(env *protocol.Envelope) error {
+	if c.cfg.MaxRecordBytes <= 0 {
+		return nil
+	}
+	return c.checkRecord(env.GetTarget(), proto.Size(env))
+}
 
 // checkRecord checks that an effect of payload bytes about address a fits
 // one record of the application's log (Config.MaxRecordBytes).

@@ -214,7 +214,8 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 			s.log.Warn("cluster: a record of the transaction was refused; aborting it", "err", err)
 		}
 	}
-	if abort == "" && t.records > 0 && len(s.gts.Client().UncommittedOffsets()) == 0 {
+	polledOffsets := len(s.gts.Client().UncommittedOffsets()) > 0
+	if abort == "" && t.records > 0 && !polledOffsets {
 		// End commits offsets, with the group generation that fences a
 		// zombie, only when records were polled. A transaction without
 		// any (timers, state API writes) would commit unchecked, writing
@@ -231,7 +232,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 	endCtx, named := withStarts(ctx, starts)
 	var committed bool
 	var err error
-	if abort == "" && len(starts) == 0 && len(s.gts.Client().UncommittedOffsets()) == 0 {
+	if abort == "" && len(starts) == 0 && !polledOffsets {
 		committed, err = s.endWithoutOffsets(endCtx)
 	} else {
 		// This End rearms the revocation callbacks too (see rearmRevocations).

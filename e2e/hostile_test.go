@@ -930,11 +930,14 @@ func hostileHung(t *testing.T, e *hostileEnv) hostileAllowed {
 		return k
 	}
 	// Every call is either hanging at the function or waiting for its
-	// type's share of the pool (or, were there no bulkhead, the calls
-	// hold the whole pool of 1,024 connections).
+	// type's limit: the adaptive one (docs/limits.md), which hung calls
+	// that never answer keep where it was, at most the type's share of the
+	// pool. (Were there no bulkhead, the calls would hold the whole pool of
+	// 1,024 connections.)
 	eventually(t, 60*time.Second, "1,100 calls hanging or waiting", func() bool {
 		k := arrived()
-		return k >= 1024 || k >= 512 && float64(k)+metric(t, e.rt, `statefun_function_calls_waiting{function="sdktest/features"}`) >= n
+		lim := metric(t, e.rt, `statefun_function_calls_limit{function="sdktest/features"}`)
+		return k >= 1024 || lim >= 4 && lim <= 512 && float64(k) >= lim && float64(k)+metric(t, e.rt, `statefun_function_calls_waiting{function="sdktest/features"}`) >= n
 	})
 	t.Logf("%d calls hang at the function, %v wait for the bulkhead", arrived(), metric(t, e.rt, `statefun_function_calls_waiting{function="sdktest/features"}`))
 	// (c) while they hang: the other type is invoked, and the probe of

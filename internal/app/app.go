@@ -79,6 +79,13 @@ type Config struct {
 	// serves a namespace, the whole pool for one that serves one type
 	// (functions.Options.MaxCallsPerType, docs/limits.md).
 	MaxCallsPerType int
+	// FixedCalls keeps calls in flight at MaxCallsPerType instead of an
+	// adaptive limit (functions.Options.FixedCalls, docs/limits.md).
+	FixedCalls bool
+	// IngressAnswers is how many playground ingress requests are woken
+	// with their answer at once (engine.Options.IngressAnswers); 0 means
+	// two per processor.
+	IngressAnswers int
 	// Listeners bounds the connections and timeouts of every listener
 	// (docs/limits.md).
 	Listeners ListenerLimits
@@ -171,7 +178,7 @@ func Start(cfg Config) (*App, error) {
 	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	fns, err := functions.New(mod, functions.Options{MaxCallsPerType: cfg.MaxCallsPerType, Metrics: functions.NewMetrics(reg)})
+	fns, err := functions.New(mod, functions.Options{MaxCallsPerType: cfg.MaxCallsPerType, FixedCalls: cfg.FixedCalls, Metrics: functions.NewMetrics(reg)})
 	if err != nil {
 		return nil, err
 	}
@@ -223,18 +230,19 @@ func Start(cfg Config) (*App, error) {
 		return nil, err
 	}
 	eopts := engine.Options{
-		Store:         db,
-		Functions:     fns,
-		MaxBatch:      fns.MaxBatch,
-		MaxBatchBytes: fns.MaxBatchBytes,
-		Routable:      fns.Serves,
-		Egress:        routes.Route,
-		RetryBase:     cfg.RetryBase,
-		RetryMax:      cfg.RetryMax,
-		PauseAfter:    cfg.PauseAfter,
-		Logger:        cfg.Logger,
-		Metrics:       engine.NewMetrics(reg),
-		Admit:         guard.Admit,
+		IngressAnswers: cfg.IngressAnswers,
+		Store:          db,
+		Functions:      fns,
+		MaxBatch:       fns.MaxBatch,
+		MaxBatchBytes:  fns.MaxBatchBytes,
+		Routable:       fns.Serves,
+		Egress:         routes.Route,
+		RetryBase:      cfg.RetryBase,
+		RetryMax:       cfg.RetryMax,
+		PauseAfter:     cfg.PauseAfter,
+		Logger:         cfg.Logger,
+		Metrics:        engine.NewMetrics(reg),
+		Admit:          guard.Admit,
 	}
 	if cfg.PauseOnViolation {
 		eopts.PauseOnViolation = func(address.TypeName) bool { return true }

@@ -191,7 +191,7 @@ func (d *Driver) Ingest(env *protocol.Envelope) (*Future, error) {
 // and refusals (ErrBusy, the idempotency errors) are answered at once;
 // otherwise the future is done once the message and its key are durable.
 func (d *Driver) IngestOnce(env *protocol.Envelope, r idempotency.Request) (f *Future, replayed bool, err error) {
-	req, replayed, err := d.e.ingestOnce(env, r)
+	req, replayed, err := d.e.ingestOnce(env, r, false)
 	if err != nil || replayed {
 		return nil, replayed, err
 	}

@@ -65,6 +65,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics may be nil.
 	Metrics *Metrics
+	// IngressAnswers is how many callers of Ingest and IngestOnce (the
+	// playground ingress's handlers) are woken with their outcome and not
+	// yet done at once; the rest wait their turn, oldest first. Zero means
+	// two per GOMAXPROCS. Why: see answerPacer.
+	IngressAnswers int
 	// Now is the clock; defaults to time.Now. Every time the engine reads
 	// (timers of the partition loops, retry logs, latencies) comes from it.
 	Now func() time.Time
@@ -169,6 +174,7 @@ type Engine struct {
 	closed atomic.Bool
 
 	waiters *waiters
+	answers *answerPacer // wakes the playground ingress's callers
 
 	// positions are the partitions' durable commit ids (history.go).
 	positions positions
@@ -212,7 +218,8 @@ func New(opts Options) (*Engine, error) {
 		opts.Metrics = NewMetrics(nil)
 	}
 	e := &Engine{opts: opts, db: opts.Store, log: opts.Logger, m: opts.Metrics, failed: make(chan struct{}), waiters: newWaiters(),
-		n: opts.Store.Partitions()}
+		answers: newAnswerPacer(opts.IngressAnswers),
+		n:       opts.Store.Partitions()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.egress = newEgressPopper(e.db, e.submit)
 	var err error
@@ -353,7 +360,7 @@ func (e *Engine) stopErr(cause error) error {
 // returns once the message is durable (the playground ingress answers 200
 // only then), ErrBusy when the target partition is full.
 func (e *Engine) Ingest(ctx context.Context, env *protocol.Envelope) error {
-	req, err := e.ingest(env)
+	req, err := e.ingestReq(env, nil, true)
 	if err != nil {
 		return err
 	}
@@ -364,12 +371,18 @@ func (e *Engine) Ingest(ctx context.Context, env *protocol.Envelope) error {
 func (e *Engine) awaitIngress(ctx context.Context, req *ingressReq) error {
 	select {
 	case err := <-req.done:
+		if req.answer != nil {
+			e.answers.done()
+		}
 		if err != nil {
 			return err
 		}
 	case <-ctx.Done():
 		// Durable or not, the message will be delivered (after a restart
 		// at the latest); the caller only stops waiting.
+		if req.answer != nil {
+			e.answers.leave(req.answer)
+		}
 		return ctx.Err()
 	}
 	e.m.ingressed.Inc()
@@ -378,12 +391,14 @@ func (e *Engine) awaitIngress(ctx context.Context, req *ingressReq) error {
 
 // ingest admits a message and hands it to the committer.
 func (e *Engine) ingest(env *protocol.Envelope) (*ingressReq, error) {
-	return e.ingestReq(env, nil)
+	return e.ingestReq(env, nil, false)
 }
 
 // ingestReq admits a message and hands it to the committer, with the
-// idempotency record to write with it, if any.
-func (e *Engine) ingestReq(env *protocol.Envelope, once *onceWrite) (*ingressReq, error) {
+// idempotency record to write with it, if any. A paced request's outcome
+// reaches its caller through e.answers, and the caller must wait for it
+// with awaitIngress.
+func (e *Engine) ingestReq(env *protocol.Envelope, once *onceWrite, paced bool) (*ingressReq, error) {
 	if e.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -401,6 +416,9 @@ func (e *Engine) ingestReq(env *protocol.Envelope, once *onceWrite) (*ingressReq
 	}
 	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
 	req := &ingressReq{reqOf: reqOf{p: p}, e: e, key: key, env: env, once: once, done: make(chan error, 1)}
+	if paced {
+		req.answer = &pacedAnswer{done: req.done}
+	}
 	if err := e.submit(req); err != nil {
 		return nil, err
 	}

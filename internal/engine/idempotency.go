@@ -61,7 +61,7 @@ type onceWrite struct {
 // being made durable it returns idempotency.ErrInProgress. Refused requests
 // (ErrBusy, a store error) leave no record, so a retry is a new attempt.
 func (e *Engine) IngestOnce(ctx context.Context, env *protocol.Envelope, r idempotency.Request) (replayed bool, err error) {
-	req, replayed, err := e.ingestOnce(env, r)
+	req, replayed, err := e.ingestOnce(env, r, true)
 	if err != nil || replayed {
 		return replayed, err
 	}
@@ -70,7 +70,7 @@ func (e *Engine) IngestOnce(ctx context.Context, env *protocol.Envelope, r idemp
 
 // ingestOnce starts IngestOnce: it answers a replay or a refusal at once,
 // or hands the message and the key's record to the committer.
-func (e *Engine) ingestOnce(env *protocol.Envelope, r idempotency.Request) (*ingressReq, bool, error) {
+func (e *Engine) ingestOnce(env *protocol.Envelope, r idempotency.Request, paced bool) (*ingressReq, bool, error) {
 	if e.closed.Load() {
 		return nil, false, ErrClosed
 	}
@@ -90,7 +90,7 @@ func (e *Engine) ingestOnce(env *protocol.Envelope, r idempotency.Request) (*ing
 		e.m.ingressReplayed.Inc()
 		return nil, true, nil
 	}
-	req, err := e.ingestReq(env, &onceWrite{k: k, rec: store.IdempotencyRecord{At: e.opts.Now().UnixMilli(), Fingerprint: r.Fingerprint}})
+	req, err := e.ingestReq(env, &onceWrite{k: k, rec: store.IdempotencyRecord{At: e.opts.Now().UnixMilli(), Fingerprint: r.Fingerprint}}, paced)
 	if err != nil {
 		e.once.release(k)
 		return nil, false, err

@@ -24,6 +24,7 @@ type ingressReq struct {
 	receipt *protocol.Receipt
 	once    *onceWrite
 	done    chan error
+	answer  *pacedAnswer // set: the outcome goes through Engine.answers
 }
 
 func (r *ingressReq) Encode(b *store.Batch) error {
@@ -51,7 +52,7 @@ func (r *ingressReq) Durable() {
 	if r.once != nil {
 		r.e.once.release(r.once.k) // after the record is in the store
 	}
-	r.done <- nil
+	r.answer.settleOr(r.e.answers, r.done, nil)
 }
 
 func (r *ingressReq) Fail(err error) {
@@ -61,7 +62,7 @@ func (r *ingressReq) Fail(err error) {
 	if r.once != nil {
 		r.e.once.release(r.once.k)
 	}
-	r.done <- r.e.stopErr(err)
+	r.answer.settleOr(r.e.answers, r.done, r.e.stopErr(err))
 }
 
 // partCommit is one commit of a partition core.

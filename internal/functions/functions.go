@@ -18,6 +18,17 @@
 // connection while it waits, and it stops waiting when its context ends.
 // With k types hung at the limit L, the other types of the endpoint still
 // have PoolSize − k·L connections.
+//
+// # Adaptive limits
+//
+// Within its bulkhead, a type's calls in flight follow an adaptive limit
+// (package inflight): the fewest calls that give the most invocations
+// answered per second, found by probing. A function that is the
+// bottleneck then gets a few calls at a time instead of a pool's worth
+// (which it answers no faster, and which keep hundreds of the runtime's
+// goroutines busy ahead of everything else), and a function that is slow
+// but not busy gets as many as its throughput needs, up to the bulkhead.
+// Options.FixedCalls turns the adaptation off.
 package functions
 
 import (
@@ -27,6 +38,7 @@ import (
 	"sync"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/inflight"
 	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/invoker"
 	"github.com/statefun-go/statefun/internal/module"
@@ -54,6 +66,9 @@ type Options struct {
 	// ("ns/*"), the pool size for an endpoint that serves one type. A value
 	// above an endpoint's pool size is lowered to it. Negative is refused.
 	MaxCallsPerType int
+	// FixedCalls keeps each type's calls in flight at its bulkhead instead
+	// of adapting them to the throughput (see "Adaptive limits").
+	FixedCalls bool
 	// Metrics receives the bulkhead gauges; nil records nothing.
 	Metrics *Metrics
 }
@@ -70,17 +85,18 @@ type Router struct {
 // endpoint is one module.yaml endpoint: its client and its bulkhead.
 type endpoint struct {
 	client *invoker.Client
-	limit  int // calls in flight per function type
+	limit  int  // calls in flight per function type (the bulkhead)
+	fixed  bool // Options.FixedCalls
 
 	mu    sync.Mutex
 	types map[address.TypeName]*bulkhead
 }
 
-// bulkhead bounds the calls in flight of one function type. slots holds a
-// token per call in flight; a goroutine blocked sending on a channel is
-// woken in arrival order, so waiters are served first come, first served.
+// bulkhead bounds the calls in flight of one function type: at most the
+// endpoint's limit, and within it the adaptive limit. Waiters are served
+// first come, first served.
 type bulkhead struct {
-	slots chan struct{}
+	calls *inflight.Limiter
 	refs  int // calls in flight or waiting; the entry goes at zero
 }
 
@@ -107,7 +123,7 @@ func New(mod *module.Module, opts Options) (*Router, error) {
 			r.Close()
 			return nil, fmt.Errorf("functions: endpoint for %s (%s): %w", ep.Functions, ep.Pos, err)
 		}
-		r.endpoints[ep] = &endpoint{client: c, limit: LimitPerType(ep, opts.MaxCallsPerType),
+		r.endpoints[ep] = &endpoint{client: c, limit: LimitPerType(ep, opts.MaxCallsPerType), fixed: opts.FixedCalls,
 			types: map[address.TypeName]*bulkhead{}}
 	}
 	return r, nil
@@ -152,39 +168,49 @@ func (r *Router) Call(ctx context.Context, t address.TypeName, req *protocol.ToF
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	return ep.client.Invoke(ctx, mep.URL(t), req)
+	resp, err := ep.client.Invoke(ctx, mep.URL(t), req)
+	done := 0 // the work the call did, which the adaptive limit maximizes
+	if err == nil {
+		done = len(req.GetInvocation().GetInvocations())
+	}
+	release(done)
+	return resp, err
 }
 
+// minAdaptive is the floor of the adaptive limit: a few calls in flight
+// whatever the probes say, so that one slow call does not hold up a type.
+const minAdaptive = 4
+
 // acquire takes one of t's slots, waiting for one while all are taken, and
-// returns the function that gives it back.
-func (e *endpoint) acquire(ctx context.Context, t address.TypeName, m *Metrics) (release func(), err error) {
+// returns the function that gives it back, told the invocations the call
+// answered.
+func (e *endpoint) acquire(ctx context.Context, t address.TypeName, m *Metrics) (release func(done int), err error) {
 	e.mu.Lock()
 	b, ok := e.types[t]
 	if !ok {
-		b = &bulkhead{slots: make(chan struct{}, e.limit)}
+		calls, err := inflight.New(inflight.Options{Max: e.limit, Min: minAdaptive, Fixed: e.fixed})
+		if err != nil {
+			e.mu.Unlock()
+			return nil, fmt.Errorf("functions: %s: %w", t, err)
+		}
+		b = &bulkhead{calls: calls}
 		e.types[t] = b
 	}
 	b.refs++
 	e.mu.Unlock()
 
-	select {
-	case b.slots <- struct{}{}:
-	default:
-		m.waiting(t, 1)
-		select {
-		case b.slots <- struct{}{}:
-			m.waiting(t, -1)
-		case <-ctx.Done():
-			m.waiting(t, -1)
-			e.unref(t, b)
-			return nil, fmt.Errorf("functions: waiting for one of the %d calls in flight of %s to end: %w", e.limit, t, context.Cause(ctx))
-		}
+	m.waiting(t, 1)
+	done, err := b.calls.Acquire(ctx)
+	m.waiting(t, -1)
+	if err != nil {
+		e.unref(t, b)
+		return nil, fmt.Errorf("functions: waiting for one of the %d calls in flight of %s to end: %w", b.calls.Limit(), t, err)
 	}
 	m.inFlight(t, 1)
-	return func() {
+	m.limit(t, b.calls.Limit())
+	return func(n int) {
 		m.inFlight(t, -1)
-		<-b.slots
+		done(n)
 		e.unref(t, b)
 	}, nil
 }

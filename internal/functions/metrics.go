@@ -10,6 +10,7 @@ import (
 type Metrics struct {
 	waitingCalls  *prometheus.GaugeVec
 	inFlightCalls *prometheus.GaugeVec
+	callLimit     *prometheus.GaugeVec
 }
 
 // NewMetrics creates the gauges and registers them with reg (nil: not
@@ -18,15 +19,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		waitingCalls: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "statefun_function_calls_waiting",
-			Help: "Calls waiting because their function type has as many calls in flight as its bulkhead allows, by function type.",
+			Help: "Calls waiting because their function type has as many calls in flight as its limit allows, by function type.",
 		}, []string{"function"}),
 		inFlightCalls: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "statefun_function_calls_in_flight",
 			Help: "Calls sent to remote functions and not answered yet, by function type.",
 		}, []string{"function"}),
+		callLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "statefun_function_calls_limit",
+			Help: "The calls in flight a function type may have now: its adaptive limit (docs/limits.md), at most its bulkhead, by function type.",
+		}, []string{"function"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.waitingCalls, m.inFlightCalls)
+		reg.MustRegister(m.waitingCalls, m.inFlightCalls, m.callLimit)
 	}
 	return m
 }
@@ -40,5 +45,11 @@ func (m *Metrics) waiting(t address.TypeName, d float64) {
 func (m *Metrics) inFlight(t address.TypeName, d float64) {
 	if m != nil {
 		m.inFlightCalls.WithLabelValues(t.String()).Add(d)
+	}
+}
+
+func (m *Metrics) limit(t address.TypeName, n int) {
+	if m != nil {
+		m.callLimit.WithLabelValues(t.String()).Set(float64(n))
 	}
 }

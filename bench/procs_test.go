@@ -462,7 +462,10 @@ func startApp(dir, module string, partitions int) (*app.App, error) {
 	}
 	return app.Start(app.Config{ModulePath: modPath, DataDir: filepath.Join(dir, "data"), AdminAddr: "127.0.0.1:0",
 		Partitions: partitions, ListenHost: "127.0.0.1",
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		// STATEFUN_BENCH_FIXED_CALLS=true (inherited by the children) runs
+		// the runtime with --fixed-calls, to compare with the adaptive limit.
+		FixedCalls: os.Getenv("STATEFUN_BENCH_FIXED_CALLS") == "true",
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 }
 
 // counterModule is the module of the state API and console benchmarks:

@@ -465,7 +465,9 @@ func startApp(dir, module string, partitions int) (*app.App, error) {
 		// STATEFUN_BENCH_FIXED_CALLS=true (inherited by the children) runs
 		// the runtime with --fixed-calls, to compare with the adaptive limit.
 		FixedCalls: os.Getenv("STATEFUN_BENCH_FIXED_CALLS") == "true",
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		// STATEFUN_BENCH_INGRESS_ANSWERS sets --ingress-answers.
+		IngressAnswers: envInt("STATEFUN_BENCH_INGRESS_ANSWERS", 0),
+		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 }
 
 // counterModule is the module of the state API and console benchmarks:

@@ -96,7 +96,15 @@ func (c *controller) observe(rate, lat float64, waited bool) {
 		}
 		c.limit, c.probing, c.nextDown, c.cooldown = c.base, 0, false, restWindows
 	default:
-		c.baseRate, c.baseLat = rate, lat
+		// At base, the measures are averaged over the rest windows: one
+		// bad window (a garbage collection, a stalled commit) must not be
+		// the yardstick the next probe beats.
+		if c.baseRate == 0 {
+			c.baseRate, c.baseLat = rate, lat
+		} else {
+			c.baseRate += (rate - c.baseRate) / 2
+			c.baseLat += (lat - c.baseLat) / 2
+		}
 		if c.cooldown > 0 {
 			c.cooldown--
 			return

@@ -37,14 +37,14 @@ func tail(ls []int, n int) (lo, hi int) {
 // A function whose calls take 50 ms whatever the concurrency (it waits on
 // something else): throughput grows with the limit until demand, 8,000
 // calls/s, is met, which needs 400 calls in flight. The limit must climb
-// there from 8, not stay small.
+// there from its floor, 4, not stay small.
 func TestClimbsForALatencyBoundFunction(t *testing.T) {
 	const demand, latency = 8000.0, 0.050
 	m := func(limit int) (float64, bool) {
 		capacity := float64(limit) / latency
 		return min(capacity, demand), capacity < demand
 	}
-	c := &controller{min: 4, max: 1024, limit: 8, base: 8, last: 8}
+	c := &controller{min: 4, max: 1024, limit: 4, base: 4, last: 4}
 	ls := run(c, m, 200, 0.02, 1)
 	if lo, _ := tail(ls, 100); lo < 400 {
 		t.Fatalf("limit fell to %d in the last 100 windows; 400 calls in flight are needed (limits: %v)", lo, ls)

@@ -37,9 +37,10 @@ type Options struct {
 	Max int
 	// Min is the floor the limit never goes under; default 1.
 	Min int
-	// Initial is the limit to start from; default min(Max, 8).
+	// Initial is the limit to start from; default Min: the limit climbs only
+	// as far as throughput shows it must.
 	Initial int
-	// Window is the shortest time a probe is judged over; default 200 ms.
+	// Window is the shortest time a probe is judged over; default 500 ms.
 	Window time.Duration
 	// MinUnits is the least work a window must count to be judged; default
 	// 64 units.
@@ -86,14 +87,14 @@ func New(opts Options) (*Limiter, error) {
 	}
 	opts.Min = min(opts.Min, opts.Max)
 	if opts.Initial <= 0 {
-		opts.Initial = 8
+		opts.Initial = opts.Min
 	}
 	opts.Initial = min(max(opts.Initial, opts.Min), opts.Max)
 	if opts.Fixed {
 		opts.Initial = opts.Max
 	}
 	if opts.Window <= 0 {
-		opts.Window = 200 * time.Millisecond
+		opts.Window = 500 * time.Millisecond
 	}
 	if opts.MinUnits <= 0 {
 		opts.MinUnits = 64

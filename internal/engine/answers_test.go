@@ -1,8 +1,16 @@
 package engine
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // answered returns the indexes of the answers whose callers have them.
@@ -94,5 +102,64 @@ func TestAnswerPacerQueueStaysSmall(t *testing.T) {
 	}
 	if c := cap(p.queue); c > 4096 {
 		t.Fatalf("queue capacity %d after 100,000 answers through one slot; want it reused", c)
+	}
+}
+
+// Through the engine: with one answer slot, hundreds of concurrent
+// ingress callers, a third of whom give up waiting at once, all return;
+// every message is delivered, the callers that gave up included; and no
+// slot is left held, so a later caller is answered.
+func TestIngestPacedAnswersThroughTheEngine(t *testing.T) {
+	db := openStore(t, vfs.NewMem(), 4)
+	e := newEngine(t, db, &counter{}, func(o *Options) { o.IngressAnswers = 1 })
+	e.Start()
+	const n = 300
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if i%3 == 0 {
+				// Gives up at some point: before its message is durable,
+				// while it waits its turn, or once woken.
+				time.AfterFunc(time.Duration(rand.IntN(3000))*time.Microsecond, cancel)
+			}
+			err := e.Ingest(ctx, msg(fmt.Sprintf("a%d", i%10), "x"))
+			if err != nil && !errors.Is(err, context.Canceled) {
+				errs <- err
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("ingress callers still waiting for their answers after 30 s")
+	}
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Ingest(ctx, msg("a0", "x")); err != nil {
+		t.Fatalf("a caller after the storm: %v (a slot left held?)", err)
+	}
+	waitFor(t, "every message counted, the abandoned ones included", func() bool {
+		sum := 0
+		for i := range 10 {
+			c, _ := strconv.Atoi(count(t, e, fmt.Sprintf("a%d", i)))
+			sum += c
+		}
+		return sum == n+1
+	})
+	e.answers.mu.Lock()
+	defer e.answers.mu.Unlock()
+	if e.answers.running != 0 {
+		t.Fatalf("%d answer slots held with no caller waiting", e.answers.running)
 	}
 }

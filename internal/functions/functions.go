@@ -199,9 +199,12 @@ func (e *endpoint) acquire(ctx context.Context, t address.TypeName, m *Metrics) 
 	b.refs++
 	e.mu.Unlock()
 
-	m.waiting(t, 1)
-	done, err := b.calls.Acquire(ctx)
-	m.waiting(t, -1)
+	done, ok := b.calls.TryAcquire()
+	if !ok {
+		m.waiting(t, 1)
+		done, err = b.calls.Acquire(ctx)
+		m.waiting(t, -1)
+	}
 	if err != nil {
 		e.unref(t, b)
 		return nil, fmt.Errorf("functions: waiting for one of the %d calls in flight of %s to end: %w", b.calls.Limit(), t, err)

@@ -107,6 +107,18 @@ func New(opts Options) (*Limiter, error) {
 	return l, nil
 }
 
+// TryAcquire takes a slot if one is free and nobody waits for one, without
+// waiting; done is as Acquire's.
+func (l *Limiter) TryAcquire() (done func(units int), ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.inFlight < l.ctl.limit && l.head == len(l.waiters) {
+		l.inFlight++
+		return l.releaser(), true
+	}
+	return nil, false
+}
+
 // Acquire waits for a slot, in arrival order, and returns the function
 // that gives it back; done is told how much work the call did (the
 // invocations it carried; 0 for a call that failed), which is what the

@@ -141,3 +141,37 @@ func TestFixedStaysAtMax(t *testing.T) {
 		t.Fatal("New accepted Max 0")
 	}
 }
+
+// TryAcquire takes a free slot, and does not jump the queue: with a
+// waiter queued it refuses even once a slot is free for the waiter.
+func TestTryAcquire(t *testing.T) {
+	l := mustNew(t, Options{Max: 1, Fixed: true})
+	d, ok := l.TryAcquire()
+	if !ok {
+		t.Fatal("TryAcquire refused a free slot")
+	}
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("TryAcquire took a slot over the limit")
+	}
+	got := make(chan func(int))
+	go func() {
+		d, err := l.Acquire(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- d
+	}()
+	for waiting(l) != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	d(1) // the slot goes to the waiter
+	if _, ok := l.TryAcquire(); ok {
+		t.Fatal("TryAcquire took the slot handed to a waiter")
+	}
+	(<-got)(1)
+	if d, ok := l.TryAcquire(); !ok {
+		t.Fatal("TryAcquire refused a free slot with nobody waiting")
+	} else {
+		d(0)
+	}
+}

@@ -184,11 +184,18 @@ func (l *Limiter) release(units int, took time.Duration) {
 // A window lasts at least Options.Window, counts at least
 // Options.MinUnits, and spans windowLatencies calls' time in flight: calls
 // end in waves a latency apart, and a window of one or two waves measures
-// where the waves fall, not the rate.
+// where the waves fall, not the rate. The settling window after a change
+// lasts two calls' time in flight.
 func (l *Limiter) judge() {
 	now := l.opts.Now()
 	elapsed := now.Sub(l.start)
-	if elapsed < l.opts.Window || elapsed < windowLatencies*l.latency || l.units < l.opts.MinUnits {
+	if l.ctl.settling {
+		// The window after a change is skipped anyway: it need only last
+		// until the calls started under the old limit have ended.
+		if elapsed < 2*l.latency {
+			return
+		}
+	} else if elapsed < l.opts.Window || elapsed < windowLatencies*l.latency || l.units < l.opts.MinUnits {
 		return
 	}
 	lat := 0.0

@@ -125,12 +125,10 @@ func (l *Limiter) TryAcquire() (done func(units int), ok bool) {
 // limit maximizes per second. It returns ctx's error, and holds no slot,
 // if ctx ends first.
 func (l *Limiter) Acquire(ctx context.Context) (done func(units int), err error) {
-	l.mu.Lock()
-	if l.inFlight < l.ctl.limit && l.head == len(l.waiters) {
-		l.inFlight++
-		l.mu.Unlock()
-		return l.releaser(), nil
+	if done, ok := l.TryAcquire(); ok {
+		return done, nil
 	}
+	l.mu.Lock()
 	w := &waiter{ready: make(chan struct{})}
 	l.waiters = append(l.waiters, w)
 	l.grant() // the waiters ahead may all have left

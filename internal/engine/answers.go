@@ -47,8 +47,8 @@ const (
 
 // defaultAnswerLimit is the limit when Options.IngressAnswers is zero: two
 // callers per processor keeps every processor busy answering while the
-// run queues hold only a handful of them (docs/benchmarks.md, "Session 7",
-// measured 4, 8 and 16 on two cores).
+// run queues hold only a handful of them (docs/benchmarks.md, "Session 7":
+// 2, 4 and 8 on two cores were within the run-to-run spread).
 func defaultAnswerLimit() int { return 2 * runtime.GOMAXPROCS(0) }
 
 func newAnswerPacer(limit int) *answerPacer {

@@ -168,12 +168,12 @@ func (r *Router) Call(ctx context.Context, t address.TypeName, req *protocol.ToF
 	if err != nil {
 		return nil, err
 	}
-	resp, err := ep.client.Invoke(ctx, mep.URL(t), req)
 	done := 0 // the work the call did, which the adaptive limit maximizes
+	defer func() { release(done) }()
+	resp, err := ep.client.Invoke(ctx, mep.URL(t), req)
 	if err == nil {
 		done = len(req.GetInvocation().GetInvocations())
 	}
-	release(done)
 	return resp, err
 }
 

@@ -27,7 +27,6 @@ type controller struct {
 	nextDown bool    // the next probe from base goes down
 	cooldown int     // windows at base before the next probe
 	settling bool    // the limit just changed: the next window is skipped
-	last     int     // the limit of the previous observation
 }
 
 const (
@@ -53,11 +52,11 @@ func (c *controller) shrink(l int) int { return max(c.min, min(l-1, l*3/4)) }
 // spent in flight (seconds; 0 if unknown), and whether a call waited for a
 // slot in it.
 func (c *controller) observe(rate, lat float64, waited bool) {
+	prev := c.limit
 	defer func() {
 		// The calls of the window after a change started under the old
 		// limit: it measures the change, not the new limit.
-		c.settling = c.limit != c.last
-		c.last = c.limit
+		c.settling = c.limit != prev
 	}()
 	if c.settling {
 		return

@@ -44,7 +44,7 @@ func TestClimbsForALatencyBoundFunction(t *testing.T) {
 		capacity := float64(limit) / latency
 		return min(capacity, demand), capacity < demand
 	}
-	c := &controller{min: 4, max: 1024, limit: 4, base: 4, last: 4}
+	c := &controller{min: 4, max: 1024, limit: 4, base: 4}
 	ls := run(c, m, 200, 0.02, 1)
 	if lo, _ := tail(ls, 100); lo < 400 {
 		t.Fatalf("limit fell to %d in the last 100 windows; 400 calls in flight are needed (limits: %v)", lo, ls)
@@ -67,7 +67,7 @@ func TestJitterDoesNotShrinkTheLimit(t *testing.T) {
 		capacity := float64(limit) / latency
 		return min(capacity, demand), capacity < demand
 	}
-	c := &controller{min: 4, max: 1024, limit: 8, base: 8, last: 8}
+	c := &controller{min: 4, max: 1024, limit: 8, base: 8}
 	ls := run(c, m, 300, 0.02, 2)
 	if lo, _ := tail(ls, 100); lo < 80 {
 		t.Fatalf("limit fell to %d; a 20 ms function needs 80 calls in flight for 4,000/s (limits: %v)", lo, ls)
@@ -87,7 +87,7 @@ func TestStaysNearTheKneeOfACPUBoundFunction(t *testing.T) {
 		return rate, true // the function is the bottleneck: calls always wait
 	}
 	for seed := range uint64(20) {
-		c := &controller{min: 1, max: 1024, limit: 8, base: 8, last: 8}
+		c := &controller{min: 1, max: 1024, limit: 8, base: 8}
 		ls := run(c, m, 400, 0.03, seed)
 		if lo, hi := tail(ls, 200); lo < 3 || hi > 12 {
 			t.Fatalf("seed %d: limit ranged %d..%d in the last 200 windows; the knee is at 4 (limits: %v)", seed, lo, hi, ls)
@@ -97,7 +97,7 @@ func TestStaysNearTheKneeOfACPUBoundFunction(t *testing.T) {
 
 // Windows without waiting say nothing: the limit stays where it is.
 func TestIdleWindowsChangeNothing(t *testing.T) {
-	c := &controller{min: 1, max: 100, limit: 20, base: 20, last: 20}
+	c := &controller{min: 1, max: 100, limit: 20, base: 20}
 	for range 50 {
 		c.observe(100, 0, false)
 	}
@@ -109,7 +109,7 @@ func TestIdleWindowsChangeNothing(t *testing.T) {
 // The limit never leaves [min, max].
 func TestBounds(t *testing.T) {
 	up := func(limit int) (float64, bool) { return float64(limit) * 100, true }
-	c := &controller{min: 2, max: 30, limit: 8, base: 8, last: 8}
+	c := &controller{min: 2, max: 30, limit: 8, base: 8}
 	for _, l := range run(c, up, 100, 0, 3) {
 		if l < 2 || l > 30 {
 			t.Fatalf("limit %d outside [2, 30]", l)
@@ -137,7 +137,7 @@ func TestBounds(t *testing.T) {
 func TestNoiseDoesNotClimbAFlatThroughput(t *testing.T) {
 	m := func(limit int) (float64, bool) { return 8000 * min(1, float64(limit)/4), true }
 	for seed := range uint64(20) {
-		c := &controller{min: 4, max: 1024, limit: 8, base: 8, last: 8}
+		c := &controller{min: 4, max: 1024, limit: 8, base: 8}
 		ls := run(c, m, 400, 0.20, seed)
 		if _, hi := tail(ls, 300); hi > 16 {
 			t.Fatalf("seed %d: limit reached %d on a throughput flat from 4 (limits: %v)", seed, hi, ls)

@@ -103,7 +103,7 @@ func New(opts Options) (*Limiter, error) {
 		opts.Now = time.Now
 	}
 	l := &Limiter{opts: opts, start: opts.Now()}
-	l.ctl = controller{min: opts.Min, max: opts.Max, limit: opts.Initial, base: opts.Initial, last: opts.Initial}
+	l.ctl = controller{min: opts.Min, max: opts.Max, limit: opts.Initial, base: opts.Initial}
 	return l, nil
 }
 
@@ -235,6 +235,3 @@ func (l *Limiter) Limit() int {
 	defer l.mu.Unlock()
 	return l.ctl.limit
 }
-
-// Max is the hard cap.
-func (l *Limiter) Max() int { return l.opts.Max }

@@ -147,7 +147,7 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 			if v.GetTypename() != spec.Typename {
 				return nil, violation("state mutation %d: state %q is registered as %s, the function wrote %s", i, spec.Name, spec.Typename, v.GetTypename())
 			}
-			if err := c.checkRecord(toProto(self), len(v.GetValue())+len(v.GetTypename())+len(spec.Name)); err != nil {
+			if err := c.checkRecord(caller, len(v.GetValue())+len(v.GetTypename())+len(spec.Name)); err != nil {
 				return nil, violation("state mutation %d: the value of %q: %v", i, spec.Name, err)
 			}
 			fx.mutations = append(fx.mutations, mutation{spec: spec, value: v.GetValue()})

@@ -566,16 +566,25 @@ func (h *harness) checkExactlyOnce(durable int64) {
 // once armed, with an error the client turns into an abort (as a broker
 // losing the transaction's state would).
 func (h *harness) failEndTxnCommit(armed *atomic.Bool) {
+	h.refuseEndTxnCommits(func(int64) bool { return armed.CompareAndSwap(true, false) })
+}
+
+// refuseEndTxnCommits makes the brokers refuse the EndTxn commits that
+// refuse picks (given each one's number, from 1), as failEndTxnCommit does,
+// and returns the count of EndTxn commits asked so far.
+func (h *harness) refuseEndTxnCommits(refuse func(n int64) bool) *atomic.Int64 {
+	var n atomic.Int64
 	h.kc.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		h.kc.KeepControl()
 		r := req.(*kmsg.EndTxnRequest)
-		if !r.Commit || !armed.CompareAndSwap(true, false) {
+		if !r.Commit || !refuse(n.Add(1)) {
 			return nil, nil, false
 		}
 		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
 		resp.ErrorCode = kerr.UnknownServerError.Code
 		return resp, nil, true
 	})
+	return &n
 }
 
 // faults makes the brokers misbehave at random while a test runs: EndTxn

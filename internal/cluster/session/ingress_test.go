@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/statefun-go/statefun/internal/address"
@@ -284,19 +282,7 @@ func TestIngressStartupPositionCommittedAtOnce(t *testing.T) {
 	a, in := h.startIngress("a", dir, kafkaingress.StartLatest)
 	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
 	eventually(t, "the ingress partitions placed at their startup position", 20*time.Second, func() bool { return in.started.Load() == inP })
-	eventually(t, "the placements committed", 20*time.Second, func() bool {
-		offs, err := h.adm.FetchOffsets(ctxT(t), testApp)
-		if err != nil {
-			return false
-		}
-		n := 0
-		offs.Each(func(o kadm.OffsetResponse) {
-			if o.Topic == inTopic && o.Err == nil && o.At == 10 {
-				n++
-			}
-		})
-		return n == inP
-	})
+	eventually(t, "the placements committed", 20*time.Second, func() bool { return h.ingressCommittedAt(10) })
 	a.stop(t)
 	h.produceIngress(30)
 	a2, in2 := h.startIngress("a", dir, kafkaingress.StartLatest)
@@ -375,35 +361,9 @@ func TestIngressDeadLetterOnceAcrossAborts(t *testing.T) {
 	a, in := h.startIngress("a", t.TempDir(), kafkaingress.StartEarliest)
 	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
 	eventually(t, "the ingress partitions placed and committed", 20*time.Second, func() bool {
-		if in.started.Load() != inP {
-			return false
-		}
-		offs, err := h.adm.FetchOffsets(ctxT(t), testApp)
-		if err != nil {
-			return false
-		}
-		n := 0
-		offs.Each(func(o kadm.OffsetResponse) {
-			if o.Topic == inTopic && o.Err == nil && o.At == 0 {
-				n++
-			}
-		})
-		return n == inP
+		return in.started.Load() == inP && h.ingressCommittedAt(0)
 	})
-	var commits atomic.Int64
-	h.kc.ControlKey(kmsg.EndTxn.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		h.kc.KeepControl()
-		r := req.(*kmsg.EndTxnRequest)
-		if !r.Commit {
-			return nil, nil, false
-		}
-		if n := commits.Add(1); n != 1 && n != 3 {
-			return nil, nil, false
-		}
-		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode = kerr.UnknownServerError.Code
-		return resp, nil, true
-	})
+	commits := h.refuseEndTxnCommits(func(n int64) bool { return n == 1 || n == 3 })
 	dead := []store.DeadLetter{h.produceBad(1, nil, kafkaingress.ReasonNullKey)}
 	eventually(t, "the dead letter stored", 30*time.Second, func() bool { return a.e.dead.Load() >= 1 })
 	time.Sleep(300 * time.Millisecond) // many commit intervals
@@ -422,4 +382,20 @@ func TestIngressDeadLetterOnceAcrossAborts(t *testing.T) {
 	checkDeadLetters(t, "node a", a.db, dead)
 	a.stop(t)
 	checkDeadLetters(t, "the changelogs", h.changelogStore(), dead)
+}
+
+// ingressCommittedAt tells whether the group's committed position of every
+// ingress partition is at.
+func (h *harness) ingressCommittedAt(at int64) bool {
+	offs, err := h.adm.FetchOffsets(ctxT(h.t), testApp)
+	if err != nil {
+		return false
+	}
+	n := 0
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == inTopic && o.Err == nil && o.At == at {
+			n++
+		}
+	})
+	return n == inP
 }

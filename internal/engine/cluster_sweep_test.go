@@ -23,16 +23,7 @@ import (
 func TestClusterRetentionSweepsThroughTheChangelog(t *testing.T) {
 	const parts = 2
 	var shift atomic.Int64 // how far the store's clock is ahead
-	open := func(fs vfs.FS) *store.DB {
-		db, err := store.Open("data", store.Options{Partitions: parts, FS: fs, Logger: quietPebble{}, SweepInterval: -1,
-			Retention: store.Retention{ReceiptAge: time.Hour, AuditAge: time.Hour},
-			Now:       func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		return db
-	}
+	open := skewedStores(t, parts, store.Retention{ReceiptAge: time.Hour, AuditAge: time.Hour}, &shift)
 	k := clustertest.NewKafka()
 	db := open(vfs.NewMem())
 	n := newClusterNode(t, k, db, &relay{}, true, nil)
@@ -109,5 +100,20 @@ func TestClusterRetentionSweepsThroughTheChangelog(t *testing.T) {
 	}
 	if v, ok, err := fresh.GetState(addr("a"), "n"); err != nil || !ok || string(v.Value) != "10" {
 		t.Errorf("the restored state of a: %q (%v, %v); want 10", v.Value, ok, err)
+	}
+}
+
+// skewedStores opens stores of parts partitions with retention ret, no
+// background sweep, and a clock *shift ahead of time.Now; each is closed
+// when t ends.
+func skewedStores(t *testing.T, parts int, ret store.Retention, shift *atomic.Int64) func(vfs.FS) *store.DB {
+	return func(fs vfs.FS) *store.DB {
+		db, err := store.Open("data", store.Options{Partitions: parts, FS: fs, Logger: quietPebble{}, SweepInterval: -1, Retention: ret,
+			Now: func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
 	}
 }

@@ -43,16 +43,7 @@ func sameDeadLetter(a, b store.DeadLetter) bool {
 func TestClusterIngressDeadLetterStoredThroughTheChangelog(t *testing.T) {
 	const parts = 2
 	var shift atomic.Int64 // how far the store's clock is ahead
-	open := func(fs vfs.FS) *store.DB {
-		db, err := store.Open("data", store.Options{Partitions: parts, FS: fs, Logger: quietPebble{}, SweepInterval: -1,
-			Retention: store.Retention{DeadLetterAge: time.Hour},
-			Now:       func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		return db
-	}
+	open := skewedStores(t, parts, store.Retention{DeadLetterAge: time.Hour}, &shift)
 	k := clustertest.NewKafka()
 	db := open(vfs.NewMem())
 	n := newClusterNode(t, k, db, &relay{}, true, nil)

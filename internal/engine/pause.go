@@ -350,7 +350,6 @@ func (e *Engine) PauseIn(ctx context.Context, r PauseRequest, parts []int) (Paus
 		out.Applied = append(out.Applied, p.id)
 		rc := *rep.Receipt
 		if p.id == owner {
-			rc.Unstored = false
 			out.Receipt = &rc
 		} else if rc.Reject == partition.Applied {
 			out.Changed = true

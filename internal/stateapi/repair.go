@@ -502,12 +502,13 @@ func (s *Server) pauseOrResume(w http.ResponseWriter, r *http.Request, resume bo
 	}
 	// A node spreading a type-level change resolved expiresIn already:
 	// its expiresAt is not checked against this node's clock again.
-	spread := a.ID == "" && s.opts.Cluster != nil && forward.Forwarded(r)
+	typeWide := a.ID == "" && s.opts.Cluster != nil
+	spread := typeWide && forward.Forwarded(r)
 	if req.ExpiresAt, err = s.expiry(pb, resume, spread); err != nil {
 		fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	if a.ID == "" && s.opts.Cluster != nil {
+	if typeWide {
 		if spread {
 			s.applyTypePauseShare(w, r, req)
 		} else {

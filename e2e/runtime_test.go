@@ -93,30 +93,7 @@ func (r *runtime) logs() string {
 // start launches the process and waits until it is ready.
 func (r *runtime) start() {
 	r.t.Helper()
-	r.cmd = exec.Command(binary, r.runArgs()...)
-	r.cmd.Env = append(os.Environ(), "STATEFUN_LISTEN_HOST=127.0.0.1")
-	r.cmd.Stdout, r.cmd.Stderr = r, r
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	r.exited = make(chan struct{})
-	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(r.cmd, r.exited)
-	deadline := time.Now().Add(r.readyWithin())
-	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + r.admin + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		select {
-		case <-r.exited:
-			r.t.Fatalf("statefun exited during start:\n%s", r.logs())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	r.t.Fatalf("statefun not ready after %v:\n%s", r.readyWithin(), r.logs())
+	saStart(r, "http", http.DefaultClient)
 }
 
 // kill sends SIGKILL and waits for the process to be gone.

@@ -92,7 +92,7 @@ var saClient = &http.Client{
 	Transport: &http.Transport{MaxIdleConnsPerHost: 64},
 }
 
-// saStart is runtime.start with extra flags appended (a repeated flag
+// saStart starts r's process with extra flags appended (a repeated flag
 // overrides the fixed one, e.g. --admin-addr), probing readiness with
 // client at scheme://r.admin. The process is stopped by the runtime's own
 // cleanup (kill).

@@ -57,16 +57,29 @@ func IngressDeadLetterOf(m *protocol.IngressDeadLetter) store.DeadLetter {
 	}
 }
 
-// checkIngressDeadLetter refuses a dead-letter command that partition p
-// must not store: one naming no ingress, a negative Kafka partition or
-// offset, or one another partition keeps.
-func checkIngressDeadLetter(m *protocol.IngressDeadLetter, p, n int, offset int64) error {
+// IngressDeadLetterFault says why partition p (of n) must not store the
+// ingress dead letter m: "no-target" when it names no ingress or topic, or a
+// negative Kafka partition or offset; "wrong-partition" when another
+// partition keeps it; "" when p may store it. The engine refuses such a
+// record (checkIngressDeadLetter), and a cluster node skips it before it
+// reaches the engine, with the reason as its metric label.
+func IngressDeadLetterFault(m *protocol.IngressDeadLetter, p, n int) string {
 	switch {
-	case m.GetIngress() == "" || m.GetTopic() == "":
-		return fmt.Errorf("engine: arrivals of partition %d: the ingress dead letter at offset %d names no ingress or topic", p, offset)
-	case m.GetPartition() < 0 || m.GetOffset() < 0:
-		return fmt.Errorf("engine: arrivals of partition %d: the ingress dead letter at offset %d names Kafka partition %d offset %d", p, offset, m.GetPartition(), m.GetOffset())
+	case m.GetIngress() == "" || m.GetTopic() == "" || m.GetPartition() < 0 || m.GetOffset() < 0:
+		return "no-target"
 	case IngressDeadLetterPartition(m.GetPartition(), n) != p:
+		return "wrong-partition"
+	}
+	return ""
+}
+
+// checkIngressDeadLetter refuses a dead-letter command that partition p
+// must not store (IngressDeadLetterFault).
+func checkIngressDeadLetter(m *protocol.IngressDeadLetter, p, n int, offset int64) error {
+	switch IngressDeadLetterFault(m, p, n) {
+	case "no-target":
+		return fmt.Errorf("engine: arrivals of partition %d: the ingress dead letter at offset %d names ingress %q, topic %q, Kafka partition %d, offset %d: no place it came from", p, offset, m.GetIngress(), m.GetTopic(), m.GetPartition(), m.GetOffset())
+	case "wrong-partition":
 		return fmt.Errorf("engine: arrivals of partition %d: the ingress dead letter at offset %d is kept by partition %d", p, offset, IngressDeadLetterPartition(m.GetPartition(), n))
 	}
 	return nil

@@ -410,11 +410,7 @@ func (a arrivals) SubmitArrivals(p int, recs []*kgo.Record) error {
 		case err != nil:
 			reason = "undecodable"
 		case env.GetIngressDeadLetter() != nil:
-			if d := env.GetIngressDeadLetter(); d.GetIngress() == "" || d.GetTopic() == "" || d.GetPartition() < 0 || d.GetOffset() < 0 {
-				reason = "no-target"
-			} else if engine.IngressDeadLetterPartition(d.GetPartition(), a.n.p) != p {
-				reason = "wrong-partition"
-			}
+			reason = engine.IngressDeadLetterFault(env.GetIngressDeadLetter(), p, a.n.p)
 		case target(env) == nil || env.GetMutation() != nil && env.GetMutation().GetId() == "":
 			reason = "no-target"
 		case address.Partition(target(env).GetId(), a.n.p) != p:

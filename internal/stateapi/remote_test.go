@@ -295,7 +295,7 @@ func TestClusterHooks(t *testing.T) {
 	if r.StatusCode != 503 || r.Header.Get(MissingHeader) != "0,1,2,3" || !slices.Equal(c.gathered, []string{"/state/test/fn"}) {
 		t.Errorf("listing with no node answering: %s %v, gathered %v", r.Status, r.Header, c.gathered)
 	}
-	for _, target := range []string{"/state", "/state/test", "/audit", "/failing", "/pauses", "/mutations/m1", "/dead-letters/messages", "/dead-letters/messages/m1", "/overview"} {
+	for _, target := range []string{"/state", "/state/test", "/audit", "/failing", "/pauses", "/mutations/m1", "/dead-letters/messages", "/dead-letters/messages/m1", "/overview", "/ingresses", "/ingresses/shop/in/dead-letters"} {
 		if r := send(t, base, "GET", target, nil); r.StatusCode != 503 || r.Header.Get(MissingHeader) != "0,1,2,3" {
 			t.Errorf("GET %s with no node answering: %s %v", target, r.Status, r.Header)
 		}
@@ -305,7 +305,7 @@ func TestClusterHooks(t *testing.T) {
 	}
 	r = send(t, base, "GET", "/state/test/fn", nil, forward.Header, "node-z")
 	r.json(t, &page)
-	if len(page.IDs) != 0 || r.Header.Get(forward.Partitions) != "" || len(c.gathered) != 10 {
+	if len(page.IDs) != 0 || r.Header.Get(forward.Partitions) != "" || len(c.gathered) != 12 {
 		t.Errorf("listing with the hop header, no partition owned: %v %v", page.IDs, r.Header)
 	}
 	c.owned = []int{0, 1, 2, 3}

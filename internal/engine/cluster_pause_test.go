@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -209,4 +210,45 @@ func newClusterNodeOf(t *testing.T, id string, k *clustertest.Kafka, db *store.D
 		o.Owned, o.Durability, o.Outbound = true, s, s
 	})
 	return &clusterNode{t: t, e: e, s: s, db: db}
+}
+
+// Engine.Pause of a whole type in cluster mode (the engine's own entry,
+// which the state API does not use there: it spreads the change itself)
+// applies it in every partition, the type's owner last and alone with the
+// receipt and the audit record; with a partition owned elsewhere it says
+// the partition moved and stores nothing.
+func TestClusterEnginePauseOfATypeOwnedHere(t *testing.T) {
+	const parts = 4
+	ctx := context.Background()
+	k := clustertest.NewKafka()
+	a := newClusterNodeOf(t, "a", k, openStore(t, vfs.NewMem(), parts), &relay{})
+	for p := range parts - 1 {
+		if err := a.e.Assign(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.e.Start()
+	typ := address.Address{Type: counterType}
+	if _, err := a.e.Pause(ctx, PauseRequest{Mutation: "m-early", Addr: typ, Principal: "ops"}); !errors.Is(err, ErrMoved) {
+		t.Fatalf("a type pause with partition %d owned elsewhere: %v; want ErrMoved", parts-1, err)
+	}
+	if n := countAudit(t, a.e, "m-early"); n != 0 {
+		t.Fatalf("%d audit records of the refused pause; want none", n)
+	}
+	if err := a.e.Assign(parts - 1); err != nil {
+		t.Fatal(err)
+	}
+	owner := partition.TypeOwner(counterType, parts)
+	for _, r := range []PauseRequest{
+		{Mutation: "m-pause", Addr: typ, Principal: "ops", Reason: "deploy"},
+		{Mutation: "m-resume", Addr: typ, Principal: "ops", Resume: true},
+	} {
+		rc, err := a.e.Pause(ctx, r)
+		if err != nil || rc.Reject != partition.Applied || rc.Partition != owner || rc.Mutation != r.Mutation {
+			t.Fatalf("Pause %s of the type: %+v, %v; want applied by its owner, partition %d", r.Mutation, rc, err, owner)
+		}
+		if n := countAudit(t, a.e, r.Mutation); n != 1 {
+			t.Fatalf("%d audit records of %s; want the owner's one", n, r.Mutation)
+		}
+	}
 }

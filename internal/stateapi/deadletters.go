@@ -390,27 +390,19 @@ func (s *Server) deadLetterSummary(w http.ResponseWriter, r *http.Request) {
 	}
 	byIngress := map[string]*ingressDeadLetters{}
 	for g, c := range counts {
-		in := byIngress[g.ingress]
-		if in == nil {
-			in = &ingressDeadLetters{Ingress: g.ingress, OldestStoredAt: c.OldestStoredAt, NewestStoredAt: c.NewestStoredAt}
-			byIngress[g.ingress] = in
+		one := ingressDeadLetters{Ingress: g.ingress, DeadLetters: c.Count,
+			OldestStoredAt: c.OldestStoredAt, NewestStoredAt: c.NewestStoredAt, Counts: []deadLetterCount{*c}}
+		if in := byIngress[g.ingress]; in != nil {
+			in.add(one)
+		} else {
+			byIngress[g.ingress] = &one
 		}
-		in.DeadLetters += c.Count
-		if c.OldestStoredAt.Before(in.OldestStoredAt) {
-			in.OldestStoredAt = c.OldestStoredAt
-		}
-		if c.NewestStoredAt.After(in.NewestStoredAt) {
-			in.NewestStoredAt = c.NewestStoredAt
-		}
-		in.Counts = append(in.Counts, *c)
 	}
 	out := struct {
 		Ingresses []ingressDeadLetters `json:"ingresses"`
 	}{Ingresses: []ingressDeadLetters{}}
 	for _, in := range byIngress {
-		slices.SortFunc(in.Counts, func(a, b deadLetterCount) int {
-			return cmp.Or(strings.Compare(a.Topic, b.Topic), strings.Compare(a.Reason, b.Reason))
-		})
+		sortCounts(in.Counts)
 		out.Ingresses = append(out.Ingresses, *in)
 	}
 	slices.SortFunc(out.Ingresses, func(a, b ingressDeadLetters) int { return strings.Compare(a.Ingress, b.Ingress) })
@@ -474,25 +466,37 @@ func ingressSummaryListing() listing {
 			if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
 				return a
 			}
-			x.DeadLetters += y.DeadLetters
-			x.OldestStoredAt = minTime(x.OldestStoredAt, y.OldestStoredAt)
-			x.NewestStoredAt = maxTime(x.NewestStoredAt, y.NewestStoredAt)
-			for _, c := range y.Counts {
-				i := slices.IndexFunc(x.Counts, func(o deadLetterCount) bool { return o.Topic == c.Topic && o.Reason == c.Reason })
-				if i < 0 {
-					x.Counts = append(x.Counts, c)
-					continue
-				}
-				x.Counts[i].Count += c.Count
-				x.Counts[i].OldestStoredAt = minTime(x.Counts[i].OldestStoredAt, c.OldestStoredAt)
-				x.Counts[i].NewestStoredAt = maxTime(x.Counts[i].NewestStoredAt, c.NewestStoredAt)
-			}
-			slices.SortFunc(x.Counts, func(a, b deadLetterCount) int {
-				return cmp.Or(strings.Compare(a.Topic, b.Topic), strings.Compare(a.Reason, b.Reason))
-			})
+			x.add(y)
+			sortCounts(x.Counts)
 			out, _ := json.Marshal(x)
 			return out
 		}}
+}
+
+// add counts o's dead letters (of the same ingress) in in: the counts
+// summed, the times the oldest and newest of both, o's rows added to in's
+// row of the same topic and reason (appended when in has none).
+func (in *ingressDeadLetters) add(o ingressDeadLetters) {
+	in.DeadLetters += o.DeadLetters
+	in.OldestStoredAt = minTime(in.OldestStoredAt, o.OldestStoredAt)
+	in.NewestStoredAt = maxTime(in.NewestStoredAt, o.NewestStoredAt)
+	for _, c := range o.Counts {
+		i := slices.IndexFunc(in.Counts, func(r deadLetterCount) bool { return r.Topic == c.Topic && r.Reason == c.Reason })
+		if i < 0 {
+			in.Counts = append(in.Counts, c)
+			continue
+		}
+		in.Counts[i].Count += c.Count
+		in.Counts[i].OldestStoredAt = minTime(in.Counts[i].OldestStoredAt, c.OldestStoredAt)
+		in.Counts[i].NewestStoredAt = maxTime(in.Counts[i].NewestStoredAt, c.NewestStoredAt)
+	}
+}
+
+// sortCounts sorts a summary's rows by topic, then reason.
+func sortCounts(cs []deadLetterCount) {
+	slices.SortFunc(cs, func(a, b deadLetterCount) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), strings.Compare(a.Reason, b.Reason))
+	})
 }
 
 func minTime(a, b time.Time) time.Time {

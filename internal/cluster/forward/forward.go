@@ -342,42 +342,77 @@ const maxAnswer = 64 << 20
 // with the answers so far (the others are cancelled) and no missing
 // partitions.
 func (f *Forwarder) Gather(r *http.Request, wait time.Duration, stop func(Answer) bool) ([]Answer, []int) {
+	todo := make(map[int]bool, f.cfg.Partitions)
+	for p := range f.cfg.Partitions {
+		todo[p] = true
+	}
+	var answers []Answer
+	missing, ended := f.rounds(r, sweep{kind: "gather", timeout: f.cfg.Budget + wait, stop: stop}, todo,
+		func(got []Answer, stopped bool) (covered []int, end bool) {
+			answers = append(answers, got...)
+			if stopped {
+				return nil, true
+			}
+			for _, a := range got {
+				covered = append(covered, a.Partitions...)
+			}
+			return covered, false
+		})
+	if ended {
+		f.counter.WithLabelValues("gather", "complete").Inc()
+		return answers, nil
+	}
+	return answers, missing
+}
+
+// sweep is how rounds sends a request: Gather's or Spread's.
+type sweep struct {
+	kind    string        // the counter's kind: gather or spread
+	timeout time.Duration // how long the nodes of a round have to answer
+	// With shares, each node gets body and the header Partitions naming
+	// its share: the partitions still to do that it owns.
+	shares bool
+	body   []byte
+	stop   func(Answer) bool // see fanOut
+}
+
+// rounds sends r, as s says, to the owners of the partitions in todo, in
+// rounds within the budget. A round reads the group's assignment, sends r
+// at once to every node owning a partition in todo and hands the answers
+// (and whether s.stop took one) to take, which names the partitions they
+// cover, or ends the request at once. Partitions still to do are sent
+// again after backoff, with the assignment read anew. rounds returns the
+// partitions no answer covered (sorted), and whether take ended it; when
+// take did not, the counter counts the request partial or complete.
+func (f *Forwarder) rounds(r *http.Request, s sweep, todo map[int]bool, take func(got []Answer, stopped bool) (covered []int, end bool)) (missing []int, ended bool) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	deadline := time.Now().Add(f.cfg.Budget)
 	d := 50 * time.Millisecond
-	covered := make([]bool, f.cfg.Partitions)
-	var answers []Answer
-	for {
-		missing := missingOf(covered)
+	for len(todo) > 0 {
 		owners, urls, err := f.assignment(ctx)
 		if err == nil {
-			nodes := map[string]bool{}
-			for _, p := range missing {
+			of := map[string][]int{}
+			for p := range todo {
 				if n, ok := owners[p]; ok && urls[n] != "" {
-					nodes[n] = true
+					of[n] = append(of[n], p)
 				}
 			}
-			rctx, rcancel := context.WithTimeout(ctx, f.cfg.Budget+wait)
-			got, stopped := f.fanOut(rctx, rcancel, r, nil, nodes, urls, stop)
+			for _, ps := range of {
+				slices.Sort(ps)
+			}
+			rctx, rcancel := context.WithTimeout(ctx, s.timeout)
+			got, stopped := f.fanOut(rctx, rcancel, r, s, of, urls)
 			rcancel()
-			for _, a := range got {
-				answers = append(answers, a)
-				if stopped {
-					continue
-				}
-				for _, p := range a.Partitions {
-					if p >= 0 && p < len(covered) {
-						covered[p] = true
-					}
-				}
+			covered, end := take(got, stopped)
+			if end {
+				return nil, true
 			}
-			if stopped {
-				f.counter.WithLabelValues("gather", "complete").Inc()
-				return answers, nil
+			for _, p := range covered {
+				delete(todo, p)
 			}
 		}
-		if len(missingOf(covered)) == 0 {
+		if len(todo) == 0 {
 			break
 		}
 		f.stale()
@@ -385,37 +420,30 @@ func (f *Forwarder) Gather(r *http.Request, wait time.Duration, stop func(Answer
 			break
 		}
 	}
-	missing := missingOf(covered)
+	for p := range todo {
+		missing = append(missing, p)
+	}
+	slices.Sort(missing)
 	if len(missing) > 0 {
-		f.counter.WithLabelValues("gather", "partial").Inc()
+		f.counter.WithLabelValues(s.kind, "partial").Inc()
 	} else {
-		f.counter.WithLabelValues("gather", "complete").Inc()
+		f.counter.WithLabelValues(s.kind, "complete").Inc()
 	}
-	return answers, missing
+	return missing, false
 }
 
-func missingOf(covered []bool) []int {
-	var out []int
-	for p, ok := range covered {
-		if !ok {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// fanOut sends r to each of nodes at once and collects the answers (a node
-// that did not answer has none); stopped reports that stop took one. With
-// shares, r's body (body) goes to each node with the header Partitions
-// naming its share.
-func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *http.Request, shares *share, nodes map[string]bool, urls map[string]string, stop func(Answer) bool) ([]Answer, bool) {
+// fanOut sends r to each node of of at once and collects the answers (a
+// node that did not answer has none); stopped reports that s.stop took
+// one. With s.shares, s.body goes to each node with the header Partitions
+// naming its share in of.
+func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *http.Request, s sweep, of map[string][]int, urls map[string]string) ([]Answer, bool) {
 	var (
 		mu      sync.Mutex
 		out     []Answer
 		stopped bool
 		wg      sync.WaitGroup
 	)
-	for n := range nodes {
+	for n := range of {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -423,10 +451,10 @@ func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *ht
 			if err != nil {
 				return
 			}
-			if shares != nil {
-				req.Body = io.NopCloser(bytes.NewReader(shares.body))
-				req.ContentLength = int64(len(shares.body))
-				req.Header.Set(Partitions, FormatPartitions(shares.of[n]))
+			if s.shares {
+				req.Body = io.NopCloser(bytes.NewReader(s.body))
+				req.ContentLength = int64(len(s.body))
+				req.Header.Set(Partitions, FormatPartitions(of[n]))
 			}
 			resp, err := f.cfg.Client.Do(req)
 			if err != nil {
@@ -448,7 +476,7 @@ func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *ht
 				return
 			}
 			out = append(out, a)
-			if stop != nil && stop(a) {
+			if s.stop != nil && s.stop(a) {
 				stopped = true
 				cancel()
 			}
@@ -456,13 +484,6 @@ func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *ht
 	}
 	wg.Wait()
 	return out, stopped
-}
-
-// share is what Spread sends each node: the body, and the partitions of
-// each node.
-type share struct {
-	body []byte
-	of   map[string][]int
 }
 
 // Spread sends r, with body, a change that each of parts applies in its
@@ -478,62 +499,27 @@ type share struct {
 // first other answer below 500 (a refusal: 4xx; then it stops, and that is
 // the answer), and the partitions no answer applied.
 func (f *Forwarder) Spread(r *http.Request, body []byte, parts []int) (answers []Answer, refusal *Answer, missing []int) {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	deadline := time.Now().Add(f.cfg.Budget)
-	d := 50 * time.Millisecond
 	todo := map[int]bool{}
 	for _, p := range parts {
 		todo[p] = true
 	}
-	for len(todo) > 0 {
-		owners, urls, err := f.assignment(ctx)
-		if err == nil {
-			sh := &share{body: body, of: map[string][]int{}}
-			nodes := map[string]bool{}
-			for p := range todo {
-				if n, ok := owners[p]; ok && urls[n] != "" {
-					nodes[n] = true
-					sh.of[n] = append(sh.of[n], p)
-				}
-			}
-			for _, ps := range sh.of {
-				slices.Sort(ps)
-			}
-			rctx, rcancel := context.WithTimeout(ctx, f.cfg.Budget)
-			got, _ := f.fanOut(rctx, rcancel, r, sh, nodes, urls, nil)
-			rcancel()
+	missing, ended := f.rounds(r, sweep{kind: "spread", timeout: f.cfg.Budget, shares: true, body: body}, todo,
+		func(got []Answer, _ bool) (covered []int, end bool) {
 			for _, a := range got {
-				if a.Status != http.StatusOK {
-					if a.Status < 500 {
-						f.counter.WithLabelValues("spread", "refused").Inc()
-						a := a
-						return answers, &a, nil
-					}
-					continue
-				}
-				answers = append(answers, a)
-				for _, p := range a.Partitions {
-					delete(todo, p)
+				switch {
+				case a.Status == http.StatusOK:
+					answers = append(answers, a)
+					covered = append(covered, a.Partitions...)
+				case a.Status < 500:
+					refusal = &a
+					return nil, true
 				}
 			}
-		}
-		if len(todo) == 0 {
-			break
-		}
-		f.stale()
-		if !backoff(r.Context(), &d, deadline) {
-			break
-		}
-	}
-	for p := range todo {
-		missing = append(missing, p)
-	}
-	slices.Sort(missing)
-	if len(missing) > 0 {
-		f.counter.WithLabelValues("spread", "partial").Inc()
-	} else {
-		f.counter.WithLabelValues("spread", "complete").Inc()
+			return covered, false
+		})
+	if ended {
+		f.counter.WithLabelValues("spread", "refused").Inc()
+		return answers, refusal, nil
 	}
 	return answers, nil, missing
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/apache/flink-statefun/statefun-sdk-go/v3/pkg/statefun"
+
+	"github.com/statefun-go/statefun/internal/sdktest"
 )
 
 var (
@@ -34,7 +36,7 @@ type egressRecord struct {
 //
 // Its records go to the playground egress, or to the Kafka egress that
 // route names once a runtime set it (routeEgress).
-func crashFunction(t testing.TB, route *egressRouteVar) string {
+func crashFunction(t testing.TB, route *sdktest.EgressSender) string {
 	b := statefun.StatefulFunctionsBuilder()
 	err := b.WithSpec(statefun.StatefulFunctionSpec{
 		FunctionType: statefun.TypeNameFrom("crash/counter"),
@@ -45,17 +47,7 @@ func crashFunction(t testing.TB, route *egressRouteVar) string {
 				ctx.Storage().Get(spec, &n)
 				n++
 				ctx.Storage().Set(spec, n)
-				payload := fmt.Sprintf("%s:%d", ctx.Self().Id, n)
-				if to := route.Load(); to != nil {
-					ctx.SendEgress(statefun.KafkaEgressBuilder{Target: statefun.TypeNameFrom(to.Kafka), Topic: to.TopicPrefix + topic,
-						Key: ctx.Self().Id, Value: []byte(payload)})
-					return
-				}
-				ctx.SendEgress(statefun.GenericEgressBuilder{
-					Target:    statefun.TypeNameFrom("io.statefun.playground/egress"),
-					Value:     egressRecord{Topic: topic, Payload: payload},
-					ValueType: recordType,
-				})
+				route.Send(ctx, topic, fmt.Sprintf("%s:%d", ctx.Self().Id, n))
 			}
 			switch msg.ValueTypeName().String() {
 			case "crash/inc":
@@ -116,7 +108,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 	// In turn: each keeps both cores busy, and together each took over
 	// twice as long.
 	onEnginesInTurn(t, func(t *testing.T, e engine) {
-		route := &egressRouteVar{}
+		route := &sdktest.EgressSender{}
 		fn := crashFunction(t, route)
 		rt := newRuntimeOn(t, e, playgroundModule(fn, []string{"crash"}, []string{"counts", "ticks"}))
 		rt.routeEgress(route)

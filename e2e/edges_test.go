@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/statefun-go/statefun/internal/sdktest"
 )
 
 // egressDo sends one request to the runtime's egress and returns status,
@@ -64,7 +66,7 @@ func (r *runtime) sendKeyed(path, typename, key, body string) (int, bool) {
 // position, and only the acknowledgement removes it. A client that retries
 // a keyed message after a SIGKILL makes no second message.
 func TestKillBetweenReadAndAck(t *testing.T) {
-	fn := crashFunction(t, &egressRouteVar{})
+	fn := crashFunction(t, &sdktest.EgressSender{})
 	rt := newRuntime(t, fn, []string{"crash"}, []string{"counts", "ticks"})
 	rt.start()
 

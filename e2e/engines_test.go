@@ -178,15 +178,6 @@ func newRuntimeOn(t *testing.T, e engine, module func(ingressPort, egressPort in
 // egressRouter is a function server of internal/sdktest.
 type egressRouter interface{ SendEgressTo(sdktest.EgressRoute) }
 
-// egressRouteVar is an egressRouter for a function written in a test: it
-// holds the route (nil until a cluster runtime sets it: the playground
-// egress).
-type egressRouteVar struct {
-	atomic.Pointer[sdktest.EgressRoute]
-}
-
-func (v *egressRouteVar) SendEgressTo(r sdktest.EgressRoute) { v.Store(&r) }
-
 // routeEgress makes the functions of a server send their records to the
 // runtime's egress: the Kafka egress on a cluster node, with the runtime's
 // topics.

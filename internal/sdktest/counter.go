@@ -18,9 +18,9 @@ var countSpec = statefun.ValueSpec{Name: CounterState, ValueType: statefun.Int64
 // {"topic": CounterTopic, "payload": "<id>:<new count>"}. A test that must
 // stop and restart the function on a fixed address serves it on a listener
 // of its own.
-func CounterHandler() http.Handler { return counterHandler(&route{}) }
+func CounterHandler() http.Handler { return counterHandler(&EgressSender{}) }
 
-func counterHandler(out *route) http.Handler {
+func counterHandler(out *EgressSender) http.Handler {
 	fns := statefun.StatefulFunctionsBuilder()
 	must(fns.WithSpec(statefun.StatefulFunctionSpec{
 		FunctionType: statefun.TypeNameFrom(CounterFn),
@@ -30,7 +30,7 @@ func counterHandler(out *route) http.Handler {
 			ctx.Storage().Get(countSpec, &n)
 			n++
 			ctx.Storage().Set(countSpec, n)
-			out.send(ctx, CounterTopic, fmt.Sprintf("%s:%d", ctx.Self().Id, n))
+			out.Send(ctx, CounterTopic, fmt.Sprintf("%s:%d", ctx.Self().Id, n))
 			return nil
 		}),
 	}))
@@ -44,16 +44,16 @@ type CounterServer struct {
 	URL string
 
 	srv *httptest.Server
-	out *route
+	out *EgressSender
 }
 
 // SendEgressTo makes the function send its records by r from now on.
-func (s *CounterServer) SendEgressTo(r EgressRoute) { s.out.p.Store(&r) }
+func (s *CounterServer) SendEgressTo(r EgressRoute) { s.out.SendEgressTo(r) }
 
 // StartCounterServer starts a CounterServer that stops when t ends.
 func StartCounterServer(t testing.TB) *CounterServer {
 	t.Helper()
-	out := &route{}
+	out := &EgressSender{}
 	srv := httptest.NewServer(counterHandler(out))
 	s := &CounterServer{URL: srv.URL + "/statefun", srv: srv, out: out}
 	t.Cleanup(s.Close)

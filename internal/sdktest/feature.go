@@ -29,7 +29,7 @@ type FeatureServer struct {
 	URL string
 
 	sdk     http.Handler
-	out     *route
+	out     *EgressSender
 	srv     *httptest.Server
 	closing chan struct{}
 	once    sync.Once
@@ -60,7 +60,7 @@ type Batch struct {
 // StartFeatureServer starts a FeatureServer that stops when t ends.
 func StartFeatureServer(t testing.TB) *FeatureServer {
 	t.Helper()
-	out := &route{}
+	out := &EgressSender{}
 	s := &FeatureServer{
 		sdk:     featureHandler(out),
 		out:     out,
@@ -77,7 +77,7 @@ func StartFeatureServer(t testing.TB) *FeatureServer {
 
 // SendEgressTo makes the functions send their records (reports and
 // egress commands) by r from now on.
-func (s *FeatureServer) SendEgressTo(r EgressRoute) { s.out.p.Store(&r) }
+func (s *FeatureServer) SendEgressTo(r EgressRoute) { s.out.SendEgressTo(r) }
 
 // Close releases every hold and stops the server; calls to URL fail from
 // then on. It is idempotent; StartFeatureServer registers it as a cleanup.

@@ -56,9 +56,9 @@ const maxSeqDepth = 32
 // per-address call counts (Report.Calls). StartFeatureServer serves one on
 // a loopback port; a test that needs a listener of its own serves it
 // directly.
-func FeatureHandler() http.Handler { return featureHandler(&route{}) }
+func FeatureHandler() http.Handler { return featureHandler(&EgressSender{}) }
 
-func featureHandler(out *route) http.Handler {
+func featureHandler(out *EgressSender) http.Handler {
 	fns := statefun.StatefulFunctionsBuilder()
 	must(fns.WithSpec(statefun.StatefulFunctionSpec{
 		FunctionType: statefun.TypeNameFrom(FeaturesFn),
@@ -88,13 +88,21 @@ type EgressRoute struct {
 	TopicPrefix string
 }
 
-// route is the EgressRoute of one handler, which its FeatureServer may
-// change while it serves.
-type route struct{ p atomic.Pointer[EgressRoute] }
+// EgressSender sends the records of a function by an EgressRoute that may
+// change while the function serves. Its zero value sends to the playground
+// egress until SendEgressTo sets a route. FeatureServer and CounterServer
+// use one; a function written in a test can use one of its own.
+type EgressSender struct{ p atomic.Pointer[EgressRoute] }
 
-// send sends one record by the current route.
-func (r *route) send(ctx statefun.Context, topic, payload string) {
-	if to := r.p.Load(); to != nil && to.Kafka != "" {
+// SendEgressTo makes the following records go by r. It may be called while
+// the function serves.
+func (s *EgressSender) SendEgressTo(r EgressRoute) { s.p.Store(&r) }
+
+// Send sends one record with payload on topic by the current route: to the
+// route's Kafka egress, on topic TopicPrefix+topic keyed by the sender's
+// id, or, without a Kafka egress, as an EgressRecord to PlaygroundEgress.
+func (s *EgressSender) Send(ctx statefun.Context, topic, payload string) {
+	if to := s.p.Load(); to != nil && to.Kafka != "" {
 		ctx.SendEgress(statefun.KafkaEgressBuilder{
 			Target: statefun.TypeNameFrom(to.Kafka),
 			Topic:  to.TopicPrefix + topic,
@@ -116,7 +124,7 @@ func must(err error) {
 // rejects the commands that need one.
 type features struct {
 	stateful bool
-	out      *route
+	out      *EgressSender
 
 	mu    sync.Mutex
 	calls map[string]int64 // "namespace/type/id" -> messages handled
@@ -146,7 +154,7 @@ type invocation struct {
 	msg      *statefun.Message
 	calls    int64
 	stateful bool
-	out      *route
+	out      *EgressSender
 }
 
 var errNoState = errors.New("sdktest: " + StatelessFn + " has no state")
@@ -178,7 +186,7 @@ func (in invocation) run(cmd Command, depth int) error {
 	case OpReport:
 		return in.report(cmd)
 	case OpEgress:
-		in.out.send(in.ctx, topicOr(cmd.Topic), cmd.Payload)
+		in.out.Send(in.ctx, topicOr(cmd.Topic), cmd.Payload)
 	case OpSend, OpSendAfter:
 		return in.send(cmd)
 	case OpCancel:
@@ -282,7 +290,7 @@ func (in invocation) report(cmd Command) error {
 	if err != nil {
 		return err
 	}
-	in.out.send(in.ctx, topicOr(cmd.Topic), payload)
+	in.out.Send(in.ctx, topicOr(cmd.Topic), payload)
 	return nil
 }
 

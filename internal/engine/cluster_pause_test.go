@@ -75,10 +75,27 @@ func TestClusterPauseTypeInEveryPartition(t *testing.T) {
 	if first.Reject != partition.Applied || first.Mutation != "m-pause" {
 		t.Fatalf("the pause's receipt: %+v", first)
 	}
+	// Its receipt is durable: the type's owner keeps no mutation id for
+	// it (the store answers a repeat).
+	takenBy := func(m string) bool {
+		t.Helper()
+		pt, err := a.e.owner(owner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pt.pauseMu.Lock()
+		defer pt.pauseMu.Unlock()
+		return pt.pauseIDs[m]
+	}
+	if takenBy("m-pause") {
+		t.Fatal("the type's owner still holds m-pause, whose receipt is durable")
+	}
 	// The same mutation id again (a retry across nodes): the stored
 	// receipt, and no second audit record anywhere.
 	if again := apply(pause); again.Checkpoint != first.Checkpoint || again.Reject != partition.Applied {
 		t.Fatalf("the repeat's receipt %+v; want the first one %+v", again, first)
+	} else if want := first; func() bool { want.Request = 0; return again != want }() {
+		t.Fatalf("the repeat's receipt %+v; want the first one (but its request) %+v", again, first)
 	}
 	if n := countAudit(t, a.e, "m-pause"); n != 1 {
 		t.Fatalf("m-pause has %d audit records on the type's owner; want 1", n)
@@ -180,6 +197,21 @@ func TestClusterPauseTypeInEveryPartition(t *testing.T) {
 	}
 	if n := countAudit(t, a.e, "m-nothing"); n != 0 {
 		t.Fatalf("a rejected resume wrote %d audit records", n)
+	}
+	// Its id is not kept either, and a repeat of it once the type is
+	// paused again answers the stored rejection: it lifts nothing.
+	if takenBy("m-nothing") {
+		t.Fatal("the type's owner still holds m-nothing, whose receipt is durable")
+	}
+	if got, err := a.e.PauseIn(ctx, PauseRequest{Mutation: "m-again", Addr: typ, Principal: "ops"}, []int{owner}); err != nil || got.Receipt == nil || got.Receipt.Reject != partition.Applied {
+		t.Fatalf("a new pause of the type's owner: %+v, %v", got, err)
+	}
+	again, err := a.e.PauseIn(ctx, PauseRequest{Mutation: "m-nothing", Addr: typ, Resume: true}, []int{owner})
+	if err != nil || again.Receipt == nil || *again.Receipt != func() partition.Receipt { rc := *got.Receipt; rc.Request = 0; return rc }() {
+		t.Fatalf("a repeat of m-nothing: %+v, %v; want the stored rejection %+v", again, err, got.Receipt)
+	}
+	if ps, err := a.e.Pauses(ctx, counterType); err != nil || len(ps) != 1 || ps[0].Pause == nil || ps[0].Pause.Mutation != "m-again" {
+		t.Fatalf("the pauses after a repeat of m-nothing: %+v, %v; want m-again in force", ps, err)
 	}
 	// A mutation id the type's owner took and has not made durable yet
 	// is not taken again: a repeat waits for the first one's receipt (here

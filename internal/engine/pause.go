@@ -115,35 +115,20 @@ func (e *Engine) inspectAll(ctx context.Context, ev partition.Inspect) ([]inspec
 		return nil, ErrClosed
 	}
 	parts := e.ownedParts()
-	ids := make([]uint64, len(parts))
-	chs := make([]chan partition.Reply, len(parts))
-	for i, p := range parts {
-		id, ch, err := e.ask(p, 0, func(id uint64) partition.Event {
-			q := ev
-			q.Request = id
-			return q
-		})
-		if err != nil {
-			for _, id := range ids[:i] {
-				e.waiters.drop(id)
-			}
-			return nil, err
-		}
-		ids[i], chs[i] = id, ch
+	reps, err := e.askAll(ctx, parts, func(id uint64) partition.Event {
+		q := ev
+		q.Request = id
+		return q
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := make([]inspection, len(parts))
 	for i, p := range parts {
-		r, err := e.await(ctx, ids[i], chs[i])
-		if err != nil {
-			for _, id := range ids[i+1:] {
-				e.waiters.drop(id)
-			}
-			return nil, err
-		}
-		if r.Inspection == nil {
+		if reps[i].Inspection == nil {
 			return nil, fmt.Errorf("engine: partition %d answered an inspection without one", p.id)
 		}
-		out[i] = inspection{Inspection: r.Inspection, part: p.id}
+		out[i] = inspection{Inspection: reps[i].Inspection, part: p.id}
 	}
 	return out, nil
 }
@@ -194,7 +179,11 @@ func (e *Engine) Pause(ctx context.Context, r PauseRequest) (partition.Receipt, 
 		}
 		targets = []*part{p}
 	}
-	reps, err := e.askPause(ctx, targets, ev)
+	reps, err := e.askAll(ctx, targets, func(id uint64) partition.Event {
+		q := ev
+		q.Request = id
+		return q
+	})
 	if err != nil {
 		return partition.Receipt{}, err
 	}
@@ -350,6 +339,8 @@ func (e *Engine) PauseIn(ctx context.Context, r PauseRequest, parts []int) (Paus
 		out.Applied = append(out.Applied, p.id)
 		rc := *rep.Receipt
 		if p.id == owner {
+			// Its receipt is in the store now: a repeat finds it there.
+			e.forgetTypePause(p, r.Mutation)
 			out.Receipt = &rc
 		} else if rc.Reject == partition.Applied {
 			out.Changed = true
@@ -366,17 +357,19 @@ func (e *Engine) PauseIn(ctx context.Context, r PauseRequest, parts []int) (Paus
 // this assignment: then its receipt is waited for).
 func (e *Engine) typeReceipt(ctx context.Context, p *part, m string) (*partition.Receipt, bool, error) {
 	p.pauseMu.Lock()
-	taken := p.pauseIDs[m]
-	if !taken {
-		if _, ok, err := e.db.Receipt(m); err != nil || !ok {
-			if err == nil {
-				if p.pauseIDs == nil {
-					p.pauseIDs = map[string]bool{}
-				}
-				p.pauseIDs[m] = true
-			}
+	if !p.pauseIDs[m] {
+		_, ok, err := e.db.Receipt(m)
+		switch {
+		case err != nil:
 			p.pauseMu.Unlock()
 			return nil, false, err
+		case !ok:
+			if p.pauseIDs == nil {
+				p.pauseIDs = map[string]bool{}
+			}
+			p.pauseIDs[m] = true
+			p.pauseMu.Unlock()
+			return nil, false, nil
 		}
 	}
 	p.pauseMu.Unlock()
@@ -393,25 +386,25 @@ func (e *Engine) typeReceipt(ctx context.Context, p *part, m string) (*partition
 	return &rc, true, nil
 }
 
-// forgetTypePause lets a mutation id that TypeOwner's part took be taken
-// again, when the caller stopped waiting before its outcome was known.
+// forgetTypePause drops a mutation id that TypeOwner's part took: once
+// its receipt is durable (the store answers a repeat from then on), or
+// when the caller stopped waiting before its outcome was known (it may be
+// taken again).
 func (e *Engine) forgetTypePause(p *part, m string) {
 	p.pauseMu.Lock()
 	delete(p.pauseIDs, m)
 	p.pauseMu.Unlock()
 }
 
-// askPause posts ev to each of targets and returns their replies, in
-// order.
-func (e *Engine) askPause(ctx context.Context, targets []*part, ev partition.SetPause) ([]partition.Reply, error) {
+// askAll posts the event mk makes (given its request id) to each of
+// targets, then awaits their replies and returns them in order. When a
+// post or an await fails, the waiters of the rest are dropped and the
+// error returned.
+func (e *Engine) askAll(ctx context.Context, targets []*part, mk func(id uint64) partition.Event) ([]partition.Reply, error) {
 	ids := make([]uint64, len(targets))
 	chs := make([]chan partition.Reply, len(targets))
 	for i, p := range targets {
-		id, ch, err := e.ask(p, 0, func(id uint64) partition.Event {
-			q := ev
-			q.Request = id
-			return q
-		})
+		id, ch, err := e.ask(p, 0, mk)
 		if err != nil {
 			for _, id := range ids[:i] {
 				e.waiters.drop(id)

@@ -82,8 +82,9 @@ type part struct {
 	// the durability goroutine.
 	ingressKeys map[string][]byte
 	// pauseIDs is the mutation ids of the type-level pauses and resumes
-	// this part took as its type's TypeOwner (PauseIn): a repeat waits
-	// for the first one's receipt instead of applying it again.
+	// this part took as its type's TypeOwner (PauseIn) whose receipt is
+	// not durable yet: a repeat waits for the first one's receipt instead
+	// of applying it again (once durable, the store has the receipt).
 	pauseMu  sync.Mutex
 	pauseIDs map[string]bool
 	// stop ends the runner, which closes done (cluster mode).

@@ -177,7 +177,7 @@ func (c *Core) setPause(ev SetPause) error {
 			// Written whether or not it held one, so that the answer waits
 			// for a commit: a repeat of a resume whose first commit is not
 			// durable yet must not be answered before it is.
-			c.pending.Pauses = append(c.pending.Pauses, PauseWrite{Addr: ev.Addr})
+			c.writePause(ev.Addr, nil)
 		}
 		if !dropped && !(durable && ev.ChangedElsewhere) {
 			rc.Reject, rc.Reason = RejectNotFound, "not paused"
@@ -202,8 +202,7 @@ func (c *Core) setPause(ev SetPause) error {
 	case durable:
 		c.recordPause(ev.Addr, p, OpPause, ev.Mutation, ev.Principal, ev.Reason)
 	case share:
-		cp := *p
-		c.pending.Pauses = append(c.pending.Pauses, PauseWrite{Addr: ev.Addr, Pause: &cp})
+		c.writePause(ev.Addr, p)
 	}
 	answer()
 	// Mutations waiting behind an invocation no longer wait for later
@@ -211,15 +210,20 @@ func (c *Core) setPause(ev SetPause) error {
 	return c.settleHeld(ev.Addr)
 }
 
-// recordPause writes a pause change and its audit record to the commit.
-func (c *Core) recordPause(a address.Address, p *Pause, op MutationOp, mutation, principal, reason string) {
-	var w PauseWrite
-	w.Addr = a
+// writePause writes a pause change to the commit: a copy of p, or the
+// lifting of a's pause when p is nil.
+func (c *Core) writePause(a address.Address, p *Pause) {
+	w := PauseWrite{Addr: a}
 	if p != nil {
 		cp := *p
 		w.Pause = &cp
 	}
 	c.pending.Pauses = append(c.pending.Pauses, w)
+}
+
+// recordPause writes a pause change and its audit record to the commit.
+func (c *Core) recordPause(a address.Address, p *Pause, op MutationOp, mutation, principal, reason string) {
+	c.writePause(a, p)
 	c.pending.Audit = append(c.pending.Audit, AuditRecord{
 		Mutation: mutation, At: c.now, Principal: principal, Reason: reason, Addr: a, Op: op,
 	})
@@ -257,7 +261,7 @@ func (c *Core) expire(r *pauseRef) error {
 	case c.durableHere(r.addr):
 		c.recordPause(r.addr, nil, OpResume, c.runtimeID(), RuntimePrincipal, "pause "+r.p.Mutation+" expired")
 	case c.shareHere(r.addr):
-		c.pending.Pauses = append(c.pending.Pauses, PauseWrite{Addr: r.addr})
+		c.writePause(r.addr, nil)
 	}
 	return c.release(r.addr)
 }

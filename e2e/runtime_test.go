@@ -27,6 +27,7 @@ type runtime struct {
 	logMu   sync.Mutex
 	log     bytes.Buffer
 	exited  chan struct{}
+	killMu  sync.Mutex // serializes kill
 	// cluster is set for a cluster node (newRuntimeOn).
 	cluster *clusterSide
 }
@@ -96,8 +97,11 @@ func (r *runtime) start() {
 	saStart(r, "http", http.DefaultClient)
 }
 
-// kill sends SIGKILL and waits for the process to be gone.
+// kill sends SIGKILL and waits for the process to be gone. A test's own
+// goroutine and its cleanup may both kill the process.
 func (r *runtime) kill() {
+	r.killMu.Lock()
+	defer r.killMu.Unlock()
 	if r.cmd == nil || r.cmd.Process == nil {
 		return
 	}

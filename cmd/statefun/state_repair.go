@@ -266,6 +266,6 @@ func partialHint(err error, cmd string) error {
 	if !errors.As(err, &p) || p.Mutation == "" {
 		return err
 	}
-	return fmt.Errorf("%w\nthe %s may be partially applied (partitions %v do not have it yet); complete it: run the same command again with --mutation-id %s",
-		err, cmd, p.MissingPartitions, p.Mutation)
+	return withHint(err, fmt.Sprintf("the %s may be partially applied (partitions %v do not have it yet); complete it: run the same command again with --mutation-id %s",
+		cmd, p.MissingPartitions, p.Mutation))
 }

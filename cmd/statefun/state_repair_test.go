@@ -61,6 +61,10 @@ func TestPartialHint(t *testing.T) {
 	if !errors.Is(err, partial) || !strings.Contains(err.Error(), "run the same command again with --mutation-id m-1") || !strings.Contains(err.Error(), "[1 2]") {
 		t.Errorf("partialHint: %v", err)
 	}
+	// What the operator reads is describe's wording of it.
+	if got := describe(err); !strings.Contains(got, "run the same command again with --mutation-id m-1") {
+		t.Errorf("the CLI's message of a partial pause: %q; want the command that completes it", got)
+	}
 	busy := &stateclient.ProblemError{Status: 503, Detail: "the partition's queue is full"}
 	if err := partialHint(busy, "pause"); err != busy {
 		t.Errorf("partialHint of a 503 without a mutation: %v", err)

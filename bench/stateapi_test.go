@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -8,8 +9,11 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/statefun-go/statefun/internal/sdktest"
 )
@@ -19,6 +23,7 @@ var (
 	flagAPIRate = flag.Float64("load.apirate", envFloat("STATEFUN_BENCH_API_RATE", 8000), "messages/s of the function load beside the state API measurements (0: as fast as -load.clients allow)")
 	flagRuntime = flag.String("load.runtime", envStr("STATEFUN_BENCH_RUNTIME_IN", "process"), "where the runtime of the state API benchmark runs: process (a child, as an operator's client meets it) or inprocess")
 	flagAPIBg   = flag.Duration("load.apibg", envDur("STATEFUN_BENCH_API_BG", 45*time.Second), "how long the function load runs beside the state API measurements")
+	flagAPILog  = flag.String("load.apilog", envStr("STATEFUN_BENCH_API_LOG", ""), "a file: each measured state API request's start and end, in CLOCK_MONOTONIC nanoseconds (the clock of -load.trace), one request per line")
 )
 
 // BenchmarkStateAPI measures the state access API on the idle runtime, then
@@ -26,6 +31,13 @@ var (
 // beside it: GET, PUT with ack=applied and PUT with ack=committed of one key
 // of sdktest/counter, at 1 and 16 concurrent clients; throughput, p50/p99
 // latency, and where the time went (see measure below).
+//
+// Two floors are measured the same way, at one client, so that a state GET's
+// figure can be read against them: GET-healthz is the runtime's /healthz (a
+// handler that does nothing, in the runtime's process: what the process adds
+// to any request), GET-empty-process a handler that does nothing in a
+// process of its own at the runtime's priority (what the machine, its
+// kernel and this client add).
 func BenchmarkStateAPI(b *testing.B) {
 	fn := startCounter(b)
 	ctx := b.Context()
@@ -55,17 +67,23 @@ func BenchmarkStateAPI(b *testing.B) {
 			return putText(ctx, api, u, []byte(strconv.Itoa(i)))
 		}
 	}
-	get := func(ctx context.Context, i int) (bool, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, entry, nil)
-		if err != nil {
+	reqLog := newRequestLog(*flagAPILog)
+	get := func(u string) func(ctx context.Context, i int) (bool, error) {
+		return func(ctx context.Context, i int) (bool, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			if err != nil {
+				return false, err
+			}
+			start := reqLog.now()
+			st, err := roundTrip(api, req)
+			reqLog.add(start)
+			if err == nil && st != http.StatusOK {
+				err = fmt.Errorf("bench: GET %s answered %d", u, st)
+			}
 			return false, err
 		}
-		st, err := roundTrip(api, req)
-		if err == nil && st != http.StatusOK {
-			err = fmt.Errorf("bench: GET answered %d", st)
-		}
-		return false, err
 	}
+	emptyAddr, _ := startServer(b, "empty")
 	// A committed write waits for a synced group commit, which the function
 	// load keeps busy: a tenth of the requests measure it as well. kind is
 	// the label of statefun_state_request_seconds the operation counts in.
@@ -73,7 +91,14 @@ func BenchmarkStateAPI(b *testing.B) {
 		name, kind string
 		op         func(context.Context, int) (bool, error)
 		ops        int
-	}{{"GET", "read", get, *flagAPIOps}, {"PUT-applied", "applied", put("applied"), *flagAPIOps}, {"PUT-committed", "committed", put("committed"), max(*flagAPIOps/10, 1)}}
+		clients    []int
+	}{
+		{"GET-healthz", "", get("http://" + rt.admin + "/healthz"), *flagAPIOps, []int{1}},
+		{"GET-empty-process", "", get("http://" + emptyAddr + "/"), *flagAPIOps, []int{1}},
+		{"GET", "read", get(entry), *flagAPIOps, []int{1, 16}},
+		{"PUT-applied", "applied", put("applied"), *flagAPIOps, []int{1, 16}},
+		{"PUT-committed", "committed", put("committed"), max(*flagAPIOps/10, 1), []int{1, 16}},
+	}
 	metricsURL := "http://" + rt.admin + "/metrics"
 	gen := startLoad(b, loadSpec{IngressPrefix: ingress, Addrs: 10000, Messages: 1 << 30, Clients: *flagClients, MaxTime: *flagAPIBg, Rate: *flagAPIRate})
 
@@ -89,7 +114,7 @@ func BenchmarkStateAPI(b *testing.B) {
 	var bgEnd time.Time
 	measure := func(phase string) {
 		for _, op := range ops {
-			for _, clients := range []int{1, 16} {
+			for _, clients := range op.clients {
 				b.Run(fmt.Sprintf("%s/%s/clients=%d", phase, op.name, clients), func(b *testing.B) {
 					var s loadSummary
 					m0, err := scrape(ctx, mc, metricsURL)
@@ -118,8 +143,10 @@ func BenchmarkStateAPI(b *testing.B) {
 					b.ReportMetric(s.rate(), "req/s")
 					b.ReportMetric(ms(s.P50), "p50-ms")
 					b.ReportMetric(ms(s.P99), "p99-ms")
-					b.ReportMetric(eng.quantile(0.5)*1000, "engine-p50-ms")
-					b.ReportMetric(eng.quantile(0.99)*1000, "engine-p99-ms")
+					if op.kind != "" {
+						b.ReportMetric(eng.quantile(0.5)*1000, "engine-p50-ms")
+						b.ReportMetric(eng.quantile(0.99)*1000, "engine-p99-ms")
+					}
 					b.ReportMetric(commits.quantile(0.5)*1000, "commit-p50-ms")
 					b.ReportMetric(commits.quantile(0.99)*1000, "commit-p99-ms")
 					rsched := m1.histogram("go_sched_latencies_seconds").minus(m0.histogram("go_sched_latencies_seconds"))
@@ -156,5 +183,57 @@ func BenchmarkStateAPI(b *testing.B) {
 	time.Sleep(time.Second) // let the load reach its pace
 	measure("load")
 	bg := <-loadDone
+	if err := reqLog.write(); err != nil {
+		b.Error(err)
+	}
 	b.Logf("bench: function load beside: %d messages in %s (%.0f/s)", bg.OK, bg.Elapsed.Round(time.Millisecond), bg.rate())
+}
+
+// requestLog keeps each measured request's start and end on CLOCK_MONOTONIC,
+// the clock of the runtime's execution trace (-load.trace), so that a slow
+// request can be found in that trace and its time split between the
+// client's side and the runtime's. A requestLog without a file keeps
+// nothing.
+type requestLog struct {
+	path  string
+	mu    sync.Mutex
+	spans [][2]int64
+}
+
+func newRequestLog(path string) *requestLog { return &requestLog{path: path} }
+
+// now is CLOCK_MONOTONIC in nanoseconds (Go's time.Now hides it: its
+// monotonic reading counts from the process's start).
+func (l *requestLog) now() int64 {
+	if l.path == "" {
+		return 0
+	}
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// add records a request that started at start and ends now.
+func (l *requestLog) add(start int64) {
+	if l.path == "" {
+		return
+	}
+	end := l.now()
+	l.mu.Lock()
+	l.spans = append(l.spans, [2]int64{start, end})
+	l.mu.Unlock()
+}
+
+// write writes the requests, "start end" a line, to the file.
+func (l *requestLog) write() error {
+	if l.path == "" {
+		return nil
+	}
+	var buf bytes.Buffer
+	l.mu.Lock()
+	for _, s := range l.spans {
+		fmt.Fprintf(&buf, "%d %d\n", s[0], s[1])
+	}
+	l.mu.Unlock()
+	return os.WriteFile(l.path, buf.Bytes(), 0o644)
 }

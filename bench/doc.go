@@ -84,11 +84,12 @@
 //	-load.profile     STATEFUN_BENCH_PROFILE     a directory: write a CPU profile of each
 //	                                             end-to-end run's measured window there
 //
-// Two environment variables only, read by every runtime the benchmarks
+// Three environment variables only, read by every runtime the benchmarks
 // start (for A/B runs of docs/limits.md's mechanisms):
 //
 //	STATEFUN_BENCH_FIXED_CALLS=true   the runtime runs with --fixed-calls
 //	STATEFUN_BENCH_INGRESS_ANSWERS=N  the runtime runs with --ingress-answers N
+//	STATEFUN_BENCH_ADMIN_LANE=false   the runtime runs with --admin-lane=false
 //
 // The limit benchmarks make 2 × -load.messages requests each. The Kafka
 // benchmark has its own:

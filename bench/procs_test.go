@@ -470,7 +470,9 @@ func startApp(dir, module string, partitions int) (*app.App, error) {
 		FixedCalls: os.Getenv("STATEFUN_BENCH_FIXED_CALLS") == "true",
 		// STATEFUN_BENCH_INGRESS_ANSWERS sets --ingress-answers.
 		IngressAnswers: envInt("STATEFUN_BENCH_INGRESS_ANSWERS", 0),
-		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		// STATEFUN_BENCH_ADMIN_LANE=false runs --admin-lane=false.
+		NoAdminLane: os.Getenv("STATEFUN_BENCH_ADMIN_LANE") == "false",
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 }
 
 // counterModule is the module of the state API and console benchmarks:

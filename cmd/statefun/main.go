@@ -229,6 +229,7 @@ func run(args []string, stderr io.Writer) int {
 	maxHeaderBytes := fs.Int("max-header-bytes", envInt("STATEFUN_MAX_HEADER_BYTES", app.DefaultMaxHeaderBytes), "largest request head, on every listener (env STATEFUN_MAX_HEADER_BYTES)")
 	maxCallsPerType := fs.Int("max-calls-per-type", envInt("STATEFUN_MAX_CALLS_PER_TYPE", 0), "calls in flight per function type on an endpoint; 0 means half the endpoint's pool_size for a namespace endpoint, all of it for a one-type endpoint (env STATEFUN_MAX_CALLS_PER_TYPE)")
 	fixedCalls := fs.Bool("fixed-calls", envBool("STATEFUN_FIXED_CALLS", false), "keep each function type's calls in flight at --max-calls-per-type instead of adapting them to the fewest that give the most throughput (env STATEFUN_FIXED_CALLS; docs/limits.md)")
+	adminLane := fs.Bool("admin-lane", envBool("STATEFUN_ADMIN_LANE", true), "serve admin requests (state API, metrics, console) ahead of the load: the runtime's busy goroutines look for them every 100µs while an admin client is active; false serves them like any other connection (env STATEFUN_ADMIN_LANE; docs/limits.md)")
 	ingressAnswers := fs.Int("ingress-answers", envInt("STATEFUN_INGRESS_ANSWERS", 0), "playground ingress requests woken with their answer at once after a group commit, the rest in turn; 0 means two per processor (env STATEFUN_INGRESS_ANSWERS; docs/limits.md)")
 	pauseAfter := fs.String("pause-after", env("STATEFUN_PAUSE_AFTER", ""), "poison policy: pause an address after this many failed attempts of one batch, per function type: \"ns/type=5,ns/*=3,*=10\"; a type no rule names retries until it succeeds (env STATEFUN_PAUSE_AFTER; docs/partition.md)")
 	pauseOnViolation := fs.Bool("pause-on-violation", env("STATEFUN_PAUSE_ON_VIOLATION", "") == "true", "poison policy: pause an address at once when its function breaks the protocol (env STATEFUN_PAUSE_ON_VIOLATION=true)")
@@ -343,6 +344,7 @@ func run(args []string, stderr io.Writer) int {
 		},
 		MaxCallsPerType: *maxCallsPerType,
 		FixedCalls:      *fixedCalls,
+		NoAdminLane:     !*adminLane,
 		IngressAnswers:  *ingressAnswers,
 		Cluster:         clusterCfg,
 	})

@@ -32,6 +32,7 @@ import (
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/ingress"
+	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/module"
 	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
@@ -82,6 +83,10 @@ type Config struct {
 	// FixedCalls keeps calls in flight at MaxCallsPerType instead of an
 	// adaptive limit (functions.Options.FixedCalls, docs/limits.md).
 	FixedCalls bool
+	// NoAdminLane serves the admin listener like the others, without the
+	// priority lane that lets its requests go ahead of the load
+	// (internal/lane, docs/limits.md).
+	NoAdminLane bool
 	// IngressAnswers is how many playground ingress requests are woken
 	// with their answer at once (engine.Options.IngressAnswers); 0 means
 	// two per processor.
@@ -178,6 +183,12 @@ func Start(cfg Config) (*App, error) {
 	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if !cfg.NoAdminLane {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "statefun_admin_lane_wakes_total",
+			Help: "Admin requests the runtime's busy goroutines noticed and ran ahead of the load (the admin listener's priority lane), in this process.",
+		}, func() float64 { return float64(lane.Woken()) }))
+	}
 	fns, err := functions.New(mod, functions.Options{MaxCallsPerType: cfg.MaxCallsPerType, FixedCalls: cfg.FixedCalls, Metrics: functions.NewMetrics(reg)})
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/connlimit"
 	"github.com/statefun-go/statefun/internal/functions"
+	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/module"
 )
 
@@ -114,6 +115,9 @@ func (a *App) listenTLS(name, addr string, h http.Handler, cert, key string) err
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("app: %s listener: %w", desc, err)
+	}
+	if name == "admin" && !a.cfg.NoAdminLane {
+		ln = lane.New(ln, lane.Options{})
 	}
 	limited, err := connlimit.New(ln, connlimit.Options{Name: name, MaxConns: a.lim.MaxConns, Metrics: a.connM})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/engine/mailbox"
+	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/partition"
 	"google.golang.org/protobuf/proto"
 )
@@ -192,6 +193,7 @@ func (p *part) run(ctx context.Context) error {
 	timer.Stop()
 	defer timer.Stop()
 	for {
+		lane.Poke()
 		if _, err := p.process(); err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/idempotency"
+	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -101,6 +102,7 @@ func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !once {
+		lane.Poke()
 		err = p.Sink.Ingest(r.Context(), env)
 	} else {
 		var replayed bool

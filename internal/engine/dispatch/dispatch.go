@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
@@ -81,6 +82,7 @@ func (p *Pool) worker(c call) {
 // unless ctx ended meanwhile (shutting down: the batch re-runs after a
 // restart).
 func Call(ctx context.Context, fns Functions, now func() time.Time, inv partition.Invocation, done Done) {
+	lane.Poke()
 	start := now()
 	resp, err := fns.Call(ctx, inv.Addr.Type, inv.Body)
 	if ctx.Err() != nil {

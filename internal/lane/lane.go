@@ -57,9 +57,9 @@ type Options struct {
 	Hot time.Duration
 }
 
-// The lanes of the process. Poke is called from code that knows nothing
-// of listeners (the engine, the ingress), as the Go scheduler it stands in
-// for is the process's too.
+// The lanes of the process. Poke is called from code that knows nothing of
+// listeners (the engine, the ingress); like the scheduler whose gap it
+// fills, the lanes belong to the whole process.
 var (
 	waiting  atomic.Int64 // readers in all lanes
 	lastLook atomic.Int64 // when the last look began, in unix nanoseconds

@@ -1,8 +1,12 @@
 package app
 
 import (
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/statefun-go/statefun/internal/lane"
 )
 
 // The admin listener shows what an operator watches: health, readiness,
@@ -32,5 +36,54 @@ func TestAdminHealthAndMetrics(t *testing.T) {
 		if !strings.Contains(body, m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
+	}
+}
+
+// The admin listener is in the lane (internal/lane): while the load's hot
+// paths poke, its requests are woken by them, and /metrics counts it;
+// NoAdminLane serves it like any other listener.
+func TestAdminLane(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoAdminLane=%v", off), func(t *testing.T) {
+			a, _, _ := startAppWith(t, t.TempDir(), counterFunctions(t), func(c *Config) { c.NoAdminLane = off })
+			defer a.Close()
+			admin := "http://" + a.Addr("admin")
+
+			// Stand in for a busy runtime's hot paths on one processor,
+			// where Go asks its network poller only now and then.
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						lane.Poke()
+						runtime.Gosched()
+					}
+				}
+			}()
+			before := lane.Woken()
+			for range 20 {
+				if resp, body := call(t, "GET", admin+"/healthz", "", ""); resp.StatusCode != 200 {
+					t.Fatalf("/healthz: %s %s", resp.Status, body)
+				}
+			}
+			close(stop)
+			<-done
+			woke := lane.Woken() - before
+
+			_, body := call(t, "GET", admin+"/metrics", "", "")
+			has := strings.Contains(body, "statefun_admin_lane_wakes_total")
+			switch {
+			case !off && (woke == 0 || !has):
+				t.Errorf("lane on: %d requests woken by Poke, metric shown %v; want some, and the metric", woke, has)
+			case off && (woke != 0 || has):
+				t.Errorf("lane off: %d requests woken by Poke, metric shown %v; want none, and no metric", woke, has)
+			}
+		})
 	}
 }

@@ -193,7 +193,7 @@ func (p *part) run(ctx context.Context) error {
 	timer.Stop()
 	defer timer.Stop()
 	for {
-		lane.Poke()
+		lane.Poke() // a hot path: a waiting operator request goes first
 		if _, err := p.process(); err != nil {
 			return err
 		}

@@ -82,7 +82,7 @@ func (p *Pool) worker(c call) {
 // unless ctx ended meanwhile (shutting down: the batch re-runs after a
 // restart).
 func Call(ctx context.Context, fns Functions, now func() time.Time, inv partition.Invocation, done Done) {
-	lane.Poke()
+	lane.Poke() // a hot path: a waiting operator request goes first
 	start := now()
 	resp, err := fns.Call(ctx, inv.Addr.Type, inv.Body)
 	if ctx.Err() != nil {

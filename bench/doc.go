@@ -81,6 +81,8 @@
 //	-load.procs       STATEFUN_BENCH_PROCS       GOMAXPROCS of the runtime's child process (0: leave it)
 //	-load.pool        STATEFUN_BENCH_POOL        the function endpoint's pool_size in the runtime child's module
 //	-load.trace       STATEFUN_BENCH_TRACE       a file for the runtime child's execution trace of its last seconds
+//	-load.apilog      STATEFUN_BENCH_API_LOG     a file: each measured state API request's start and end on
+//	                                             CLOCK_MONOTONIC, to join with -load.trace (tools/tracejoin)
 //	-load.profile     STATEFUN_BENCH_PROFILE     a directory: write a CPU profile of each
 //	                                             end-to-end run's measured window there
 //

@@ -101,9 +101,6 @@ func Poke() {
 // Woken returns how many readers Poke has woken since the process started.
 func Woken() uint64 { return woken.Load() }
 
-// Waiting returns how many readers wait in a lane now.
-func Waiting() int { return int(waiting.Load()) }
-
 // Listener is a net.Listener whose connections are served in the lane.
 type Listener struct {
 	net.Listener
@@ -288,11 +285,4 @@ func (c *conn) SetDeadline(t time.Time) error {
 func (c *conn) Close() error {
 	c.l.leave(c)
 	return c.Conn.Close()
-}
-
-// readersWaiting returns how many of l's readers are in the lane.
-func (l *Listener) readersWaiting() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.readers)
 }

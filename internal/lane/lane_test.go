@@ -283,3 +283,10 @@ func TestClosedListenerLeavesLanes(t *testing.T) {
 		t.Errorf("answer after Close: %q", b)
 	}
 }
+
+// readersWaiting returns how many of l's readers are in the lane.
+func (l *Listener) readersWaiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.readers)
+}

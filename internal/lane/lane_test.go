@@ -290,3 +290,43 @@ func (l *Listener) readersWaiting() int {
 	defer l.mu.Unlock()
 	return len(l.readers)
 }
+
+// BenchmarkPoke measures what the hot paths pay: with no admin reader
+// waiting, and with one waiting whose connection has no data (each
+// iteration then looks: one poll(2)).
+//
+//	go test -run '^$' -bench Poke ./internal/lane
+func BenchmarkPoke(b *testing.B) {
+	b.Run("no-reader", func(b *testing.B) {
+		for range b.N {
+			Poke()
+		}
+	})
+	b.Run("reader-waiting-look", func(b *testing.B) {
+		tcp, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		l := New(tcp, Options{Hot: time.Hour}).(*Listener)
+		defer l.Close()
+		client, err := net.Dial("tcp", tcp.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer client.Close()
+		c, err := l.Accept()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		go c.Read(make([]byte, 1)) // waits in the lane until the end
+		for l.readersWaiting() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		b.ResetTimer()
+		for range b.N {
+			lastLook.Store(0) // every iteration looks
+			Poke()
+		}
+	})
+}

@@ -86,7 +86,8 @@ func BenchmarkStateAPI(b *testing.B) {
 	emptyAddr, _ := startServer(b, "empty")
 	// A committed write waits for a synced group commit, which the function
 	// load keeps busy: a tenth of the requests measure it as well. kind is
-	// the label of statefun_state_request_seconds the operation counts in.
+	// the label of statefun_state_request_seconds the operation counts in
+	// (none for the two floors, which the engine does not see).
 	ops := []struct {
 		name, kind string
 		op         func(context.Context, int) (bool, error)

@@ -136,6 +136,9 @@ func (e *Engine) ReadEgress(ctx context.Context, egress, route string, after uin
 	if err != nil || !ok {
 		return 0, nil, false, err
 	}
+	if err := e.db.SyncWAL(); err != nil { // see ReadEgressBatch
+		return 0, nil, false, err
+	}
 	q.read = max(q.read, pos)
 	return pos, rec, true, nil
 }
@@ -172,6 +175,13 @@ func (e *Engine) ReadEgressBatch(ctx context.Context, egress, route string, afte
 		return nil, err
 	}
 	if n := len(items); n > 0 {
+		// The store shows a group commit's records before its sync is
+		// done; a record handed on and then lost by a crash would be
+		// written again, differently, after the restart (the function
+		// runs again), and the relay would skip the new one as delivered.
+		if err := e.db.SyncWAL(); err != nil {
+			return nil, err
+		}
 		q.read = max(q.read, items[n-1].Pos)
 	}
 	return items, nil

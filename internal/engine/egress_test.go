@@ -10,9 +10,16 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
 )
 
 func putEgress(t *testing.T, e *Engine, texts ...string) {
+	t.Helper()
+	putEgressSync(t, e, true, texts...)
+}
+
+// putEgressSync is putEgress with the commit synced or not.
+func putEgressSync(t *testing.T, e *Engine, sync bool, texts ...string) {
 	t.Helper()
 	b := e.db.NewBatch()
 	for _, s := range texts {
@@ -20,7 +27,7 @@ func putEgress(t *testing.T, e *Engine, texts ...string) {
 		b.PutEgress("io/egress", "topic", e.egressSeq, &protocol.EgressRecord{EgressNamespace: "io", EgressType: "egress",
 			Argument: &protocol.TypedValue{Typename: "test/text", HasValue: true, Value: []byte(s)}})
 	}
-	if err := b.Commit(true); err != nil {
+	if err := b.Commit(sync); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -277,5 +284,39 @@ func TestReadEgressBatch(t *testing.T) {
 	}
 	if got, _ := e.ReadEgressBatch(ctx, "io/egress", "topic", 0, 10); len(got) != 0 {
 		t.Fatalf("records left after acknowledging all: %v", texts(got))
+	}
+}
+
+// Records the store shows before their commit is synced (as Pebble shows a
+// group commit's, between its apply and its sync) are handed on by the
+// egress reads only once a crash can no longer lose them: a relay that
+// delivered a record the restart then lost would skip the record written
+// in its place (seen once in the Kafka crash test: six counts missing, six
+// twice).
+func TestEgressReadsHandOnlyDurableRecords(t *testing.T) {
+	for _, read := range []string{"ReadEgress", "ReadEgressBatch"} {
+		t.Run(read, func(t *testing.T) {
+			fs := vfs.NewCrashableMem()
+			e := newEngine(t, openStore(t, fs, 1), &counter{}, func(o *Options) { o.Driven = true })
+			putEgressSync(t, e, false, "r1")
+			ctx := context.Background()
+			var err error
+			if read == "ReadEgress" {
+				_, _, _, err = e.ReadEgress(ctx, "io/egress", "topic", 0)
+			} else {
+				_, err = e.ReadEgressBatch(ctx, "io/egress", "topic", 0, 10)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			db2, err := store.Open("data", store.Options{Partitions: 1, FS: fs.CrashClone(vfs.CrashCloneCfg{}), Logger: quietPebble{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db2.Close()
+			if _, _, ok, err := db2.NextEgress("io/egress", "topic", 0); err != nil || !ok {
+				t.Fatalf("a record %s handed on was lost by a crash after it: %v", read, err)
+			}
+		})
 	}
 }

@@ -441,6 +441,21 @@ func (db *DB) metaU32(name string) (v uint32, ok bool, err error) {
 // Partitions returns the store's partition count P.
 func (db *DB) Partitions() int { return db.partitions }
 
+// SyncWAL returns once every write a reader can see so far is durable.
+// Pebble shows a committed batch to readers as soon as it is applied,
+// before its write-ahead log record is synced: the committer waits for the
+// sync, a reader does not. A reader that hands what it read to the world
+// outside the store (an egress relay, an egress consumer) calls SyncWAL
+// first, so that nothing it hands on can be lost by a crash. The log is
+// sequential, so one synced record after the ones read covers them; the
+// group commits' own syncs usually carry it.
+func (db *DB) SyncWAL() error {
+	if err := db.pdb.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("store: sync the write-ahead log: %w", err)
+	}
+	return nil
+}
+
 // Close closes the store: it stops the retention sweeper, flushes the
 // memtables (so that the next Open has no write-ahead log to replay) and
 // closes Pebble, syncing the write-ahead log, so writes committed without

@@ -77,6 +77,9 @@ func TestExactlyOnceRuntimeCrashes(t *testing.T) {
 		r = newRelay(t, cfg)
 		rt = openRuntime(t, fs, r.Route, nil)
 	}
+	// The last relay was made before its runtime, so its cleanup would run
+	// after the runtime's: stop it first, as Close's contract asks.
+	defer r.Close()
 	r.Start(rt.eng)
 	waitDelivered(t, rt, c.ListenAddrs(), n)
 }

@@ -214,9 +214,11 @@ func TestRepairIncident(t *testing.T) {
 	if got, want := fn.seen("x"), []string{"m1", "m2", "m3", "m4", "m5", "m6", "m7"}; !slices.Equal(got, want) {
 		t.Fatalf("the function processed %v, want %v exactly once", got, want)
 	}
-	if r := send(t, api, "GET", "/state/test/fn/x/i64", nil, "Accept", "text/plain"); string(r.body) != "7" {
-		t.Fatalf("i64 = %q, want 7", r.body)
-	}
+	// The function has answered; the engine applies its results in the
+	// address's next turn, which a read may come before.
+	waitFor(t, "x's i64 to read 7", func() bool {
+		return string(send(t, api, "GET", "/state/test/fn/x/i64", nil, "Accept", "text/plain").body) == "7"
+	})
 	send(t, api, "GET", "/failing", nil).json(t, &page)
 	if len(page.Failing) != 0 {
 		t.Fatalf("still failing: %+v", page.Failing)
@@ -305,7 +307,12 @@ func TestPauseRoutes(t *testing.T) {
 	var audit struct {
 		Records []auditJSON `json:"records"`
 	}
-	send(t, api, "GET", "/audit?id=e", nil).json(t, &audit)
+	// The audit is read from the store: the expiry's record becomes
+	// readable once its commit is durable, a moment after /pauses shows it.
+	waitFor(t, "the expiry's audit record", func() bool {
+		send(t, api, "GET", "/audit?id=e", nil).json(t, &audit)
+		return len(audit.Records) >= 2
+	})
 	if n := len(audit.Records); n != 2 || audit.Records[1].Op != "resume" || audit.Records[1].Principal != "runtime" {
 		t.Fatalf("audit of an expired pause: %+v", audit.Records)
 	}

@@ -83,6 +83,8 @@
 //	-load.trace       STATEFUN_BENCH_TRACE       a file for the runtime child's execution trace of its last seconds
 //	-load.apilog      STATEFUN_BENCH_API_LOG     a file: each measured state API request's start and end on
 //	                                             CLOCK_MONOTONIC, to join with -load.trace (tools/tracejoin)
+//	-load.sched       STATEFUN_BENCH_SCHED       a directory: the kernel's scheduler events (perf record, root)
+//	                                             during each loaded one-client GET, for tools/schedjoin
 //	-load.profile     STATEFUN_BENCH_PROFILE     a directory: write a CPU profile of each
 //	                                             end-to-end run's measured window there
 //

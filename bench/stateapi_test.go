@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,7 +68,14 @@ func BenchmarkStateAPI(b *testing.B) {
 			return putText(ctx, api, u, []byte(strconv.Itoa(i)))
 		}
 	}
-	reqLog := newRequestLog(*flagAPILog)
+	emptyAddr, emptyPid := startServer(b, "empty")
+	gen := startLoad(b, loadSpec{IngressPrefix: ingress, Addrs: 10000, Messages: 1 << 30, Clients: *flagClients, MaxTime: *flagAPIBg, Rate: *flagAPIRate})
+	sched := newSchedRecorder(b, map[string]int{"client": os.Getpid(), "runtime": rt.pid, "empty": emptyPid, "function": fn.pid, "load": gen.pid})
+	apiLog := *flagAPILog
+	if apiLog == "" && sched != nil {
+		apiLog = sched.requests()
+	}
+	reqLog := newRequestLog(apiLog)
 	get := func(u string) func(ctx context.Context, i int) (bool, error) {
 		return func(ctx context.Context, i int) (bool, error) {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -83,7 +91,6 @@ func BenchmarkStateAPI(b *testing.B) {
 			return false, err
 		}
 	}
-	emptyAddr, _ := startServer(b, "empty")
 	// A committed write waits for a synced group commit, which the function
 	// load keeps busy: a tenth of the requests measure it as well. kind is
 	// the label of statefun_state_request_seconds the operation counts in
@@ -101,7 +108,6 @@ func BenchmarkStateAPI(b *testing.B) {
 		{"PUT-committed", "committed", put("committed"), max(*flagAPIOps/10, 1), []int{1, 16}},
 	}
 	metricsURL := "http://" + rt.admin + "/metrics"
-	gen := startLoad(b, loadSpec{IngressPrefix: ingress, Addrs: 10000, Messages: 1 << 30, Clients: *flagClients, MaxTime: *flagAPIBg, Rate: *flagAPIRate})
 
 	// Every operation is measured twice in one run: on the idle runtime
 	// (phase idle), then beside the function load (phase load). Besides the
@@ -124,6 +130,10 @@ func BenchmarkStateAPI(b *testing.B) {
 					}
 					sched0, mach0, start := schedLatencies(), readMachineCPU(), time.Now()
 					cpu0, cpuOK0 := cpuOf(os.Getpid(), rt.pid, fn.pid, gen.pid)
+					stopSched := func() {}
+					if sched != nil && phase == "load" && clients == 1 && strings.HasPrefix(op.name, "GET") {
+						stopSched = sched.record(b, op.name)
+					}
 					for range b.N {
 						r, err := drive(ctx, op.ops, clients, *flagMaxTime, op.op)
 						if err != nil {
@@ -131,6 +141,7 @@ func BenchmarkStateAPI(b *testing.B) {
 						}
 						s = r.summary()
 					}
+					stopSched()
 					wall := time.Since(start).Seconds()
 					cpu1, cpuOK1 := cpuOf(os.Getpid(), rt.pid, fn.pid, gen.pid)
 					mach, sched1 := readMachineCPU().minus(mach0), schedLatencies()

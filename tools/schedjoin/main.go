@@ -79,6 +79,33 @@ func main() {
 		server = "empty"
 	}
 	report(os.Stdout, join(tl, reqs, roles, server, slow.Nanoseconds()), server, *slow)
+	reportThreads(os.Stdout, tl, roles, server)
+}
+
+// reportThreads says what every role's threads did over the recording, and
+// where the server's threads waited for a CPU.
+func reportThreads(w *os.File, tl *timeline, roles map[int]string, server string) {
+	fmt.Fprintln(w, "threads over the recording, by process:")
+	loads := tl.loads(roles)
+	for _, r := range sortedKeys(loads) {
+		l := loads[r]
+		fmt.Fprintf(w, "  %-9s %.2f cores, %6.0f context switches/s, %6.0f wake-ups/s, %6.0f preemptions/s\n",
+			r, l.cpu, l.switches, l.wakeups, l.preemptions)
+	}
+	const min = 200 * time.Microsecond
+	wt := tl.waits(roles, server, min.Nanoseconds())
+	fmt.Fprintf(w, "the %s's threads waited over %v for a CPU %.0f times a second, %.2f ms on average; meanwhile\n",
+		server, min, wt.perSecond, wt.mean/1e6)
+	fmt.Fprintf(w, "  the CPU it then ran on ran: %s\n", shares(wt.onItsCPU))
+	fmt.Fprintf(w, "  the other CPUs ran:         %s\n", shares(wt.onOthers))
+}
+
+func shares(m map[string]float64) string {
+	var parts []string
+	for _, k := range sortedKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func report(w *os.File, sp split, server string, slow time.Duration) {
@@ -95,11 +122,7 @@ func report(w *os.File, sp split, server string, slow time.Duration) {
 		fmt.Fprintf(w, "the %s thread that answered, during the server part (%d requests): on a CPU %s, runnable %s, asleep %s\n",
 			server, sp.servedBy, ms(sp.srvOn), ms(sp.srvRunnable), ms(sp.srvSleep))
 	}
-	var shares []string
-	for _, k := range sortedKeys(sp.cpuShare) {
-		shares = append(shares, fmt.Sprintf("%s %.0f%%", k, 100*sp.cpuShare[k]))
-	}
-	fmt.Fprintf(w, "the CPUs during the server parts: %s\n", strings.Join(shares, ", "))
+	fmt.Fprintf(w, "the CPUs during the server parts: %s\n", shares(sp.cpuShare))
 }
 
 func counts(m map[string]int) string {

@@ -15,13 +15,18 @@ import (
 type timeline struct {
 	first, last int64
 	tgid        map[int]int       // thread → its process, learnt from the samples it is current in
-	runs        map[int][]span    // thread → its runs on a CPU, in time order
+	runs        map[int][]run     // thread → its runs on a CPU, in time order
 	outs        map[int][]swOut   // thread → how each run ended
 	wakes       map[int][]wake    // thread → its wake-ups
 	cpus        map[int][]cpuSpan // CPU → who ran on it (thread 0: idle)
 }
 
 type span struct{ from, to int64 }
+
+type run struct {
+	span
+	cpu int
+}
 
 type swOut struct {
 	at       int64
@@ -53,7 +58,7 @@ var (
 // are skipped.
 func parse(r io.Reader) (*timeline, error) {
 	tl := &timeline{
-		tgid: map[int]int{}, runs: map[int][]span{}, outs: map[int][]swOut{},
+		tgid: map[int]int{}, runs: map[int][]run{}, outs: map[int][]swOut{},
 		wakes: map[int][]wake{}, cpus: map[int][]cpuSpan{},
 	}
 	type current struct {
@@ -87,7 +92,7 @@ func parse(r io.Reader) (*timeline, error) {
 			}
 			prev, state, next := atoi(f[1]), f[2], atoi(f[3])
 			if c, ok := cur[cpu]; ok && c.tid == prev {
-				tl.runs[prev] = append(tl.runs[prev], span{c.since, at})
+				tl.runs[prev] = append(tl.runs[prev], run{span{c.since, at}, cpu})
 				tl.cpus[cpu] = append(tl.cpus[cpu], cpuSpan{span{c.since, at}, prev})
 			}
 			tl.outs[prev] = append(tl.outs[prev], swOut{at, state == "R" || state == "R+"})
@@ -213,13 +218,11 @@ func join(tl *timeline, reqs []request, roles map[int]string, server string, slo
 			sp.srvRunnable += float64(runnable)
 			sp.srvSleep += float64(sleep)
 		}
-		for _, spans := range tl.cpus {
-			for _, c := range spans {
-				if d := overlap(c.span, r.start, w.at); d > 0 {
-					sp.cpuShare[tl.roleOf(c.tid, roles)] += float64(d)
-					cpuTotal += float64(d)
-				}
-			}
+		for cpu := range tl.cpus {
+			tl.during(cpu, r.start, w.at, func(tid int, d int64) {
+				sp.cpuShare[tl.roleOf(tid, roles)] += float64(d)
+				cpuTotal += float64(d)
+			})
 		}
 	}
 	if n := float64(sp.attributed); n > 0 {
@@ -255,7 +258,7 @@ func (tl *timeline) states(tid int, from, to int64) (on, runnable, sleep int64) 
 	// Off-CPU gaps between consecutive runs, and around them.
 	prevEnd := int64(-1)
 	for _, r := range runs {
-		on += overlap(r, from, to)
+		on += overlap(r.span, from, to)
 		if prevEnd >= 0 {
 			gapRunnable, gapSleep := tl.gap(tid, span{prevEnd, r.from})
 			runnable += overlap(gapRunnable, from, to)
@@ -291,4 +294,100 @@ func overlap(s span, from, to int64) int64 {
 		return 0
 	}
 	return b - a
+}
+
+// roleLoad is what the threads of one role did over the recording.
+type roleLoad struct {
+	cpu                            float64 // cores
+	switches, wakeups, preemptions float64 // a second
+}
+
+// loads sums each role's threads: CPU time, context switches, wake-ups and
+// preemptions (switched out while still runnable).
+func (tl *timeline) loads(roles map[int]string) map[string]roleLoad {
+	secs := float64(tl.last-tl.first) / 1e9
+	out := map[string]roleLoad{}
+	add := func(tid int, f func(*roleLoad)) {
+		r := tl.roleOf(tid, roles)
+		l := out[r]
+		f(&l)
+		out[r] = l
+	}
+	for tid, runs := range tl.runs {
+		for _, r := range runs {
+			add(tid, func(l *roleLoad) { l.cpu += float64(r.to-r.from) / 1e9 / secs; l.switches += 1 / secs })
+		}
+	}
+	for tid, outs := range tl.outs {
+		for _, o := range outs {
+			if o.runnable {
+				add(tid, func(l *roleLoad) { l.preemptions += 1 / secs })
+			}
+		}
+	}
+	for tid, ws := range tl.wakes {
+		add(tid, func(l *roleLoad) { l.wakeups += float64(len(ws)) / secs })
+	}
+	return out
+}
+
+// cpuWaits describes the times a role's threads waited longer than min for
+// a CPU: how many a second, their mean, and who ran meanwhile on the CPU
+// the thread then got and on the others (fractions of that time).
+type cpuWaits struct {
+	perSecond, mean float64
+	onItsCPU        map[string]float64
+	onOthers        map[string]float64
+}
+
+func (tl *timeline) waits(roles map[int]string, role string, min int64) cpuWaits {
+	w := cpuWaits{onItsCPU: map[string]float64{}, onOthers: map[string]float64{}}
+	var n, total, itsTotal, othersTotal float64
+	for tid, runs := range tl.runs {
+		if tl.roleOf(tid, roles) != role {
+			continue
+		}
+		for i := 1; i < len(runs); i++ {
+			wanted, _ := tl.gap(tid, span{runs[i-1].to, runs[i].from})
+			if wanted.to-wanted.from <= min {
+				continue
+			}
+			n++
+			total += float64(wanted.to - wanted.from)
+			for cpu := range tl.cpus {
+				tl.during(cpu, wanted.from, wanted.to, func(tid int, d int64) {
+					if cpu == runs[i].cpu {
+						w.onItsCPU[tl.roleOf(tid, roles)] += float64(d)
+						itsTotal += float64(d)
+					} else {
+						w.onOthers[tl.roleOf(tid, roles)] += float64(d)
+						othersTotal += float64(d)
+					}
+				})
+			}
+		}
+	}
+	if n == 0 {
+		return w
+	}
+	w.perSecond = n / (float64(tl.last-tl.first) / 1e9)
+	w.mean = total / n
+	for k := range w.onItsCPU {
+		w.onItsCPU[k] /= itsTotal
+	}
+	for k := range w.onOthers {
+		w.onOthers[k] /= othersTotal
+	}
+	return w
+}
+
+// during calls f with each thread that ran on cpu within [from, to) and for
+// how long.
+func (tl *timeline) during(cpu int, from, to int64, f func(tid int, d int64)) {
+	spans := tl.cpus[cpu]
+	for i := sort.Search(len(spans), func(i int) bool { return spans[i].to > from }); i < len(spans) && spans[i].from < to; i++ {
+		if d := overlap(spans[i].span, from, to); d > 0 {
+			f(spans[i].tid, d)
+		}
+	}
 }

@@ -64,6 +64,18 @@ func TestJoinSplitsASlowRequest(t *testing.T) {
 	// runtime 1.0.
 	near("function's CPU share", sp.cpuShare["function"]*ms, 4.9/6*ms)
 	near("runtime's CPU share", sp.cpuShare["runtime"]*ms, 1.0/6*ms)
+
+	// Over the 5 ms recorded, the runtime waited once for a CPU (2 ms, by a
+	// preemption): its CPU and the other ran the function's stand-ins.
+	wt := tl.waits(roles, "runtime", 0.2*ms)
+	near("waits a second", wt.perSecond*ms, 200*ms)
+	near("mean wait", wt.mean, 2*ms)
+	if wt.onItsCPU["function"] != 1 || wt.onOthers["function"] != 1 {
+		t.Errorf("during the wait: its CPU %v, the other %v; want the function on both", wt.onItsCPU, wt.onOthers)
+	}
+	l := tl.loads(roles)["runtime"]
+	near("runtime preemptions a second", l.preemptions*ms, 200*ms)
+	near("runtime cores", l.cpu*ms, (0.5+1.2)/5*ms) // runs 0–0.5 and 2.5–3.7
 }
 
 // A thread that blocked is asleep until its wake-up and runnable after it.

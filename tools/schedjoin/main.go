@@ -32,10 +32,11 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -87,7 +88,7 @@ func main() {
 func reportThreads(w *os.File, tl *timeline, roles map[int]string, server string) {
 	fmt.Fprintln(w, "threads over the recording, by process:")
 	loads := tl.loads(roles)
-	for _, r := range sortedKeys(loads) {
+	for _, r := range slices.Sorted(maps.Keys(loads)) {
 		l := loads[r]
 		fmt.Fprintf(w, "  %-9s %.2f cores, %6.0f context switches/s, %6.0f wake-ups/s, %6.0f preemptions/s\n",
 			r, l.cpu, l.switches, l.wakeups, l.preemptions)
@@ -102,7 +103,7 @@ func reportThreads(w *os.File, tl *timeline, roles map[int]string, server string
 
 func shares(m map[string]float64) string {
 	var parts []string
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s %.0f%%", k, 100*m[k]))
 	}
 	return strings.Join(parts, ", ")
@@ -127,19 +128,10 @@ func report(w *os.File, sp split, server string, slow time.Duration) {
 
 func counts(m map[string]int) string {
 	var parts []string
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // readPids reads the benchmark's "role pid" lines into pid → role.

@@ -189,6 +189,9 @@ func hostileModule(fnURL string) func(in, out int) string {
 	return func(in, out int) string {
 		var b strings.Builder
 		fmt.Fprintf(&b, "kind: io.statefun.endpoints.v2/http\nspec:\n  functions: sdktest/*\n  urlPathTemplate: %s\n  transport:\n    type: io.statefun.transports.v1/async\n    call: 2min\n---\n", fnURL)
+		// narrow/fn is routable but carries small requests; no message ever
+		// reaches it.
+		fmt.Fprintf(&b, "kind: io.statefun.endpoints.v2/http\nspec:\n  functions: %s\n  urlPathTemplate: %s\n  transport:\n    type: io.statefun.transports.v1/async\n    payload_max_bytes: %d\n---\n", hostileNarrow, fnURL, hostileNarrowCap)
 		fmt.Fprintf(&b, "kind: io.statefun.playground.v1/ingress\nspec:\n  port: %d\n---\n", in)
 		fmt.Fprintf(&b, "kind: io.statefun.playground.v1/egress\nspec:\n  port: %d\n  topics: [%s, %s]\n", out, sdktest.DefaultTopic, hostileLeakTopic)
 		return b.String()
@@ -219,6 +222,11 @@ type hostileAllowed struct {
 }
 
 const (
+	// hostileNarrow's endpoint carries requests of hostileNarrowCap bytes:
+	// 4 KiB of a message.
+	hostileNarrow    = "narrow/fn"
+	hostileNarrowCap = 8192
+
 	hostileSentinel = "sentinel"
 	hostileStateful = sdktest.FeaturesFn
 	hostileOther    = sdktest.StatelessFn
@@ -562,6 +570,13 @@ func TestHostile(t *testing.T) {
 				{Target: sdktest.Address(hostileOther, "leak"), Argument: &protocol.TypedValue{HasValue: true, Value: []byte("x")}},
 			},
 		}, "outgoing message 0"),
+		hostileViolation("response sends more than the target's endpoint carries", &protocol.FromFunction_InvocationResponse{
+			OutgoingEgresses: []*protocol.FromFunction_EgressMessage{hostileLeakEgress()},
+			OutgoingMessages: []*protocol.FromFunction_Invocation{
+				{Target: sdktest.Address(hostileOther, "leak"), Argument: hostileString("leaked")},
+				{Target: sdktest.Address(hostileNarrow, "x"), Argument: hostileString(strings.Repeat("w", hostileNarrowCap/2))},
+			},
+		}, "it could never be delivered"),
 		hostileViolation("response delays to an unserved type", &protocol.FromFunction_InvocationResponse{
 			OutgoingEgresses: []*protocol.FromFunction_EgressMessage{hostileLeakEgress()},
 			DelayedInvocations: []*protocol.FromFunction_DelayedInvocation{

@@ -32,6 +32,11 @@ func (e *Engine) Repair(ctx context.Context, m partition.Mutation) (partition.Re
 	if m.Repair == nil {
 		return partition.Receipt{}, errors.New("engine: a repair without its MessageRepair")
 	}
+	if m.Op == partition.OpEditMessage {
+		if err := partition.CheckDeliverable(e.opts.MaxBatchBytes, m.Addr.Type, nil, m.Repair.Argument); err != nil {
+			return partition.Receipt{}, fmt.Errorf("%w: the edited message %v", ErrTooLarge, err)
+		}
+	}
 	m.Ack = AckCommitted
 	p, err := e.partOf(m.Addr)
 	if err != nil {
@@ -169,6 +174,11 @@ var ErrNoDeadLetter = errors.New("engine: no such message dead letter")
 // no endpoint serves: the message could never be delivered.
 var ErrNotRoutable = errors.New("engine: no endpoint serves the target's function type")
 
+// ErrTooLarge is returned by Repair (an edit) and Resend for a message
+// larger than a request to its target's endpoint carries: it could never
+// be delivered (partition.CheckDeliverable).
+var ErrTooLarge = errors.New("engine: the message is too large for its target's endpoint")
+
 // ErrResendAcross is returned by Resend in cluster mode for a target in
 // another partition than the dead letter's address. The dead letter is a
 // key its address's partition wrote, so that partition's changelog must
@@ -223,6 +233,9 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 	target := fromProtoAddr(env.Target)
 	if e.opts.Routable != nil && !e.opts.Routable(target.Type) {
 		return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: %s", ErrNotRoutable, target.Type)
+	}
+	if err := partition.CheckDeliverable(e.opts.MaxBatchBytes, target.Type, env.Caller, env.Argument); err != nil {
+		return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: the message %v", ErrTooLarge, err)
 	}
 	if e.opts.Outbound != nil {
 		from, to := address.Partition(d.GetEnvelope().GetTarget().GetId(), e.n), address.Partition(target.ID, e.n)

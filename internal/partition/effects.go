@@ -57,7 +57,7 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 	}
 	caller := toProto(self)
 	for i, m := range r.GetOutgoingMessages() {
-		if err := c.checkMessage(m.GetTarget(), m.GetArgument()); err != nil {
+		if err := c.checkMessage(caller, m.GetTarget(), m.GetArgument()); err != nil {
 			return nil, violation("outgoing message %d: %v", i, err)
 		}
 		env := &protocol.Envelope{Target: m.GetTarget(), Caller: caller, Argument: m.GetArgument()}
@@ -91,7 +91,7 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 		if d.GetDelayInMs() < 0 {
 			return nil, violation("delayed invocation %d: negative delay %d ms", i, d.GetDelayInMs())
 		}
-		if err := c.checkMessage(d.GetTarget(), d.GetArgument()); err != nil {
+		if err := c.checkMessage(caller, d.GetTarget(), d.GetArgument()); err != nil {
 			return nil, violation("delayed invocation %d: %v", i, err)
 		}
 		if tok := d.GetCancellationToken(); tok != "" {
@@ -160,8 +160,9 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 
 // checkMessage checks a message a function sends: a target that can be
 // stored, reached through the state API and delivered (an endpoint serves
-// its type), and an argument with a typename that can be encoded.
-func (c *Core) checkMessage(a *protocol.Address, arg *protocol.TypedValue) error {
+// its type and can carry the message in a request), and an argument with a
+// typename that can be encoded.
+func (c *Core) checkMessage(caller, a *protocol.Address, arg *protocol.TypedValue) error {
 	if a == nil {
 		return errors.New("no target address")
 	}
@@ -177,6 +178,42 @@ func (c *Core) checkMessage(a *protocol.Address, arg *protocol.TypedValue) error
 	}
 	if err := address.CheckTypename(arg.GetTypename()); err != nil {
 		return fmt.Errorf("argument %s", fieldProblem(err))
+	}
+	return c.checkDeliverable(t.Type, caller, arg)
+}
+
+// checkDeliverable refuses a message its target's endpoint could never be
+// sent (see CheckDeliverable): stored, it would fail every attempt at the
+// head of the target's inbox, blocking the messages behind it, while the
+// sender that made it had succeeded.
+func (c *Core) checkDeliverable(t address.TypeName, caller *protocol.Address, arg *protocol.TypedValue) error {
+	return CheckDeliverable(c.cfg.MaxBatchBytes, t, caller, arg)
+}
+
+// CheckDeliverable refuses a message larger than what one request to the
+// endpoint of its target's type t may carry (maxBatchBytes, as
+// Config.MaxBatchBytes; the first message of a batch goes alone, so this
+// is the most any one message can be). caller may be nil where it is not
+// known: the room maxBatchBytes leaves for the envelope covers it. The
+// playground and Kafka ingresses refuse such a message the same way (413,
+// a dead letter); a function's response that sends one is a protocol
+// violation, and the state API refuses an edit or a re-send that makes one.
+func CheckDeliverable(maxBatchBytes func(address.TypeName) int, t address.TypeName, caller *protocol.Address, arg *protocol.TypedValue) error {
+	if maxBatchBytes == nil {
+		return nil
+	}
+	limit := maxBatchBytes(t)
+	if limit <= 0 {
+		return nil
+	}
+	// An upper bound of the encoded size first, so that the usual small
+	// message is not measured: the fields plus their tags and lengths.
+	if bound := len(arg.GetValue()) + len(arg.GetTypename()) + len(caller.GetNamespace()) +
+		len(caller.GetType()) + len(caller.GetId()) + 64; bound <= limit {
+		return nil
+	}
+	if n := proto.Size(&protocol.ToFunction_Invocation{Caller: caller, Argument: arg}); n > limit {
+		return fmt.Errorf("to %s is %d bytes, over the %d bytes a request to its endpoint carries for one message (its payload_max_bytes less room for the envelope); it could never be delivered", t, n, limit)
 	}
 	return nil
 }

@@ -84,10 +84,10 @@ func (s *script) step(t *testing.T, ev Event) {
 	}
 }
 
-// cmdInit starts a fresh core. Arguments: max-batch, retry-base, retry-max
-// (ms) and routable (function names of test/ that an endpoint serves; all
-// when absent). Each input line registers a state of test/fn (see
-// parseSpec).
+// cmdInit starts a fresh core. Arguments: max-batch, max-batch-bytes,
+// retry-base, retry-max (ms) and routable (function names of test/ that an
+// endpoint serves; all when absent). Each input line registers a state of
+// test/fn (see parseSpec).
 //
 //	init max-batch=2 retry-base=10 retry-max=40 routable=fn
 //	count
@@ -106,6 +106,9 @@ func (s *script) cmdInit(t *testing.T, d *datadriven.TestData) string {
 	}
 	if d.HasArg("pause-on-violation") {
 		s.cfg.PauseOnViolation = func(address.TypeName) bool { return true }
+	}
+	if n, ok := intArg(t, d, "max-batch-bytes"); ok {
+		s.cfg.MaxBatchBytes = func(address.TypeName) int { return int(n) }
 	}
 	if names, ok := d.Arg("routable"); ok {
 		served := map[string]bool{}

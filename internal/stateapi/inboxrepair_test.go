@@ -2,6 +2,7 @@ package stateapi
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http/httptest"
 	"net/url"
@@ -12,6 +13,9 @@ import (
 	"testing"
 
 	"github.com/apache/flink-statefun/statefun-sdk-go/v3/pkg/statefun"
+
+	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/engine"
 )
 
 // messagePoison serves test/fn with the official Go SDK: it fails on a
@@ -133,6 +137,59 @@ func TestSkipResumeResend(t *testing.T) {
 	}
 	if m := audit.Records[1].Messages; len(m) != 1 || m[0].Value.Text == nil || !strings.HasSuffix(*m[0].Value.Text, "poison") {
 		t.Fatalf("the skip's audit record: %+v", audit.Records[1])
+	}
+}
+
+// An edit or a re-send that would make a message larger than a request to
+// its target's endpoint carries is refused with 413, and changes nothing:
+// stored, the message could never be delivered and would block its
+// address.
+func TestRepairRefusesUndeliverableMessages(t *testing.T) {
+	fn := &messagePoison{}
+	small := address.TypeName{Namespace: "test", Name: "small"}
+	eng := startPolicyEngine(t, fn.start(t), 2, nil, func(o *engine.Options) {
+		o.MaxBatchBytes = func(t address.TypeName) int {
+			if t == small {
+				return 20
+			}
+			return 1000
+		}
+	})
+	api := serve(t, eng, Options{})
+	ingestText(t, eng, "x", "poison")
+	waitFor(t, "x paused by the policy", func() bool {
+		var in inboxJSON
+		send(t, api, "GET", "/inbox/test/fn/x", nil).json(t, &in)
+		return in.Paused != nil && in.Inflight != nil && in.Inflight.Waiting
+	})
+
+	big, _ := json.Marshal(map[string]string{"typename": "io.statefun.types/string", "text": strings.Repeat("x", 2000)})
+	r := send(t, api, "POST", "/inbox/test/fn/x/edit", big)
+	if r.StatusCode != 413 || !strings.Contains(r.problem(t).Detail, "could never be delivered") {
+		t.Fatalf("an edit over the endpoint's cap: %s %s", r.Status, r.body)
+	}
+	var in inboxJSON
+	send(t, api, "GET", "/inbox/test/fn/x", nil).json(t, &in)
+	if m := in.Inflight.Messages; len(m) != 1 || m[0].Size > 100 {
+		t.Fatalf("after the refused edit the head message is %+v", in.Inflight)
+	}
+
+	var rc repairReceiptJSON
+	if r := send(t, api, "POST", "/inbox/test/fn/x/skip", nil); r.StatusCode != 200 {
+		t.Fatalf("skip: %s %s", r.Status, r.body)
+	} else {
+		r.json(t, &rc)
+	}
+	r = send(t, api, "POST", "/dead-letters/messages/"+rc.DeadLetter+"/resend", []byte(`{"target":{"namespace":"test","type":"small","id":"z"}}`))
+	if r.StatusCode != 413 || !strings.Contains(r.problem(t).Detail, "to test/small is") {
+		t.Fatalf("a re-send to an endpoint that cannot carry it: %s %s", r.Status, r.body)
+	}
+	// Still stored, and a re-send to its own address goes.
+	if r := send(t, api, "GET", "/dead-letters/messages/"+rc.DeadLetter, nil); r.StatusCode != 200 {
+		t.Fatalf("the dead letter after the refused re-send: %s %s", r.Status, r.body)
+	}
+	if r := send(t, api, "POST", "/dead-letters/messages/"+rc.DeadLetter+"/resend", nil); r.StatusCode != 200 {
+		t.Fatalf("re-send to its own address: %s %s", r.Status, r.body)
 	}
 }
 

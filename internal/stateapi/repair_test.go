@@ -70,7 +70,7 @@ func (f *poisonFunction) seen(id string) []string {
 
 // startPolicyEngine runs an engine with the poison policy: test/fn pauses
 // after pauseAfter failed attempts.
-func startPolicyEngine(t *testing.T, fnURL string, pauseAfter int, reg prometheus.Registerer) *engine.Engine {
+func startPolicyEngine(t *testing.T, fnURL string, pauseAfter int, reg prometheus.Registerer, tweak ...func(*engine.Options)) *engine.Engine {
 	t.Helper()
 	db, err := store.Open("data", store.Options{Partitions: 4, FS: vfs.NewMem(), Logger: quietPebble{}})
 	if err != nil {
@@ -80,7 +80,7 @@ func startPolicyEngine(t *testing.T, fnURL string, pauseAfter int, reg prometheu
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := engine.New(engine.Options{
+	opts := engine.Options{
 		Store: db, Functions: fnClient{inv, fnURL}, Metrics: engine.NewMetrics(reg),
 		RetryBase: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond,
 		PauseAfter: func(t address.TypeName) int {
@@ -90,7 +90,11 @@ func startPolicyEngine(t *testing.T, fnURL string, pauseAfter int, reg prometheu
 			return 0
 		},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	for _, f := range tweak {
+		f(&opts)
+	}
+	eng, err := engine.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -268,6 +268,8 @@ func (s *Server) engineError(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.Is(err, engine.ErrBusy):
 		w.Header().Set("Retry-After", "1")
 		fail(w, r, http.StatusServiceUnavailable, "the partition's queue is full; retry later")
+	case errors.Is(err, engine.ErrTooLarge):
+		fail(w, r, http.StatusRequestEntityTooLarge, strings.TrimPrefix(err.Error(), "engine: "))
 	case errors.Is(err, engine.ErrClosed):
 		w.Header().Set("Retry-After", "5")
 		fail(w, r, http.StatusServiceUnavailable, "the runtime is shutting down")

@@ -14,7 +14,8 @@ import (
 
 var (
 	flagSeed  = flag.Int64("sim.seed", -1, "run only this seed (reproduces a failed run)")
-	flagSeeds = flag.Int("sim.seeds", 0, "run seeds 1..N instead of the fixed set")
+	flagSeeds = flag.Int("sim.seeds", 0, "run N seeds, from -sim.first on, instead of the fixed set")
+	flagFirst = flag.Int64("sim.first", 1, "the first seed -sim.seeds runs")
 	flagSteps = flag.Int("sim.steps", 0, "steps per seed (default 600)")
 )
 
@@ -98,7 +99,7 @@ func runSeeds(t *testing.T, cluster bool) {
 	case *flagSeeds > 0:
 		seeds = nil
 		for s := range *flagSeeds {
-			seeds = append(seeds, int64(s+1))
+			seeds = append(seeds, *flagFirst+int64(s))
 		}
 	}
 	steps := defaultSteps

@@ -24,10 +24,13 @@ type runtime struct {
 	egress  string
 	admin   string
 	cmd     *exec.Cmd
-	logMu   sync.Mutex
-	log     bytes.Buffer
-	exited  chan struct{}
-	killMu  sync.Mutex // serializes kill
+	// wrap, when set, runs the binary through this command (for example
+	// prlimit with its options), which must exec it in the same process.
+	wrap   []string
+	logMu  sync.Mutex
+	log    bytes.Buffer
+	exited chan struct{}
+	killMu sync.Mutex // serializes kill
 	// cluster is set for a cluster node (newRuntimeOn).
 	cluster *clusterSide
 }

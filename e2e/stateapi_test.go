@@ -99,6 +99,9 @@ var saClient = &http.Client{
 func saStart(r *runtime, scheme string, client *http.Client, extra ...string) {
 	r.t.Helper()
 	r.cmd = exec.Command(binary, r.runArgs(extra...)...)
+	if len(r.wrap) > 0 {
+		r.cmd = exec.Command(r.wrap[0], append(append(r.wrap[1:len(r.wrap):len(r.wrap)], binary), r.runArgs(extra...)...)...)
+	}
 	r.cmd.Env = append(os.Environ(), "STATEFUN_LISTEN_HOST=127.0.0.1")
 	r.cmd.Stdout, r.cmd.Stderr = r, r
 	if err := r.cmd.Start(); err != nil {

@@ -98,10 +98,9 @@ var saClient = &http.Client{
 // cleanup (kill).
 func saStart(r *runtime, scheme string, client *http.Client, extra ...string) {
 	r.t.Helper()
-	r.cmd = exec.Command(binary, r.runArgs(extra...)...)
-	if len(r.wrap) > 0 {
-		r.cmd = exec.Command(r.wrap[0], append(append(r.wrap[1:len(r.wrap):len(r.wrap)], binary), r.runArgs(extra...)...)...)
-	}
+	argv := append(slices.Clone(r.wrap), binary)
+	argv = append(argv, r.runArgs(extra...)...)
+	r.cmd = exec.Command(argv[0], argv[1:]...)
 	r.cmd.Env = append(os.Environ(), "STATEFUN_LISTEN_HOST=127.0.0.1")
 	r.cmd.Stdout, r.cmd.Stderr = r, r
 	if err := r.cmd.Start(); err != nil {

@@ -179,22 +179,17 @@ func (c *Core) checkMessage(caller, a *protocol.Address, arg *protocol.TypedValu
 	if err := address.CheckTypename(arg.GetTypename()); err != nil {
 		return fmt.Errorf("argument %s", fieldProblem(err))
 	}
-	return c.checkDeliverable(t.Type, caller, arg)
-}
-
-// checkDeliverable refuses a message its target's endpoint could never be
-// sent (see CheckDeliverable): stored, it would fail every attempt at the
-// head of the target's inbox, blocking the messages behind it, while the
-// sender that made it had succeeded.
-func (c *Core) checkDeliverable(t address.TypeName, caller *protocol.Address, arg *protocol.TypedValue) error {
-	return CheckDeliverable(c.cfg.MaxBatchBytes, t, caller, arg)
+	return CheckDeliverable(c.cfg.MaxBatchBytes, t.Type, caller, arg)
 }
 
 // CheckDeliverable refuses a message larger than what one request to the
 // endpoint of its target's type t may carry (maxBatchBytes, as
 // Config.MaxBatchBytes; the first message of a batch goes alone, so this
-// is the most any one message can be). caller may be nil where it is not
-// known: the room maxBatchBytes leaves for the envelope covers it. The
+// is the most any one message can be). Stored, such a message would fail
+// every attempt at the head of its target's inbox, blocking the messages
+// behind it, while whoever made it had succeeded. caller may be nil where
+// it is not known: the room maxBatchBytes leaves for the envelope covers
+// it. The
 // playground and Kafka ingresses refuse such a message the same way (413,
 // a dead letter); a function's response that sends one is a protocol
 // violation, and the state API refuses an edit or a re-send that makes one.

@@ -255,7 +255,7 @@ func (tl *timeline) firstRunFrom(tid int, t int64) (int64, bool) {
 // one (preempted, or woken and not yet running) and time asleep.
 func (tl *timeline) states(tid int, from, to int64) (on, runnable, sleep int64) {
 	runs := tl.runs[tid]
-	// Off-CPU gaps between consecutive runs, and around them.
+	// The off-CPU gaps are those between consecutive runs.
 	prevEnd := int64(-1)
 	for _, r := range runs {
 		on += overlap(r.span, from, to)
@@ -278,12 +278,10 @@ func (tl *timeline) gap(tid int, g span) (runnable, asleep span) {
 	if i >= 0 && outs[i].at == g.from && outs[i].runnable {
 		return g, span{}
 	}
-	wakeAt := g.to // no wake-up seen: count it asleep, not as wanting a CPU
-	for _, w := range tl.wakes[tid] {
-		if w.at >= g.from && w.at <= g.to {
-			wakeAt = w.at
-			break
-		}
+	wakeAt := g.to      // no wake-up seen: count it asleep, not as wanting a CPU
+	ws := tl.wakes[tid] // in time order, as perf wrote them
+	if i := sort.Search(len(ws), func(i int) bool { return ws[i].at >= g.from }); i < len(ws) && ws[i].at <= g.to {
+		wakeAt = ws[i].at
 	}
 	return span{wakeAt, g.to}, span{g.from, wakeAt}
 }

@@ -319,6 +319,14 @@ func run(args []string, stderr io.Writer) int {
 		}
 		api.Tokens = tokens
 	}
+	// Signals are taken before the runtime starts: its admin listener can
+	// answer /readyz before Start returns, and a SIGTERM sent on that
+	// answer must stop it cleanly (flushing the store), not kill it. A
+	// second signal, as when a start or a stop hangs, ends the process at
+	// once.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }()
 	a, err := app.Start(app.Config{
 		API:         api,
 		TLSCert:     *tlsCert,
@@ -352,8 +360,6 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "statefun: %v\n", err)
 		return 1
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	code := 0
 	select {
 	case <-ctx.Done():

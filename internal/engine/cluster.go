@@ -331,6 +331,10 @@ type arrivalsReq struct {
 	// ikeys the ingress keys it added to the part's ingressKeys.
 	ids   []string
 	ikeys []string
+	// moves are the read positions this request moved (undone if it
+	// fails); skip what it skipped as applied before.
+	moves []readMove
+	skip  skipping
 	done  chan error
 }
 
@@ -338,9 +342,17 @@ func (r *arrivalsReq) Encode(b *store.Batch) error {
 	if err := r.p.encodable(); err != nil {
 		return err
 	}
-	r.keep, r.keys, r.ids, r.ikeys = r.keep[:0], r.keys[:0], r.ids[:0], r.ikeys[:0]
+	r.keep, r.keys, r.ids, r.ikeys, r.moves, r.skip = r.keep[:0], r.keys[:0], r.ids[:0], r.ikeys[:0], r.moves[:0], skipping{}
 	now := r.e.opts.Now().UnixMilli()
+	msgs := readKey{store.MessagesTopic, int32(r.p.id)}
 	for i, rec := range r.recs {
+		if pos, ok := r.p.readPos[msgs]; ok && pos.Before(rec.Offset, 0) {
+			// Applied before: the group's offsets were behind the
+			// partition's own position (see readpos.go).
+			r.skip.message(rec.Offset, pos.Offset)
+			continue
+		}
+		r.p.advance(b, msgs, rec.Offset, 0, &r.moves)
 		if dl := rec.Env.GetIngressDeadLetter(); dl != nil {
 			// Stored, not delivered: its key is the same however often
 			// it is encoded (its time came with it).
@@ -402,7 +414,8 @@ func (r *arrivalsReq) undo() {
 	for _, k := range r.ikeys {
 		delete(r.p.ingressKeys, k)
 	}
-	r.ikeys = r.ikeys[:0]
+	r.p.undoMoves(r.moves)
+	r.ikeys, r.moves, r.skip = r.ikeys[:0], r.moves[:0], skipping{}
 	r.keep, r.keys, r.ids = r.keep[:0], r.keys[:0], r.ids[:0]
 }
 
@@ -426,6 +439,7 @@ func (r *arrivalsReq) Durable() {
 	if commands {
 		r.e.waiters.receiptsChanged()
 	}
+	r.e.reportSkipped(r.p, r.skip)
 	r.done <- nil
 }
 
@@ -516,6 +530,9 @@ func (e *Engine) restorePart(p int, specs map[address.TypeName][]partition.Spec)
 	}
 	pt, err := e.buildPart(p, in, outSeq, pauses[p], specs, e.opts.Now().UnixMilli())
 	if err != nil {
+		return nil, err
+	}
+	if err := pt.loadReadPositions(e.db); err != nil {
 		return nil, err
 	}
 	if n := len(in.keys); n > 0 {

@@ -23,6 +23,7 @@ type Metrics struct {
 	ingressRejected prometheus.Counter
 	ingressReplayed prometheus.Counter
 	ingressKeyReuse prometheus.Counter
+	replayed        *prometheus.CounterVec
 	stateRequest    *prometheus.HistogramVec
 	stateReads      *prometheus.CounterVec
 	repair          *repairGauges
@@ -73,6 +74,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		ingressKeyReuse: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "statefun_ingress_key_reused_total", Help: "Cluster mode: ingress messages whose Idempotency-Key was used before, for the same address, by a different request: not delivered, kept as message dead letters.",
 		}),
+		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "statefun_cluster_replayed_records_total", Help: "Cluster mode: records a partition had applied before and skipped when they came again (the consumer group's offsets were behind the partition's own read position), by source (messages: the messages topic; ingress: messages of a Kafka ingress record routed again).",
+		}, []string{"source"}),
 		// The engine's share of a state API request's latency: with the
 		// HTTP round trip measured by the client, it says whether a slow
 		// answer waited in the runtime (the partition's mailbox, the group
@@ -89,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.invocations, m.batchSize, m.callSeconds, m.retries, m.commitSeconds,
-			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed, m.ingressKeyReuse, m.stateRequest, m.stateReads)
+			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed, m.ingressKeyReuse, m.replayed, m.stateRequest, m.stateReads)
 		reg.MustRegister(m.repair.collectors()...)
 	}
 	return m

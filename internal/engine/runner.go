@@ -12,6 +12,7 @@ import (
 	"github.com/statefun-go/statefun/internal/engine/mailbox"
 	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/store"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -86,8 +87,19 @@ type part struct {
 	// this part took as its type's TypeOwner (PauseIn) whose receipt is
 	// not durable yet: a repeat waits for the first one's receipt instead
 	// of applying it again (once durable, the store has the receipt).
-	pauseMu  sync.Mutex
-	pauseIDs map[string]bool
+	// readPos is how far this partition has applied each Kafka topic
+	// partition whose records it applies (cluster mode: its partition of
+	// the messages topic, and the ingress topic partitions routed to it),
+	// as stored in the partition's data (store.ReadPosition) and moved on
+	// by the arrivals encoded since. A record at or before its position
+	// was applied already and is skipped. Owned by the durability
+	// goroutine; loaded by Assign.
+	readPos map[readKey]store.ReadPosition
+	// replayLogged is set once a skipped record was logged: the log says
+	// it once per assignment, the metric counts every one.
+	replayLogged bool
+	pauseMu      sync.Mutex
+	pauseIDs     map[string]bool
 	// stop ends the runner, which closes done (cluster mode).
 	stop context.CancelFunc
 	done chan struct{}
@@ -96,7 +108,7 @@ type part struct {
 func newPart(id int, core *partition.Core, out effects, now func() time.Time) *part {
 	return &part{id: id, core: core, mb: mailbox.New[partition.Event](), out: out, now: now, held: map[partition.InboxKey]int{},
 		pending: newPendingWrites(), arr: newArrivals(), commands: map[string]bool{},
-		ingressKeys: map[string][]byte{}}
+		ingressKeys: map[string][]byte{}, readPos: map[readKey]store.ReadPosition{}}
 }
 
 // encodable returns nil while requests of this part may be encoded, and

@@ -474,6 +474,14 @@ func formatKey(key []byte) string {
 			if err := decodeDeadLetterKey(key, &d); err == nil {
 				return fmt.Sprintf("dead-letter(at=%d, %s, %s, %d, offset=%d)", d.At, q(d.Ingress), q(d.Topic), d.Partition, d.Offset)
 			}
+		case spaceReadPosition:
+			if p, rp, err := decodeReadPositionKey(key); err == nil {
+				topic := q(rp.Topic)
+				if rp.Topic == MessagesTopic {
+					topic = "messages"
+				}
+				return fmt.Sprintf("read-position(p=%d, %s, %d)", p, topic, rp.Partition)
+			}
 		case spaceChangelogPosition:
 			if len(key) == 3 {
 				return fmt.Sprintf("changelog-position(%d)", binary.BigEndian.Uint16(key[1:]))

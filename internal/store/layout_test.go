@@ -185,6 +185,16 @@ func TestLayoutGolden(t *testing.T) {
 			add([]byte{0}, "uvarint len(key) = 0").add([]byte("v"), "value bytes (to the end)"),
 			appendDeadLetter(nil, &DeadLetter{Timestamp: 1_699_999_999_000, KeyNull: true, Reason: "null-key", Value: []byte("v")})},
 
+		{rec("key: read position of partition 3 in the messages topic (cluster mode)").
+			add([]byte{0x19}, "space 0x19: read position").add(u16(3), "runtime partition 3").
+			str("", "topic: empty, the messages topic").add(u32(3), "Kafka partition 3"),
+			readPositionKey(nil, 3, MessagesTopic, 3)},
+		{rec("key: read position of partition 3 in ingress topic \"logins\", partition 7").
+			add([]byte{0x19}, "space 0x19: read position").add(u16(3), "runtime partition 3").
+			str("logins", "topic").add(u32(7), "Kafka partition 7"),
+			readPositionKey(nil, 3, "logins", 7)},
+		{rec("value: read position, offset 41, index 1").add(u64(41), "offset i64 BE: 41").add(u32(1), "index u32 BE: 1"),
+			binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, 41), 1)},
 		{rec("key: changelog position of partition 3 (cluster mode)").
 			add([]byte{0x17}, "space 0x17: changelog position").add(u16(3), "partition 3"),
 			changelogPositionKey(nil, 3)},

@@ -395,6 +395,8 @@ func (a arrivals) Assign(p int) error { return a.n.eng.Assign(p) }
 func (a arrivals) Revoke(p int)       { a.n.eng.Revoke(p) }
 func (a arrivals) Full(p int) bool    { return a.n.eng.Full(p) }
 
+func (a arrivals) ForgetReadPosition(p int) { a.n.eng.ForgetReadPosition(p) }
+
 // SubmitArrivals decodes the records polled from partition p and submits
 // them to the engine as one request. A record no statefun node could have
 // written (it does not decode, names no target — or, for an ingress dead

@@ -34,6 +34,7 @@ type event struct {
 	gen  uint64
 	log  *changelog.Log
 	res  changelog.Result
+	at   resume
 	err  error
 	took time.Duration
 }
@@ -251,6 +252,9 @@ func (s *Session) startRestore(rctx context.Context, p int32, retry bool) {
 			return
 		}
 		ev.log, ev.res, ev.err = s.restore(ctx, p)
+		if ev.err == nil {
+			ev.at, ev.err = s.storedResume(ctx, p)
+		}
 		<-s.restoreSem
 		if ctx.Err() != nil {
 			return // dropped, or the session stops
@@ -277,6 +281,7 @@ func (s *Session) restored(rctx context.Context, ev event) error {
 	if err := s.eng.Assign(int(ev.p)); err != nil {
 		return fmt.Errorf("cluster: session: the engine could not take partition %d after its restore: %w", ev.p, err)
 	}
+	s.applyResume(ev.p, ev.at)
 	pt.log = ev.log
 	s.restoring.Add(-1)
 	s.m.restoring.Dec()

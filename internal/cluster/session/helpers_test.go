@@ -110,6 +110,10 @@ func (e *counterEngine) Revoke(p int) {
 	e.revokes.Add(1)
 }
 
+// ForgetReadPosition does nothing: the double writes no read positions,
+// so the session never finds one to forget.
+func (e *counterEngine) ForgetReadPosition(int) {}
+
 func (e *counterEngine) SubmitArrivals(p int, recs []*kgo.Record) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()

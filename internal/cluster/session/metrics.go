@@ -23,6 +23,7 @@ type metrics struct {
 	rebalances *prometheus.CounterVec
 	lag        *prometheus.GaugeVec
 	full       prometheus.Gauge
+	posFaults  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -73,10 +74,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		full: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "statefun_cluster_full_partitions", Help: "Owned partitions whose fetching is paused because their queue of messages is full (the engine's MaxBacklog or MaxBacklogBytes).",
 		}),
+		posFaults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "statefun_cluster_read_position_faults_total", Help: "Restored partitions whose read position in the messages topic Kafka contradicts, by kind (below-start: retention deleted records the partition never applied, which are lost; past-end: the topic was recreated or truncated, and the position was dropped).",
+		}, []string{"kind"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.owned, m.restoring, m.restoreRec, m.restoreRem, m.restoreDur, m.restoreErr,
-			m.txnDur, m.txnRecords, m.txnBytes, m.commits, m.aborts, m.rebalances, m.lag, m.full)
+			m.txnDur, m.txnRecords, m.txnBytes, m.commits, m.aborts, m.rebalances, m.lag, m.full, m.posFaults)
 	}
 	return m
 }

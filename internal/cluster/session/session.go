@@ -61,6 +61,11 @@ type Engine interface {
 	// Full reports whether partition p holds as many queued messages as
 	// it may: the session stops fetching p's records until it is not.
 	Full(p int) bool
+	// ForgetReadPosition drops p's stored position in the messages topic
+	// (store.ReadPosition) from the engine's view: the session found it
+	// past the topic's end, so records now below it are new. Called right
+	// after Assign, before p's first arrivals.
+	ForgetReadPosition(p int)
 }
 
 // Ingress is the module's Kafka ingresses as a node consumes them
@@ -489,6 +494,13 @@ func (s *Session) clientOpts() []kgo.Opt {
 		kgo.InstanceID(c.NodeID),
 		kgo.TransactionalID(c.TransactionalID()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Where a partition without a usable offset starts: the start of
+		// what Kafka keeps. The messages topic's partitions do not depend
+		// on it (a restored partition resumes from its own read position,
+		// seekStored); ingress partitions without a committed offset are
+		// placed at their ingress's startup position (ingressOffsets), so
+		// this is where one resumes whose offset fell out of retention.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.RecordPartitioner(newPartitioner(s.msgs, s.clog)),

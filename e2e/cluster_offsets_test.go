@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,26 +13,52 @@ import (
 )
 
 // TestClusterGroupOffsetsMovedBack stops every node of an application,
-// moves the consumer group's committed offsets of its messages topic back
-// by 100 (what an operator's offset reset does, and what Kafka's offset
-// expiry does after every node was down for offsets.retention.minutes),
-// and starts the nodes again. Each partition resumes from its own read
-// position, kept in its changelog: no message applies twice, no node
-// exits, and the output holds every count exactly once, through the
-// rewind and the traffic after it.
+// moves the consumer group's committed offsets of its messages topic and
+// of its Kafka ingress topic back by 100 per partition (what an operator's
+// offset reset does, and what Kafka's offset expiry does after every node
+// was down for offsets.retention.minutes), and starts the nodes again.
+// Each partition resumes from its own read position, kept in its
+// changelog, and knows the ingress records it applied: no message applies
+// twice, no node exits, and the output holds every count exactly once,
+// through the rewind and the traffic after it.
 func TestClusterGroupOffsetsMovedBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test skipped in -short mode")
 	}
 	t.Parallel()
 	needKcat(t)
-	dk := startDevkafka(t, "-port", "0", "-brokers", "3", "-topic", "counts:3")
+	dk := startDevkafka(t, "-port", "0", "-brokers", "3", "-topic", "counts:3", "-topic", "in:4")
 	fn := kafkaCounterFn(t, "kc/out")
-	nodes := newClusterNodes(t, dk, "rewind", fn, "node-a", "node-b")
+	var nodes []*clusterNode
+	for _, id := range []string{"node-a", "node-b"} {
+		rt := newRuntimeWith(t, func(in, _ int) string { return clusterModule(fn, dk.brokers, in) + clusterIngressDoc(dk.brokers) })
+		nodes = append(nodes, &clusterNode{runtime: rt, id: id, app: "rewind", brokers: dk.brokers, sessionTimeout: 6000})
+	}
 	launchAll(t, nodes...)
 
+	// Playground traffic to counters k0..k39, and Kafka ingress records
+	// to counters i0..i19 (each record one message, so acknowledged and
+	// attempted alike once kcat is done).
+	stream := func(tr *traffic, seed uint64) {
+		s := newKcatStream(t, dk.brokers, "in")
+		rng := rand.New(rand.NewPCG(seed, 2))
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+			if err := s.send("i"+strconv.Itoa(rng.IntN(20)), "x"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+		s.close(t)
+		tr.mu.Lock()
+		for id, n := range s.count {
+			tr.acked[id] += n
+			tr.attempted[id] += n
+		}
+		tr.mu.Unlock()
+	}
 	tr := startTraffic(t, "kc/counter", 40, nodes...)
-	tr.waitAcked(4*time.Second, 30*time.Second)
+	stream(tr, 1)
+	tr.waitAcked(time.Second, 30*time.Second)
 	before := tr.settle(t, dk, nodes, 90*time.Second)
 	for _, n := range nodes {
 		if err := n.stop(); err != nil {
@@ -45,23 +73,23 @@ func TestClusterGroupOffsetsMovedBack(t *testing.T) {
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	ctx := context.Background()
-	const group, topic = "rewind", "rewind-messages"
+	const group = "rewind"
 	fetched, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		t.Fatal(err)
 	}
 	back := kadm.Offsets{}
-	moved := int64(0)
+	moved := map[string]int64{}
 	fetched.Each(func(o kadm.OffsetResponse) {
-		if o.Topic != topic || o.At <= 0 {
+		if o.At <= 0 {
 			return
 		}
 		to := max(o.At-100, 0)
-		moved += o.At - to
-		back.AddOffset(topic, o.Partition, to, -1)
+		moved[o.Topic] += o.At - to
+		back.AddOffset(o.Topic, o.Partition, to, -1)
 	})
-	if moved < 200 {
-		t.Fatalf("the group's offsets of %s move back by %d in all; want at least 200 for the test to mean something (offsets %v)", topic, moved, fetched)
+	if moved["rewind-messages"] < 200 || moved["in"] < 200 {
+		t.Fatalf("the group's offsets move back by %v; want at least 200 records in each topic for the test to mean something (offsets %v)", moved, fetched)
 	}
 	// The stopped nodes are static members until their session times
 	// out; an offset commit from outside the group is refused until then.
@@ -69,7 +97,7 @@ func TestClusterGroupOffsetsMovedBack(t *testing.T) {
 		resp, err := adm.CommitOffsets(ctx, group, back)
 		return err == nil && resp.Ok()
 	})
-	t.Logf("moved the group's offsets of %s back by %d records in all", topic, moved)
+	t.Logf("moved the group's offsets back by %v records", moved)
 
 	for _, n := range nodes {
 		n.launch()
@@ -88,17 +116,30 @@ func TestClusterGroupOffsetsMovedBack(t *testing.T) {
 		tr2.attempted[id] += v
 	}
 	tr2.mu.Unlock()
-	tr2.waitAcked(2*time.Second, 30*time.Second)
+	stream(tr2, 2)
 	tr2.settle(t, dk, nodes, 90*time.Second)
 	running(t, nodes...)
 
-	// Each partition resumed from its own read position (a seek), so
-	// usually none of the rewound records is even fetched; any that is
-	// (the seek lost a race with the group's offset fetch) is skipped by
-	// the engine and counted here.
+	// Each partition resumed from its own read position (a seek, made
+	// again after every End that reset the fetch positions to the group's
+	// offsets), so none of the rewound records of the messages topic is
+	// even fetched: one that is shows a path where offsets moved forward
+	// would skip records never applied (the engine skips it here, but
+	// there it would be lost). The ingress records are routed again from
+	// the rewound offsets, and their messages skipped by their owners.
 	skipped, err := sumMetric(nodes, "statefun_cluster_replayed_records_total", `source="messages"`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("the nodes skipped %v fetched records of the messages topic as applied before", skipped)
+	again, err := sumMetric(nodes, "statefun_cluster_replayed_records_total", `source="ingress"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the nodes skipped %v fetched records of the messages topic and %v messages of ingress records routed again", skipped, again)
+	if skipped != 0 {
+		t.Errorf("%v rewound records of the messages topic were fetched again; want 0 (every partition fetching from its own position)", skipped)
+	}
+	if again == 0 {
+		t.Errorf("no message of a rewound ingress record was skipped; want the ingress records routed again (from offsets moved back) skipped by their owners")
+	}
 }

@@ -353,6 +353,10 @@ func (r *arrivalsReq) Encode(b *store.Batch) error {
 			continue
 		}
 		r.p.advance(b, msgs, rec.Offset, 0, &r.moves)
+		if r.routedBefore(b, rec.Env) {
+			r.skip.ingress++
+			continue
+		}
 		if dl := rec.Env.GetIngressDeadLetter(); dl != nil {
 			// Stored, not delivered: its key is the same however often
 			// it is encoded (its time came with it).

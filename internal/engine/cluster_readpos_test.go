@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/statefun-go/statefun/internal/engine/clustertest"
+	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -111,5 +112,60 @@ func TestClusterArrivalsAppliedBeforeAreSkipped(t *testing.T) {
 	settle(t, m.e.Driver(), 1)
 	if got := storedCount(t, m.db, "a"); got != "7" {
 		t.Fatalf("a = %q after the position was forgotten; want 7 (the record at offset 2 taken as new)", got)
+	}
+}
+
+// from marks env as message index of the Kafka ingress record at offset
+// of topic's partition kp, as a node routing the record does.
+func from(env *protocol.Envelope, topic string, kp int32, offset int64, index uint32) *protocol.Envelope {
+	env.Origin = &protocol.IngressOrigin{Topic: topic, Partition: kp, Offset: offset, Index: index}
+	return env
+}
+
+// A Kafka ingress record routed again (the group's offsets of its topic
+// were behind) comes as new records of the messages topic, past the
+// partition's position there; its origin tells the owner that it applied
+// the record's messages — and kept its dead letter — before.
+func TestClusterIngressRecordsRoutedAgainApplyOnce(t *testing.T) {
+	k := clustertest.NewKafka()
+	fn := &relay{}
+	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, true, nil)
+	if err := n.e.Assign(0); err != nil {
+		t.Fatal(err)
+	}
+	d := n.e.Driver()
+	dead := func(at int64) *protocol.Envelope {
+		dl := store.DeadLetter{At: at, Ingress: "kc/in", Topic: "in", Partition: 2, Offset: 12, Reason: "null-key", KeyNull: true}
+		return IngressDeadLetterCommand(&dl)
+	}
+	k.Produce(0, from(msg("a", "one"), "in", 2, 10, 0))
+	k.Produce(0, from(msg("b", "one"), "in", 2, 10, 1)) // the record's second target
+	k.Produce(0, from(msg("a", "two"), "in", 2, 11, 0))
+	k.Produce(0, dead(1000))
+	n.poll(0)
+	settle(t, d, 1)
+
+	// Routed again from offset 10 of in/2 by the next owner of in/2, with
+	// a new record at 13; in/3 is another partition of the topic.
+	k.Produce(0, from(msg("a", "one"), "in", 2, 10, 0))
+	k.Produce(0, from(msg("b", "one"), "in", 2, 10, 1))
+	k.Produce(0, from(msg("a", "two"), "in", 2, 11, 0))
+	k.Produce(0, dead(2000))
+	k.Produce(0, from(msg("a", "three"), "in", 2, 13, 0))
+	k.Produce(0, from(msg("a", "other"), "in", 3, 1, 0))
+	n.poll(0)
+	settle(t, d, 1)
+	if a, b := storedCount(t, n.db, "a"), storedCount(t, n.db, "b"); a != "4" || b != "1" {
+		t.Fatalf("a = %q, b = %q; want 4 and 1 (each record's messages applied once)", a, b)
+	}
+	dls := 0
+	if err := n.db.ScanDeadLetters(store.DeadLetterFilter{}, func(store.DeadLetter) bool { dls++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	if dls != 1 {
+		t.Errorf("%d dead letters of in/2@12; want 1", dls)
+	}
+	if got := testutil.ToFloat64(n.e.m.replayed.WithLabelValues("ingress")); got != 4 {
+		t.Errorf("statefun_cluster_replayed_records_total{source=ingress} = %v; want 4", got)
 	}
 }

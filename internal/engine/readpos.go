@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -68,6 +69,32 @@ func (pt *part) advance(b *store.Batch, k readKey, offset int64, index uint32, m
 	b.PutReadPosition(pt.id, rp)
 	pt.readPos[k] = rp
 	*moves = append(*moves, readMove{key: k, prev: prev, had: had})
+}
+
+// routedBefore reports whether env is a message (or dead letter) of a
+// Kafka ingress record this partition applied before: the record was
+// routed again because the group's offsets of its topic were behind. If
+// not, the partition's position in the record's topic partition moves to
+// it, in b.
+func (r *arrivalsReq) routedBefore(b *store.Batch, env *protocol.Envelope) bool {
+	var k readKey
+	var offset int64
+	var index uint32
+	if o := env.GetOrigin(); o != nil {
+		k, offset, index = readKey{o.GetTopic(), o.GetPartition()}, o.GetOffset(), o.GetIndex()
+	} else if dl := env.GetIngressDeadLetter(); dl != nil {
+		k, offset = readKey{dl.GetTopic(), dl.GetPartition()}, dl.GetOffset()
+	} else {
+		return false
+	}
+	if k.topic == store.MessagesTopic || k.partition < 0 || offset < 0 {
+		return false // not written by a statefun node; delivered as it is
+	}
+	if pos, ok := r.p.readPos[k]; ok && pos.Before(offset, index) {
+		return true
+	}
+	r.p.advance(b, k, offset, index, &r.moves)
+	return false
 }
 
 // undoMoves puts the positions an Encode moved back, newest first.

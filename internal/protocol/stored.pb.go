@@ -47,8 +47,13 @@ type Envelope struct {
 	// (engine.IngressDeadLetterPartition), whose owner stores it as a dead
 	// letter (store key space 0x0F) through its changelog.
 	IngressDeadLetter *IngressDeadLetter `protobuf:"bytes,7,opt,name=ingress_dead_letter,json=ingressDeadLetter,proto3" json:"ingress_dead_letter,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// origin is set, in cluster mode, on a message a Kafka ingress record
+	// became: the owner of the target applies each origin once (its read
+	// position of the record's topic partition, store key space 0x19),
+	// whatever the consumer group's offsets of the ingress topic say.
+	Origin        *IngressOrigin `protobuf:"bytes,8,opt,name=origin,proto3" json:"origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Envelope) Reset() {
@@ -130,6 +135,83 @@ func (x *Envelope) GetIngressDeadLetter() *IngressDeadLetter {
 	return nil
 }
 
+func (x *Envelope) GetOrigin() *IngressOrigin {
+	if x != nil {
+		return x.Origin
+	}
+	return nil
+}
+
+// IngressOrigin names the Kafka ingress record a message came from, and
+// which of its messages it is (a record becomes one message per target).
+type IngressOrigin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Offset        int64                  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Index         uint32                 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IngressOrigin) Reset() {
+	*x = IngressOrigin{}
+	mi := &file_protocol_stored_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IngressOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IngressOrigin) ProtoMessage() {}
+
+func (x *IngressOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_protocol_stored_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IngressOrigin.ProtoReflect.Descriptor instead.
+func (*IngressOrigin) Descriptor() ([]byte, []int) {
+	return file_protocol_stored_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *IngressOrigin) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *IngressOrigin) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *IngressOrigin) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *IngressOrigin) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 // IngressDeadLetter is a Kafka ingress record that could not become a
 // message, with why (store.DeadLetter's fields).
 type IngressDeadLetter struct {
@@ -158,7 +240,7 @@ type IngressDeadLetter struct {
 
 func (x *IngressDeadLetter) Reset() {
 	*x = IngressDeadLetter{}
-	mi := &file_protocol_stored_proto_msgTypes[1]
+	mi := &file_protocol_stored_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -170,7 +252,7 @@ func (x *IngressDeadLetter) String() string {
 func (*IngressDeadLetter) ProtoMessage() {}
 
 func (x *IngressDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[1]
+	mi := &file_protocol_stored_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -183,7 +265,7 @@ func (x *IngressDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngressDeadLetter.ProtoReflect.Descriptor instead.
 func (*IngressDeadLetter) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{1}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *IngressDeadLetter) GetAt() int64 {
@@ -280,7 +362,7 @@ type IngressKey struct {
 
 func (x *IngressKey) Reset() {
 	*x = IngressKey{}
-	mi := &file_protocol_stored_proto_msgTypes[2]
+	mi := &file_protocol_stored_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +374,7 @@ func (x *IngressKey) String() string {
 func (*IngressKey) ProtoMessage() {}
 
 func (x *IngressKey) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[2]
+	mi := &file_protocol_stored_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +387,7 @@ func (x *IngressKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IngressKey.ProtoReflect.Descriptor instead.
 func (*IngressKey) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{2}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *IngressKey) GetScope() string {
@@ -339,7 +421,7 @@ type Specs struct {
 
 func (x *Specs) Reset() {
 	*x = Specs{}
-	mi := &file_protocol_stored_proto_msgTypes[3]
+	mi := &file_protocol_stored_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +433,7 @@ func (x *Specs) String() string {
 func (*Specs) ProtoMessage() {}
 
 func (x *Specs) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[3]
+	mi := &file_protocol_stored_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +446,7 @@ func (x *Specs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Specs.ProtoReflect.Descriptor instead.
 func (*Specs) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{3}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Specs) GetSpecs() []*FromFunction_PersistedValueSpec {
@@ -387,7 +469,7 @@ type EgressRecord struct {
 
 func (x *EgressRecord) Reset() {
 	*x = EgressRecord{}
-	mi := &file_protocol_stored_proto_msgTypes[4]
+	mi := &file_protocol_stored_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +481,7 @@ func (x *EgressRecord) String() string {
 func (*EgressRecord) ProtoMessage() {}
 
 func (x *EgressRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[4]
+	mi := &file_protocol_stored_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +494,7 @@ func (x *EgressRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressRecord.ProtoReflect.Descriptor instead.
 func (*EgressRecord) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{4}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EgressRecord) GetEgressNamespace() string {
@@ -454,7 +536,7 @@ type PartitionMeta struct {
 
 func (x *PartitionMeta) Reset() {
 	*x = PartitionMeta{}
-	mi := &file_protocol_stored_proto_msgTypes[5]
+	mi := &file_protocol_stored_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -466,7 +548,7 @@ func (x *PartitionMeta) String() string {
 func (*PartitionMeta) ProtoMessage() {}
 
 func (x *PartitionMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[5]
+	mi := &file_protocol_stored_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -479,7 +561,7 @@ func (x *PartitionMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMeta.ProtoReflect.Descriptor instead.
 func (*PartitionMeta) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{5}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PartitionMeta) GetCommitId() uint64 {
@@ -529,7 +611,7 @@ type StateMutation struct {
 
 func (x *StateMutation) Reset() {
 	*x = StateMutation{}
-	mi := &file_protocol_stored_proto_msgTypes[6]
+	mi := &file_protocol_stored_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +623,7 @@ func (x *StateMutation) String() string {
 func (*StateMutation) ProtoMessage() {}
 
 func (x *StateMutation) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[6]
+	mi := &file_protocol_stored_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +636,7 @@ func (x *StateMutation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateMutation.ProtoReflect.Descriptor instead.
 func (*StateMutation) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{6}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StateMutation) GetId() string {
@@ -677,7 +759,7 @@ type RestoreEntry struct {
 
 func (x *RestoreEntry) Reset() {
 	*x = RestoreEntry{}
-	mi := &file_protocol_stored_proto_msgTypes[7]
+	mi := &file_protocol_stored_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +771,7 @@ func (x *RestoreEntry) String() string {
 func (*RestoreEntry) ProtoMessage() {}
 
 func (x *RestoreEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[7]
+	mi := &file_protocol_stored_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +784,7 @@ func (x *RestoreEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreEntry.ProtoReflect.Descriptor instead.
 func (*RestoreEntry) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{7}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RestoreEntry) GetState() string {
@@ -758,7 +840,7 @@ type MessageRepair struct {
 
 func (x *MessageRepair) Reset() {
 	*x = MessageRepair{}
-	mi := &file_protocol_stored_proto_msgTypes[8]
+	mi := &file_protocol_stored_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +852,7 @@ func (x *MessageRepair) String() string {
 func (*MessageRepair) ProtoMessage() {}
 
 func (x *MessageRepair) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[8]
+	mi := &file_protocol_stored_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +865,7 @@ func (x *MessageRepair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageRepair.ProtoReflect.Descriptor instead.
 func (*MessageRepair) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{8}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MessageRepair) GetKey() *InboxKey {
@@ -833,7 +915,7 @@ type InboxKey struct {
 
 func (x *InboxKey) Reset() {
 	*x = InboxKey{}
-	mi := &file_protocol_stored_proto_msgTypes[9]
+	mi := &file_protocol_stored_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -845,7 +927,7 @@ func (x *InboxKey) String() string {
 func (*InboxKey) ProtoMessage() {}
 
 func (x *InboxKey) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[9]
+	mi := &file_protocol_stored_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -858,7 +940,7 @@ func (x *InboxKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InboxKey.ProtoReflect.Descriptor instead.
 func (*InboxKey) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{9}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *InboxKey) GetPartition() int32 {
@@ -896,7 +978,7 @@ type EntryImage struct {
 
 func (x *EntryImage) Reset() {
 	*x = EntryImage{}
-	mi := &file_protocol_stored_proto_msgTypes[10]
+	mi := &file_protocol_stored_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +990,7 @@ func (x *EntryImage) String() string {
 func (*EntryImage) ProtoMessage() {}
 
 func (x *EntryImage) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[10]
+	mi := &file_protocol_stored_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1003,7 @@ func (x *EntryImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EntryImage.ProtoReflect.Descriptor instead.
 func (*EntryImage) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{10}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *EntryImage) GetState() string {
@@ -972,7 +1054,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_protocol_stored_proto_msgTypes[11]
+	mi := &file_protocol_stored_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1066,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[11]
+	mi := &file_protocol_stored_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1079,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{11}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Condition) GetAny() bool {
@@ -1040,7 +1122,7 @@ type Receipt struct {
 
 func (x *Receipt) Reset() {
 	*x = Receipt{}
-	mi := &file_protocol_stored_proto_msgTypes[12]
+	mi := &file_protocol_stored_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1134,7 @@ func (x *Receipt) String() string {
 func (*Receipt) ProtoMessage() {}
 
 func (x *Receipt) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[12]
+	mi := &file_protocol_stored_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1147,7 @@ func (x *Receipt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Receipt.ProtoReflect.Descriptor instead.
 func (*Receipt) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{12}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Receipt) GetMutation() string {
@@ -1180,7 +1262,7 @@ type AuditRecord struct {
 
 func (x *AuditRecord) Reset() {
 	*x = AuditRecord{}
-	mi := &file_protocol_stored_proto_msgTypes[13]
+	mi := &file_protocol_stored_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1274,7 @@ func (x *AuditRecord) String() string {
 func (*AuditRecord) ProtoMessage() {}
 
 func (x *AuditRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[13]
+	mi := &file_protocol_stored_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1287,7 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{13}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AuditRecord) GetMutation() string {
@@ -1347,7 +1429,7 @@ type TimerImage struct {
 
 func (x *TimerImage) Reset() {
 	*x = TimerImage{}
-	mi := &file_protocol_stored_proto_msgTypes[14]
+	mi := &file_protocol_stored_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1441,7 @@ func (x *TimerImage) String() string {
 func (*TimerImage) ProtoMessage() {}
 
 func (x *TimerImage) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[14]
+	mi := &file_protocol_stored_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1454,7 @@ func (x *TimerImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerImage.ProtoReflect.Descriptor instead.
 func (*TimerImage) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{14}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TimerImage) GetPartition() int32 {
@@ -1427,7 +1509,7 @@ type MessageDeadLetter struct {
 
 func (x *MessageDeadLetter) Reset() {
 	*x = MessageDeadLetter{}
-	mi := &file_protocol_stored_proto_msgTypes[15]
+	mi := &file_protocol_stored_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +1521,7 @@ func (x *MessageDeadLetter) String() string {
 func (*MessageDeadLetter) ProtoMessage() {}
 
 func (x *MessageDeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_protocol_stored_proto_msgTypes[15]
+	mi := &file_protocol_stored_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +1534,7 @@ func (x *MessageDeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageDeadLetter.ProtoReflect.Descriptor instead.
 func (*MessageDeadLetter) Descriptor() ([]byte, []int) {
-	return file_protocol_stored_proto_rawDescGZIP(), []int{15}
+	return file_protocol_stored_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MessageDeadLetter) GetId() string {
@@ -1515,7 +1597,7 @@ var File_protocol_stored_proto protoreflect.FileDescriptor
 
 const file_protocol_stored_proto_rawDesc = "" +
 	"\n" +
-	"\x15protocol/stored.proto\x12\x17statefun.runtime.stored\x1a\x1bprotocol/requestreply.proto\"\xd1\x03\n" +
+	"\x15protocol/stored.proto\x12\x17statefun.runtime.stored\x1a\x1bprotocol/requestreply.proto\"\x91\x04\n" +
 	"\bEnvelope\x127\n" +
 	"\x06target\x18\x01 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06target\x127\n" +
 	"\x06caller\x18\x02 \x01(\v2\x1f.statefun.wire.reqreply.AddressR\x06caller\x12>\n" +
@@ -1524,7 +1606,13 @@ const file_protocol_stored_proto_rawDesc = "" +
 	"\bmutation\x18\x05 \x01(\v2&.statefun.runtime.stored.StateMutationR\bmutation\x12D\n" +
 	"\vingress_key\x18\x06 \x01(\v2#.statefun.runtime.stored.IngressKeyR\n" +
 	"ingressKey\x12Z\n" +
-	"\x13ingress_dead_letter\x18\a \x01(\v2*.statefun.runtime.stored.IngressDeadLetterR\x11ingressDeadLetter\"\xa7\x02\n" +
+	"\x13ingress_dead_letter\x18\a \x01(\v2*.statefun.runtime.stored.IngressDeadLetterR\x11ingressDeadLetter\x12>\n" +
+	"\x06origin\x18\b \x01(\v2&.statefun.runtime.stored.IngressOriginR\x06origin\"q\n" +
+	"\rIngressOrigin\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x14\n" +
+	"\x05index\x18\x04 \x01(\rR\x05index\"\xa7\x02\n" +
 	"\x11IngressDeadLetter\x12\x0e\n" +
 	"\x02at\x18\x01 \x01(\x03R\x02at\x12\x18\n" +
 	"\aingress\x18\x02 \x01(\tR\aingress\x12\x14\n" +
@@ -1667,58 +1755,60 @@ func file_protocol_stored_proto_rawDescGZIP() []byte {
 	return file_protocol_stored_proto_rawDescData
 }
 
-var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_protocol_stored_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_protocol_stored_proto_goTypes = []any{
 	(*Envelope)(nil),                        // 0: statefun.runtime.stored.Envelope
-	(*IngressDeadLetter)(nil),               // 1: statefun.runtime.stored.IngressDeadLetter
-	(*IngressKey)(nil),                      // 2: statefun.runtime.stored.IngressKey
-	(*Specs)(nil),                           // 3: statefun.runtime.stored.Specs
-	(*EgressRecord)(nil),                    // 4: statefun.runtime.stored.EgressRecord
-	(*PartitionMeta)(nil),                   // 5: statefun.runtime.stored.PartitionMeta
-	(*StateMutation)(nil),                   // 6: statefun.runtime.stored.StateMutation
-	(*RestoreEntry)(nil),                    // 7: statefun.runtime.stored.RestoreEntry
-	(*MessageRepair)(nil),                   // 8: statefun.runtime.stored.MessageRepair
-	(*InboxKey)(nil),                        // 9: statefun.runtime.stored.InboxKey
-	(*EntryImage)(nil),                      // 10: statefun.runtime.stored.EntryImage
-	(*Condition)(nil),                       // 11: statefun.runtime.stored.Condition
-	(*Receipt)(nil),                         // 12: statefun.runtime.stored.Receipt
-	(*AuditRecord)(nil),                     // 13: statefun.runtime.stored.AuditRecord
-	(*TimerImage)(nil),                      // 14: statefun.runtime.stored.TimerImage
-	(*MessageDeadLetter)(nil),               // 15: statefun.runtime.stored.MessageDeadLetter
-	(*Address)(nil),                         // 16: statefun.wire.reqreply.Address
-	(*TypedValue)(nil),                      // 17: statefun.wire.reqreply.TypedValue
-	(*FromFunction_PersistedValueSpec)(nil), // 18: statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	(*IngressOrigin)(nil),                   // 1: statefun.runtime.stored.IngressOrigin
+	(*IngressDeadLetter)(nil),               // 2: statefun.runtime.stored.IngressDeadLetter
+	(*IngressKey)(nil),                      // 3: statefun.runtime.stored.IngressKey
+	(*Specs)(nil),                           // 4: statefun.runtime.stored.Specs
+	(*EgressRecord)(nil),                    // 5: statefun.runtime.stored.EgressRecord
+	(*PartitionMeta)(nil),                   // 6: statefun.runtime.stored.PartitionMeta
+	(*StateMutation)(nil),                   // 7: statefun.runtime.stored.StateMutation
+	(*RestoreEntry)(nil),                    // 8: statefun.runtime.stored.RestoreEntry
+	(*MessageRepair)(nil),                   // 9: statefun.runtime.stored.MessageRepair
+	(*InboxKey)(nil),                        // 10: statefun.runtime.stored.InboxKey
+	(*EntryImage)(nil),                      // 11: statefun.runtime.stored.EntryImage
+	(*Condition)(nil),                       // 12: statefun.runtime.stored.Condition
+	(*Receipt)(nil),                         // 13: statefun.runtime.stored.Receipt
+	(*AuditRecord)(nil),                     // 14: statefun.runtime.stored.AuditRecord
+	(*TimerImage)(nil),                      // 15: statefun.runtime.stored.TimerImage
+	(*MessageDeadLetter)(nil),               // 16: statefun.runtime.stored.MessageDeadLetter
+	(*Address)(nil),                         // 17: statefun.wire.reqreply.Address
+	(*TypedValue)(nil),                      // 18: statefun.wire.reqreply.TypedValue
+	(*FromFunction_PersistedValueSpec)(nil), // 19: statefun.wire.reqreply.FromFunction.PersistedValueSpec
 }
 var file_protocol_stored_proto_depIdxs = []int32{
-	16, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
-	16, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
-	17, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
-	6,  // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
-	2,  // 4: statefun.runtime.stored.Envelope.ingress_key:type_name -> statefun.runtime.stored.IngressKey
-	1,  // 5: statefun.runtime.stored.Envelope.ingress_dead_letter:type_name -> statefun.runtime.stored.IngressDeadLetter
-	18, // 6: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
-	17, // 7: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
-	16, // 8: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
-	11, // 9: statefun.runtime.stored.StateMutation.if_match_tags:type_name -> statefun.runtime.stored.Condition
-	11, // 10: statefun.runtime.stored.StateMutation.if_none_match_tags:type_name -> statefun.runtime.stored.Condition
-	7,  // 11: statefun.runtime.stored.StateMutation.image:type_name -> statefun.runtime.stored.RestoreEntry
-	8,  // 12: statefun.runtime.stored.StateMutation.repair:type_name -> statefun.runtime.stored.MessageRepair
-	9,  // 13: statefun.runtime.stored.MessageRepair.key:type_name -> statefun.runtime.stored.InboxKey
-	17, // 14: statefun.runtime.stored.MessageRepair.argument:type_name -> statefun.wire.reqreply.TypedValue
-	10, // 15: statefun.runtime.stored.MessageRepair.entries:type_name -> statefun.runtime.stored.EntryImage
-	0,  // 16: statefun.runtime.stored.MessageRepair.messages:type_name -> statefun.runtime.stored.Envelope
-	14, // 17: statefun.runtime.stored.MessageRepair.timers:type_name -> statefun.runtime.stored.TimerImage
-	16, // 18: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
-	16, // 19: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
-	0,  // 20: statefun.runtime.stored.AuditRecord.messages:type_name -> statefun.runtime.stored.Envelope
-	14, // 21: statefun.runtime.stored.AuditRecord.timers:type_name -> statefun.runtime.stored.TimerImage
-	0,  // 22: statefun.runtime.stored.TimerImage.envelope:type_name -> statefun.runtime.stored.Envelope
-	0,  // 23: statefun.runtime.stored.MessageDeadLetter.envelope:type_name -> statefun.runtime.stored.Envelope
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	17, // 0: statefun.runtime.stored.Envelope.target:type_name -> statefun.wire.reqreply.Address
+	17, // 1: statefun.runtime.stored.Envelope.caller:type_name -> statefun.wire.reqreply.Address
+	18, // 2: statefun.runtime.stored.Envelope.argument:type_name -> statefun.wire.reqreply.TypedValue
+	7,  // 3: statefun.runtime.stored.Envelope.mutation:type_name -> statefun.runtime.stored.StateMutation
+	3,  // 4: statefun.runtime.stored.Envelope.ingress_key:type_name -> statefun.runtime.stored.IngressKey
+	2,  // 5: statefun.runtime.stored.Envelope.ingress_dead_letter:type_name -> statefun.runtime.stored.IngressDeadLetter
+	1,  // 6: statefun.runtime.stored.Envelope.origin:type_name -> statefun.runtime.stored.IngressOrigin
+	19, // 7: statefun.runtime.stored.Specs.specs:type_name -> statefun.wire.reqreply.FromFunction.PersistedValueSpec
+	18, // 8: statefun.runtime.stored.EgressRecord.argument:type_name -> statefun.wire.reqreply.TypedValue
+	17, // 9: statefun.runtime.stored.StateMutation.target:type_name -> statefun.wire.reqreply.Address
+	12, // 10: statefun.runtime.stored.StateMutation.if_match_tags:type_name -> statefun.runtime.stored.Condition
+	12, // 11: statefun.runtime.stored.StateMutation.if_none_match_tags:type_name -> statefun.runtime.stored.Condition
+	8,  // 12: statefun.runtime.stored.StateMutation.image:type_name -> statefun.runtime.stored.RestoreEntry
+	9,  // 13: statefun.runtime.stored.StateMutation.repair:type_name -> statefun.runtime.stored.MessageRepair
+	10, // 14: statefun.runtime.stored.MessageRepair.key:type_name -> statefun.runtime.stored.InboxKey
+	18, // 15: statefun.runtime.stored.MessageRepair.argument:type_name -> statefun.wire.reqreply.TypedValue
+	11, // 16: statefun.runtime.stored.MessageRepair.entries:type_name -> statefun.runtime.stored.EntryImage
+	0,  // 17: statefun.runtime.stored.MessageRepair.messages:type_name -> statefun.runtime.stored.Envelope
+	15, // 18: statefun.runtime.stored.MessageRepair.timers:type_name -> statefun.runtime.stored.TimerImage
+	17, // 19: statefun.runtime.stored.Receipt.target:type_name -> statefun.wire.reqreply.Address
+	17, // 20: statefun.runtime.stored.AuditRecord.target:type_name -> statefun.wire.reqreply.Address
+	0,  // 21: statefun.runtime.stored.AuditRecord.messages:type_name -> statefun.runtime.stored.Envelope
+	15, // 22: statefun.runtime.stored.AuditRecord.timers:type_name -> statefun.runtime.stored.TimerImage
+	0,  // 23: statefun.runtime.stored.TimerImage.envelope:type_name -> statefun.runtime.stored.Envelope
+	0,  // 24: statefun.runtime.stored.MessageDeadLetter.envelope:type_name -> statefun.runtime.stored.Envelope
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_protocol_stored_proto_init() }
@@ -1727,15 +1817,15 @@ func file_protocol_stored_proto_init() {
 		return
 	}
 	file_protocol_requestreply_proto_init()
-	file_protocol_stored_proto_msgTypes[12].OneofWrappers = []any{}
 	file_protocol_stored_proto_msgTypes[13].OneofWrappers = []any{}
+	file_protocol_stored_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_protocol_stored_proto_rawDesc), len(file_protocol_stored_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -10,6 +10,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/session"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/kafkaingress"
+	"github.com/statefun-go/statefun/internal/protocol"
 )
 
 // ingresses is the session's Ingress over the module's Kafka ingresses:
@@ -94,7 +95,10 @@ func (in *ingresses) Route(r *kgo.Record) ([]session.Message, string, error) {
 		return []session.Message{{Partition: int(rec.Partition), Key: rec.Key, Value: rec.Value}}, reason, nil
 	}
 	out := make([]session.Message, 0, len(envs))
-	for _, env := range envs {
+	for i, env := range envs {
+		// Its owner applies each origin once, however often the record
+		// is routed (the group's offsets of the topic moved back).
+		env.Origin = &protocol.IngressOrigin{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Index: uint32(i)}
 		rec, err := in.n.record(env)
 		if err != nil {
 			return nil, "", err

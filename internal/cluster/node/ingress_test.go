@@ -43,7 +43,7 @@ func TestIngressRecordsToMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs, bad, err := in.Route(&kgo.Record{Topic: "in", Key: []byte("k7"), Value: []byte("hello")})
+	msgs, bad, err := in.Route(&kgo.Record{Topic: "in", Partition: 5, Offset: 17, Key: []byte("k7"), Value: []byte("hello")})
 	if err != nil || bad != "" || len(msgs) != 2 {
 		t.Fatalf("Route = %d messages, %q, %v; want 2 messages", len(msgs), bad, err)
 	}
@@ -60,7 +60,9 @@ func TestIngressRecordsToMessages(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantEnv := &protocol.Envelope{Target: &protocol.Address{Namespace: "kc", Type: want, Id: "k7"},
-			Argument: &protocol.TypedValue{Typename: "kc/text", HasValue: true, Value: []byte("hello")}}
+			Argument: &protocol.TypedValue{Typename: "kc/text", HasValue: true, Value: []byte("hello")},
+			// Its owner applies each (record, message) once.
+			Origin: &protocol.IngressOrigin{Topic: "in", Partition: 5, Offset: 17, Index: uint32(i)}}
 		if !proto.Equal(env, wantEnv) {
 			t.Errorf("message %d: %v, want %v", i, env, wantEnv)
 		}

@@ -167,6 +167,7 @@ func (s *Session) rearmRevocations(ctx context.Context) error {
 	if _, err := s.gts.End(ctx, kgo.TryAbort); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("cluster: session: ending the session's state after a revocation: %w", err)
 	}
+	s.reseek()
 	return nil
 }
 

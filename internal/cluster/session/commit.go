@@ -271,6 +271,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		for _, p := range sortedKeys(touched) {
 			s.rebuild(rctx, p, cause)
 		}
+		s.reseek()
 		return nil
 	}
 	if err := s.apply(overlays, recs); err != nil {

@@ -57,23 +57,63 @@ func resumeAt(p int32, stored *store.ReadPosition, start, end int64) resume {
 	return resume{at: next}
 }
 
+// storedNext returns the offset after partition p's stored read position
+// in the messages topic, if it has one.
+func (s *Session) storedNext(p int32) (int64, bool, error) {
+	rps, err := s.cfg.DB.ReadPositions(int(p))
+	if err != nil {
+		return 0, false, err
+	}
+	for _, rp := range rps {
+		if rp.Topic == store.MessagesTopic && rp.Partition == p {
+			return rp.Offset + 1, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// reseek puts the fetch position of every serving partition back after
+// its own read position where the group's committed offset is elsewhere.
+// Call it after an End that did not commit (an abort, or
+// rearmRevocations): the client then resets every partition to the
+// group's committed offset, which, from a restore's seek until the
+// partition's first commit (which commits the seek), is not the
+// partition's position. Back would only fetch records to skip; forward
+// would skip records never applied.
+func (s *Session) reseek() {
+	committed := s.gts.Client().CommittedOffsets()[s.msgs]
+	set := map[int32]kgo.EpochOffset{}
+	for p, pt := range s.parts {
+		if pt.log == nil {
+			continue // restoring: its restore seeks
+		}
+		next, ok, err := s.storedNext(p)
+		if err != nil {
+			s.log.Warn("cluster: reading a partition's read position to seek back to it", "partition", p, "err", err)
+			continue
+		}
+		if c, has := committed[p]; !ok || has && c.Offset == next {
+			continue
+		}
+		set[p] = kgo.EpochOffset{Epoch: -1, Offset: next}
+	}
+	if len(set) > 0 {
+		s.gts.Client().SetOffsets(map[string]map[int32]kgo.EpochOffset{s.msgs: set})
+	}
+}
+
 // storedResume reads partition p's stored read position in the messages
 // topic (restored from its changelog) and the topic partition's offsets,
 // and decides where its fetching resumes.
 func (s *Session) storedResume(ctx context.Context, p int32) (resume, error) {
-	rps, err := s.cfg.DB.ReadPositions(int(p))
+	next, ok, err := s.storedNext(p)
 	if err != nil {
 		return resume{}, err
 	}
-	var stored *store.ReadPosition
-	for i := range rps {
-		if rps[i].Topic == store.MessagesTopic && rps[i].Partition == p {
-			stored = &rps[i]
-		}
-	}
-	if stored == nil {
+	if !ok {
 		return resume{at: -1}, nil
 	}
+	stored := &store.ReadPosition{Topic: store.MessagesTopic, Partition: p, Offset: next - 1}
 	adm := kadm.NewClient(s.gts.Client())
 	starts, err := adm.ListStartOffsets(ctx, s.msgs)
 	if err != nil {

@@ -43,8 +43,9 @@ const kafkaDelay = 10 * time.Second
 // adds one to its count and sends "<id>=<count>" with KafkaEgressBuilder to
 // the Kafka egress `egress`, topic "counts", keyed by the function id.
 // Messages are raw text (type kc/text, as the Kafka ingress passes a
-// record's value). The message text "nokey" sends the record with an empty key instead, and
-// "badvalue" sends a plain string (not a KafkaProducerRecord) to the egress.
+// record's value). The message text "nokey" sends the record with an empty key instead,
+// "badvalue" sends a plain string (not a KafkaProducerRecord) to the egress, and "missing"
+// sends it to topic "no-such-topic".
 //
 // It serves kc/delay too: each message to kc/delay/<id> sends one message
 // to kc/counter/<id> with SendAfter, kafkaDelay later (the same id, so the
@@ -90,9 +91,13 @@ func kafkaCounterFn(t testing.TB, egress string) string {
 			case "nokey":
 				id = ""
 			}
+			topic := "counts"
+			if text == "missing" {
+				topic = "no-such-topic"
+			}
 			ctx.SendEgress(statefun.KafkaEgressBuilder{
 				Target: statefun.TypeNameFrom(egress),
-				Topic:  "counts",
+				Topic:  topic,
 				Key:    id,
 				Value:  []byte(fmt.Sprintf("%s=%d", ctx.Self().Id, n)),
 			})

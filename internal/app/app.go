@@ -229,7 +229,7 @@ func Start(cfg Config) (*App, error) {
 		// Kafka ingress topics are consumed by the node's session.
 		kafka = &kafkaEdges{log: cfg.Logger}
 		if cn, err = newNode(cfg, db, reg, kplan, fns); err == nil {
-			if routes, err = clusterRoutes(mod, cfg, cn.MaxRecord()); err != nil {
+			if routes, err = clusterRoutes(mod, cfg, cn.MaxRecord(), cn.Refusals()); err != nil {
 				cn.Close()
 			}
 		}

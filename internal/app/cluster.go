@@ -12,6 +12,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/cluster/command"
 	"github.com/statefun-go/statefun/internal/cluster/node"
+	"github.com/statefun-go/statefun/internal/cluster/refusals"
 	"github.com/statefun-go/statefun/internal/cluster/topics"
 	"github.com/statefun-go/statefun/internal/egress"
 	"github.com/statefun-go/statefun/internal/engine"
@@ -124,7 +125,7 @@ func storeForApplication(err error, cfg Config, app *topics.Application) error {
 // records are produced in the node's transaction on the application's
 // Kafka, so an egress must name the same brokers; its delivery semantic
 // and client properties do not apply (every record is exactly once).
-func clusterRoutes(mod *module.Module, cfg Config, maxRecord int) (*egress.Routes, error) {
+func clusterRoutes(mod *module.Module, cfg Config, maxRecord int, refused *refusals.Guard) (*egress.Routes, error) {
 	routes := egress.NewRoutes()
 	var errs module.Errors
 	brokers := slices.Sorted(slices.Values(cfg.Cluster.Brokers))
@@ -148,7 +149,15 @@ func clusterRoutes(mod *module.Module, cfg Config, maxRecord int) (*egress.Route
 			// Checked against the node's producer limit here, as the
 			// relay's Route does: a record Outbound could not produce
 			// would fail its partition's commit.
-			if _, err := kafkaegress.ToRecord(arg, maxRecord); err != nil {
+			rec, err := kafkaegress.ToRecord(arg, maxRecord)
+			if err != nil {
+				return "", err
+			}
+			// And against what Kafka refused of this node's transactions
+			// for good (a topic that does not exist, a record over its
+			// limit): produced, it would abort the node's transaction
+			// again, with every partition's work in it.
+			if err := refused.Check(rec.Topic, len(rec.Key)+len(rec.Value)); err != nil {
 				return "", err
 			}
 			return id, nil
@@ -170,7 +179,16 @@ func newNode(cfg Config, db *store.DB, reg prometheus.Registerer, plan *kafkaPla
 	if err != nil {
 		return nil, err
 	}
-	return node.New(node.Config{Cluster: cfg.Cluster, DB: db, Metrics: reg, Logger: cfg.Logger, Ingresses: ins})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	limit, from, err := topics.MaxMessageBytes(ctx, cfg.Cluster)
+	if err != nil {
+		// Not fatal: the producer's limit stands, and a record over the
+		// brokers' is refused on its first try (session, refusals).
+		cfg.Logger.Warn("cluster: could not read the internal topics' max.message.bytes; records are bounded by the producer's max.request.size alone", "err", err)
+	}
+	return node.New(node.Config{Cluster: cfg.Cluster, DB: db, Metrics: reg, Logger: cfg.Logger, Ingresses: ins,
+		MaxMessageBytes: limit, MaxMessageBytesOf: from})
 }
 
 // newCommands makes what sends the state API's writes about addresses

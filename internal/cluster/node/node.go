@@ -29,6 +29,7 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/cluster/members"
+	"github.com/statefun-go/statefun/internal/cluster/refusals"
 	"github.com/statefun-go/statefun/internal/cluster/session"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/idempotency"
@@ -65,6 +66,12 @@ type Config struct {
 	// time (the engine's, so that retention ages them alike); nil means
 	// time.Now.
 	Now func() time.Time
+	// MaxMessageBytes, if > 0, is the largest record batch the brokers
+	// take for the internal topics (topics.MaxMessageBytes), and
+	// MaxMessageBytesOf the topic that sets it: records are bounded by it
+	// where it is below the producer's max.request.size.
+	MaxMessageBytes   int
+	MaxMessageBytesOf string
 }
 
 // Node is a cluster-mode node's Kafka side and its adapters to the engine.
@@ -84,6 +91,7 @@ type Node struct {
 	watcher     *members.Watcher
 	published   atomic.Bool // read by /readyz
 	skipped     *prometheus.CounterVec
+	refusals    *refusals.Guard
 }
 
 // New makes the node's session and ingress producer; nothing talks to
@@ -96,8 +104,9 @@ func New(cfg Config) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Cluster.NodeID), p: cfg.DB.Partitions(), incarnation: members.NewIncarnation()}
+	n.refusals = refusals.New(refusals.Config{Now: cfg.Now})
 	scfg := session.Config{Cluster: cfg.Cluster, DB: cfg.DB, Metrics: cfg.Metrics, Logger: cfg.Logger,
-		Aborted: engine.ErrAborted, Moved: engine.ErrMoved}
+		Aborted: engine.ErrAborted, Moved: engine.ErrMoved, Refusals: n.refusals}
 	if len(cfg.Ingresses) > 0 {
 		in, err := newIngresses(n, cfg.Ingresses)
 		if err != nil {
@@ -128,6 +137,13 @@ func New(cfg Config) (*Node, error) {
 		// key and value (as the Kafka egress relay reckons).
 		n.maxRecord = max(int(v)-256, 1)
 	}
+	if b := cfg.MaxMessageBytes; b > 0 && b-256 < n.maxRecord {
+		// The brokers would refuse what the producer sends: say so, and
+		// refuse such records where they are made.
+		n.log.Warn("cluster: the brokers take smaller records than this node's producer would send; records are limited to what they take (raise max.message.bytes of the topic, or lower max.request.size with --cluster-property, to silence this)",
+			"topic", cfg.MaxMessageBytesOf, "max_message_bytes", b, "producer_max_bytes", n.maxRecord+256, "record_limit", max(b-256, 1))
+		n.maxRecord = max(b-256, 1)
+	}
 	n.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "statefun_cluster_skipped_records_total",
 		Help: "Records of the messages topic that no statefun node wrote and that were skipped, by reason.",
@@ -149,6 +165,13 @@ func (n *Node) now() time.Time {
 // node's producer takes: a function's record over it is a protocol
 // violation at the egress's Route, as in embedded mode.
 func (n *Node) MaxRecord() int { return n.maxRecord }
+
+// Refusals is what Kafka refused of this node's transactions: the Kafka
+// egress's route asks it about each record a function sends (a topic
+// that does not exist, a record over a topic's limit), so that the record
+// is a protocol violation of its response instead of an aborted
+// transaction.
+func (n *Node) Refusals() *refusals.Guard { return n.refusals }
 
 // Durability is the engine's Options.Durability: the session.
 func (n *Node) Durability() engine.Durability { return n.sess }

@@ -13,6 +13,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
 )
 
 // The messages topic's record format (docs/cluster.md, "The messages
@@ -84,5 +85,28 @@ func TestIngestRefusesARecordOverTheProducerLimit(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
+	}
+}
+
+// A node whose brokers take smaller records than its producer would send
+// bounds its records by what the brokers take: a larger one is refused
+// where it is made, not produced into every transaction that carries it.
+// (1000012 is the producer's default batch limit, max.request.size.)
+func TestRecordLimitFollowsTheBrokers(t *testing.T) {
+	db, err := store.Open(t.TempDir(), store.Options{Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cc := &clusterconfig.Config{Brokers: []string{"127.0.0.1:1"}, AppID: "app", NodeID: "n1", Advertise: "http://n1:8070"}
+	for _, c := range []struct{ brokers, want int }{{0, 1000012 - 256}, {5000, 5000 - 256}, {4 << 20, 1000012 - 256}} {
+		n, err := New(Config{Cluster: cc, DB: db, MaxMessageBytes: c.brokers, MaxMessageBytesOf: "app-changelog"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.MaxRecord(); got != c.want {
+			t.Errorf("brokers take %d: MaxRecord = %d; want %d", c.brokers, got, c.want)
+		}
+		n.Close()
 	}
 }

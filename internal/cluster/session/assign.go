@@ -205,7 +205,10 @@ func (s *Session) drop(p int32, why string) {
 // The partition is revoked from the engine, its waiting requests fail
 // with ErrAborted, its fetching pauses, and it is restored and assigned
 // again as on an assignment (the restore reads only the aborted tail).
-func (s *Session) rebuild(rctx context.Context, p int32, cause error) {
+// culprit says the partition's own work made the transaction abort: its
+// restore then waits a back-off that doubles with each such abort in a
+// row (rebuildBackoff), and the abort is logged at ERROR.
+func (s *Session) rebuild(rctx context.Context, p int32, cause error, culprit bool) {
 	pt := s.parts[p]
 	if pt == nil || pt.log == nil {
 		return
@@ -221,16 +224,55 @@ func (s *Session) rebuild(rctx context.Context, p int32, cause error) {
 	s.m.restoring.Inc()
 	s.m.lag.DeleteLabelValues(label(p))
 	s.purge(p, s.aborted(cause))
-	s.startRestore(rctx, p, false)
+	var wait time.Duration
+	if culprit {
+		pt.strikes++
+		wait = rebuildBackoff(pt.strikes, s.cfg.RebuildBackoff)
+		s.m.culprits.Inc()
+		s.log.Error("cluster: a transaction was aborted by this partition's own work (see the error before); the partition is rebuilt after a back-off, the others go on",
+			"partition", p, "aborts_in_a_row", pt.strikes, "retry_in", wait)
+	}
+	s.startRestoreAfter(rctx, p, wait)
 }
 
+// rebuildBackoff is the wait before the n-th rebuild in a row of a
+// partition whose own work aborted the transaction: first, doubling, at
+// most MaxRebuildBackoff.
+func rebuildBackoff(n int, first time.Duration) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	d := first
+	for i := 1; i < n && d < MaxRebuildBackoff; i++ {
+		d *= 2
+	}
+	return min(d, MaxRebuildBackoff)
+}
+
+// MaxRebuildBackoff bounds the wait before rebuilding a partition whose
+// own work keeps aborting the transaction.
+const MaxRebuildBackoff = 30 * time.Second
+
 // startRestore restores partition p in the background; the result comes
-// back as an evRestored event.
+// back as an evRestored event. A retry waits a second first.
 func (s *Session) startRestore(rctx context.Context, p int32, retry bool) {
+	if retry {
+		s.startRestoreAfter(rctx, p, -time.Second)
+		return
+	}
+	s.startRestoreAfter(rctx, p, 0)
+}
+
+// startRestoreAfter is startRestore waiting |wait| first; a negative wait
+// is a retry's (the restore's start time stays the first attempt's).
+func (s *Session) startRestoreAfter(rctx context.Context, p int32, wait time.Duration) {
 	pt := s.parts[p]
 	s.gen++
 	pt.gen = s.gen
-	if !retry {
+	retry := wait < 0
+	if retry {
+		wait = -wait
+	} else {
 		pt.started = time.Now()
 	}
 	ctx, cancel := context.WithCancel(rctx)
@@ -240,11 +282,11 @@ func (s *Session) startRestore(rctx context.Context, p int32, retry bool) {
 	go func() {
 		defer s.restoreWG.Done()
 		ev := event{kind: evRestored, p: p, gen: gen}
-		if retry {
+		if wait > 0 {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Second):
+			case <-time.After(wait):
 			}
 		}
 		select {

@@ -130,7 +130,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		s.failAll(reqs, nil, err)
 		return err
 	}
-	t := &txn{ctx: ctx}
+	t := &txn{ctx: ctx, from: -1}
 	s.txn.Store(t)
 	defer s.txn.Store(nil)
 
@@ -179,6 +179,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 				ov = s.cfg.DB.NewBatch()
 				overlays[p] = ov
 			}
+			t.from = p
 			if err := ov.Stage(r.Encode); err != nil {
 				bad, badErr, abort = i, err, "encode"
 				s.log.Error("cluster: a request failed to encode; aborting the transaction", "partition", p, "request", fmt.Sprintf("%T", r), "err", err)
@@ -196,6 +197,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 				break
 			}
 			recs[p] = rs
+			t.from = p
 			for _, r := range rs {
 				s.produce(t, r)
 			}
@@ -208,10 +210,19 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
 		return nil
 	}
+	t.from = -1
+	// Partitions whose own work made the cycle abort (an encoding error, a
+	// record Kafka refused): their rebuild backs off, so that work that
+	// fails every time costs one aborted cycle per back-off, not every
+	// cycle of every partition.
+	culprits := map[int32]bool{}
+	if bad >= 0 {
+		culprits[int32(reqs[bad].Partition())] = true
+	}
 	if abort == "" {
 		if err := t.produceErr(); err != nil {
 			abort = "produce"
-			s.log.Warn("cluster: a record of the transaction was refused; aborting it", "err", err)
+			s.refusedRecords(t.refusals(), culprits)
 		}
 	}
 	polledOffsets := len(s.gts.Client().UncommittedOffsets()) > 0
@@ -258,7 +269,11 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 			switch {
 			case !live[i]:
 			case i == bad:
-				r.Fail(badErr)
+				// An abort for the engine too: the partition is
+				// rebuilt (after a back-off) rather than the node
+				// stopped, so that an encoding error that holds on
+				// every node does not follow the partition around.
+				r.Fail(s.aborted(fmt.Errorf("its encoding failed: %w", badErr)))
 			default:
 				r.Fail(s.aborted(cause))
 			}
@@ -269,10 +284,15 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 			s.log.Info("cluster: the transaction was aborted by the group (a rebalance, or an offset commit the coordinator refused); its work is redone", "partitions", sortedKeys(touched))
 		}
 		for _, p := range sortedKeys(touched) {
-			s.rebuild(rctx, p, cause)
+			s.rebuild(rctx, p, cause, culprits[p])
 		}
 		s.reseek()
 		return nil
+	}
+	for p := range touched {
+		if pt := s.parts[p]; pt != nil {
+			pt.strikes = 0
+		}
 	}
 	if err := s.apply(overlays, recs); err != nil {
 		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))

@@ -66,6 +66,12 @@ type counterEngine struct {
 	assigns  atomic.Int64
 	revokes  atomic.Int64
 
+	// poisoned partitions submit, on every Assign, a request whose
+	// Encode fails: work a core redoes after each rebuild, and that fails
+	// to encode every time.
+	poisoned [testP]atomic.Bool
+	poisons  atomic.Int64 // poison requests failed
+
 	submitted [testP]atomic.Int64 // arrivals handed over by SubmitArrivals, by partition
 	full      [testP]atomic.Bool  // what Full reports, set by a test
 
@@ -93,6 +99,13 @@ func (e *counterEngine) Assign(p int) error {
 	}
 	if ok {
 		if c.count, err = strconv.ParseInt(string(ent.Value), 10, 64); err != nil {
+			return err
+		}
+	}
+	if e.poisoned[p].Load() {
+		// Queued before the core serves: the session takes it in its
+		// next cycle, as it would a commit the rebuilt core made.
+		if err := e.s.Submit(&poisonReq{e: e, p: p}); err != nil {
 			return err
 		}
 	}
@@ -272,6 +285,25 @@ func (r *countReq) Durable() {
 }
 
 func (r *countReq) Fail(err error) { r.e.failed(err) }
+
+// poisonReq is work whose Encode fails every time it is redone.
+type poisonReq struct {
+	e *counterEngine
+	p int
+}
+
+func (r *poisonReq) Partition() int { return r.p }
+func (r *poisonReq) Encode(b *store.Batch) error {
+	b.PutState(counterAddr(r.p), "poison", store.Entry{Value: []byte("x")})
+	return errors.New("poison: this work cannot be encoded")
+}
+func (r *poisonReq) Durable() { r.e.unexpected(errors.New("a poison request was made durable")) }
+func (r *poisonReq) Fail(err error) {
+	r.e.poisons.Add(1)
+	if !errors.Is(err, ErrAborted) && !errors.Is(err, ErrMoved) && !errors.Is(err, committer.ErrStopped) {
+		r.e.unexpected(fmt.Errorf("a poison request failed with %w; want an abort (its partition rebuilt, the node going on)", err))
+	}
+}
 
 // probeReq writes a key of its own and nothing else.
 type probeReq struct {

@@ -24,6 +24,8 @@ type metrics struct {
 	lag        *prometheus.GaugeVec
 	full       prometheus.Gauge
 	posFaults  *prometheus.CounterVec
+	culprits   prometheus.Counter
+	refused    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -77,10 +79,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		posFaults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "statefun_cluster_read_position_faults_total", Help: "Restored partitions whose read position in the messages topic Kafka contradicts, by kind (below-start: retention deleted records the partition never applied, which are lost; past-end: the topic was recreated or truncated, and the position was dropped).",
 		}, []string{"kind"}),
+		culprits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "statefun_cluster_partition_backoffs_total", Help: "Rebuilds of a partition delayed because its own work (an encoding error, a record Kafka refused) aborted the transaction.",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "statefun_cluster_refused_records_total", Help: "Records Kafka refused to take into a transaction, by kind (topic: the topic does not exist, is invalid or may not be written; size: over the topic's limit; other).",
+		}, []string{"kind"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.owned, m.restoring, m.restoreRec, m.restoreRem, m.restoreDur, m.restoreErr,
-			m.txnDur, m.txnRecords, m.txnBytes, m.commits, m.aborts, m.rebalances, m.lag, m.full, m.posFaults)
+			m.txnDur, m.txnRecords, m.txnBytes, m.commits, m.aborts, m.rebalances, m.lag, m.full, m.posFaults, m.culprits, m.refused)
 	}
 	return m
 }

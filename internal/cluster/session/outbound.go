@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/statefun-go/statefun/internal/cluster/refusals"
 )
 
 // txn is the open transaction while a cycle's requests encode.
@@ -14,12 +16,30 @@ type txn struct {
 	ctx     context.Context
 	records int // produced: changelog, messages, egress
 	bytes   int // their keys and values
+	// from is the partition whose request (or changelog) is producing
+	// now, -1 for none (ingress routing): a refused record is that
+	// partition's.
+	from int32
 
-	mu  sync.Mutex
-	err error // the first produce that failed
+	mu      sync.Mutex
+	err     error     // the first produce that failed
+	refused []refused // the refused records, up to maxRefused
 }
 
-func (t *txn) promise(r *kgo.Record, err error) {
+// refused is a record Kafka refused, and the partition that made it.
+type refused struct {
+	topic string
+	size  int // key and value
+	from  int32
+	err   error
+}
+
+// maxRefused bounds the refused records a transaction keeps: each is a
+// reason to abort it already, the first ones say which partitions and
+// topics.
+const maxRefused = 64
+
+func (t *txn) promise(r *kgo.Record, from int32, err error) {
 	if err == nil {
 		return
 	}
@@ -28,12 +48,22 @@ func (t *txn) promise(r *kgo.Record, err error) {
 	if t.err == nil {
 		t.err = fmt.Errorf("produce to partition %d of %s: %w", r.Partition, r.Topic, err)
 	}
+	if len(t.refused) < maxRefused {
+		t.refused = append(t.refused, refused{topic: r.Topic, size: len(r.Key) + len(r.Value), from: from, err: err})
+	}
 }
 
 func (t *txn) produceErr() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.err
+}
+
+// refusals returns the refused records, once the produces are flushed.
+func (t *txn) refusals() []refused {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.refused
 }
 
 // errNoTxn is returned by the Outbound methods outside a request's Encode.
@@ -80,7 +110,8 @@ func (s *Session) Egress(r *kgo.Record) error {
 func (s *Session) produce(t *txn, r *kgo.Record) {
 	t.records++
 	t.bytes += len(r.Key) + len(r.Value)
-	s.gts.Produce(t.ctx, r, t.promise)
+	from := t.from
+	s.gts.Produce(t.ctx, r, func(r *kgo.Record, err error) { t.promise(r, from, err) })
 }
 
 // partitioner places records on the application's internal topics at the
@@ -107,4 +138,41 @@ func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
 		return p.manual.ForTopic(topic)
 	}
 	return p.keyed.ForTopic(topic)
+}
+
+// refusedRecords reports the records Kafka refused in a transaction that
+// aborts for them: each partition that made one is a culprit (its rebuild
+// backs off), and a refusal that holds for every record like it is taught
+// to the Refusals guard, so the egress's route refuses the next one where
+// a function makes it. Each topic's refusal is logged at ERROR when it is
+// new, and counted.
+func (s *Session) refusedRecords(rs []refused, culprits map[int32]bool) {
+	logged := map[string]bool{}
+	for _, r := range rs {
+		if r.from >= 0 {
+			culprits[r.from] = true
+		}
+		kind := "other"
+		switch whole, size := refusals.Deterministic(r.err); {
+		case whole:
+			kind = "topic"
+		case size:
+			kind = "size"
+		}
+		s.m.refused.WithLabelValues(kind).Inc()
+		isNew := true
+		if s.cfg.Refusals != nil && kind != "other" {
+			_, isNew = s.cfg.Refusals.Refused(r.topic, r.size, r.err)
+		}
+		if !isNew || logged[r.topic] {
+			continue
+		}
+		logged[r.topic] = true
+		what := "the transaction is aborted; its partition is rebuilt after a back-off"
+		if s.cfg.Refusals != nil && kind != "other" && r.topic != s.msgs && r.topic != s.clog {
+			what = "the transaction is aborted; from now on a function's record like it is refused where it is made, as a protocol violation of its response (the poison policy sees it)"
+		}
+		s.log.Error("cluster: Kafka refused a record of the transaction: "+what,
+			"topic", r.topic, "bytes", r.size, "partition", r.from, "err", r.err)
+	}
 }

@@ -36,6 +36,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/cluster/changelog"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/cluster/refusals"
 	"github.com/statefun-go/statefun/internal/engine/committer"
 	"github.com/statefun-go/statefun/internal/kafkaclient"
 	"github.com/statefun-go/statefun/internal/store"
@@ -134,6 +135,9 @@ const (
 	DefaultMaxQueued = 5_000
 	// DefaultRestoreConcurrency is how many partitions restore at once.
 	DefaultRestoreConcurrency = 2
+	// DefaultRebuildBackoff is the first wait before rebuilding a
+	// partition whose own work aborted the transaction.
+	DefaultRebuildBackoff = time.Second
 )
 
 // Config configures a Session.
@@ -159,6 +163,11 @@ type Config struct {
 	// RestoreBatchRecords is changelog.Config.BatchRecords of restores;
 	// zero means its default.
 	RestoreBatchRecords int
+	// RebuildBackoff is the first wait before rebuilding a partition
+	// whose own work aborted the transaction (an encoding error, a record
+	// Kafka refused); it doubles with each such abort in a row, up to
+	// MaxRebuildBackoff. Zero means DefaultRebuildBackoff.
+	RebuildBackoff time.Duration
 
 	// Aborted and Moved, if not nil, are wrapped too by the errors of
 	// Fail alongside ErrAborted and ErrMoved, so that the engine can
@@ -168,6 +177,12 @@ type Config struct {
 	// Ingress, if not nil, is the module's Kafka ingresses: the session
 	// consumes their topics too.
 	Ingress Ingress
+
+	// Refusals, if not nil, learns the records Kafka refuses for a reason
+	// that holds for every record like them (an egress topic that does
+	// not exist, a record over a topic's limit), so that the egress's
+	// route refuses the next one where a function makes it.
+	Refusals *refusals.Guard
 
 	// ClientOpts are added last to the session's Kafka clients (tests:
 	// short heartbeat and session timeouts).
@@ -227,6 +242,9 @@ type part struct {
 	log     *changelog.Log     // set once restored and assigned to the engine
 	started time.Time
 	full    bool // fetching paused because the engine's partition is full
+	// strikes counts the transactions in a row this partition's own work
+	// aborted (rebuildBackoff); a commit that carries it resets it.
+	strikes int
 }
 
 // New checks cfg and returns a session; nothing talks to Kafka before Run.
@@ -252,6 +270,9 @@ func New(cfg Config) (*Session, error) {
 	}
 	if cfg.RestoreConcurrency == 0 {
 		cfg.RestoreConcurrency = DefaultRestoreConcurrency
+	}
+	if cfg.RebuildBackoff <= 0 {
+		cfg.RebuildBackoff = DefaultRebuildBackoff
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

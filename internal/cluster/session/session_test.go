@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -500,4 +501,46 @@ func TestFetchMaxWaitDefault(t *testing.T) {
 			t.Errorf("properties %v: the session's fetch max wait is %v, want %v", tc.props, got, tc.want)
 		}
 	}
+}
+
+// Work of one partition that fails to encode every time it is redone (a
+// deterministic error) aborts the transaction, but the node does not
+// stop (the failure would follow the partition to every node), and the
+// partition's rebuild backs off, so the other partitions' work commits
+// while it fails: the poison costs a handful of aborted transactions, not
+// one per cycle. Once the work encodes again, the partition catches up,
+// and every record counts once.
+func TestEncodeFailureBacksOffItsPartitionOnly(t *testing.T) {
+	h := newHarness(t)
+	const first = 100 * time.Millisecond
+	a := h.startWith("a", t.TempDir(), func(c *Config) { c.RebuildBackoff = first }, nil)
+	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+	a.e.poisoned[1].Store(true)
+	if err := a.s.Submit(&poisonReq{e: a.e, p: 1}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	h.produce(120, 0) // 30 for each of the 4 partitions
+	eventually(t, "the 90 arrivals of partitions 0, 2 and 3", 30*time.Second, func() bool { return totalArrivals(a) >= 90 })
+	time.Sleep(time.Second) // let the poison fail on through its back-offs
+	took := time.Since(start)
+	poisons, backoffs := a.e.poisons.Load(), a.metric(t, "statefun_cluster_partition_backoffs_total")
+	t.Logf("in %v: %d poison attempts, %v back-offs", took.Round(time.Millisecond), poisons, backoffs)
+	if poisons < 3 || backoffs < 3 {
+		t.Errorf("%d poison attempts, %v back-offs; want the poison redone after each rebuild, each rebuild backed off", poisons, backoffs)
+	}
+	// 0.1 s, 0.2 s, 0.4 s, ...: about log2(took/0.1 s) attempts, not one
+	// per cycle.
+	if max := int64(2 + math.Log2(float64(took/first))); poisons > max {
+		t.Errorf("%d poison attempts in %v; want at most %d (the rebuild backs off)", poisons, took, max)
+	}
+	select {
+	case err := <-a.done:
+		t.Fatalf("the node stopped: %v", err)
+	default:
+	}
+	a.e.poisoned[1].Store(false)
+	eventually(t, "all 120 arrivals once partition 1 encodes again", 60*time.Second, func() bool { return totalArrivals(a) == 120 })
+	a.stop(t)
+	h.checkExactlyOnce(120)
 }

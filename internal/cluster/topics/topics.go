@@ -436,3 +436,46 @@ func what(topic string, cfg *clusterconfig.Config) string {
 }
 
 func ptr(s string) *string { return &s }
+
+// MaxMessageBytes returns the largest record batch the brokers take for
+// the application's messages and changelog topics: the smaller of their
+// max.message.bytes (the topic's own, or the brokers' message.max.bytes
+// it defaults to), and which topic sets it. A node whose producer would
+// send larger batches (max.request.size) refuses larger records where they
+// are made instead: produced, every transaction carrying one would abort.
+// It returns 0 when the brokers do not say.
+func MaxMessageBytes(ctx context.Context, cfg *clusterconfig.Config) (int, string, error) {
+	client, err := cfg.Client()
+	if err != nil {
+		return 0, "", err
+	}
+	cl, err := kgo.NewClient(client.Opts...)
+	if err != nil {
+		return 0, "", fmt.Errorf("topics: Kafka client: %w", err)
+	}
+	defer cl.Close()
+	names := []string{cfg.MessagesTopic(), cfg.ChangelogTopic()}
+	rcs, err := kadm.NewClient(cl).DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		return 0, "", fmt.Errorf("topics: reading the configuration of %s: %w", strings.Join(names, ", "), err)
+	}
+	least, from := 0, ""
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			return 0, "", fmt.Errorf("topics: reading the configuration of %s: %w", rc.Name, rc.Err)
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "max.message.bytes" || c.Value == nil {
+				continue
+			}
+			n, err := strconv.Atoi(*c.Value)
+			if err != nil || n <= 0 {
+				return 0, "", fmt.Errorf("topics: %s has max.message.bytes %q, not a positive number", rc.Name, *c.Value)
+			}
+			if least == 0 || n < least {
+				least, from = n, rc.Name
+			}
+		}
+	}
+	return least, from, nil
+}

@@ -469,3 +469,25 @@ func TestEnsureWithSASLProperties(t *testing.T) {
 		t.Fatalf("%+v %v", app, err)
 	}
 }
+
+// MaxMessageBytes reads the internal topics' limit: the brokers' default,
+// and a topic's own, smaller one, named.
+func TestMaxMessageBytes(t *testing.T) {
+	c := kafka(t, 1)
+	cfg := config(c, "n1", 4)
+	if _, err := Ensure(ctx(t), cfg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	limit, from, err := MaxMessageBytes(ctx(t), cfg)
+	if err != nil || limit != 1048588 {
+		t.Fatalf("MaxMessageBytes = %d (%s), %v; want the default 1048588", limit, from, err)
+	}
+	v := "200000"
+	if _, err := admin(t, c).AlterTopicConfigs(ctx(t), []kadm.AlterConfig{{Name: "max.message.bytes", Value: &v}}, "shop-changelog"); err != nil {
+		t.Fatal(err)
+	}
+	limit, from, err = MaxMessageBytes(ctx(t), cfg)
+	if err != nil || limit != 200000 || from != "shop-changelog" {
+		t.Fatalf("MaxMessageBytes = %d (%s), %v; want 200000 of shop-changelog", limit, from, err)
+	}
+}

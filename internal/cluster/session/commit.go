@@ -250,6 +250,18 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		s.rearm = false
 		committed, err = s.gts.End(endCtx, kgo.TransactionEndTry(abort == ""))
 	}
+	if err != nil && ctx.Err() == nil && unconfirmed(err) {
+		// The brokers could not be reached, or answered without saying
+		// what they did: the transaction may have committed or not.
+		// Abort what may still be open, and rebuild the partitions from
+		// their changelogs, which hold the transaction if it committed;
+		// the partitions' read positions then skip what it applied.
+		s.log.Warn("cluster: ending a transaction failed with its outcome unknown (are the brokers reachable?); aborting it and rebuilding its partitions from their changelogs, which hold it if it committed",
+			"err", err)
+		if err = s.abortUnconfirmed(ctx); err == nil {
+			committed, abort = false, "unconfirmed"
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
@@ -358,12 +370,59 @@ func (s *Session) endWithoutOffsets(ctx context.Context) (committed bool, err er
 		switch {
 		case errors.Is(err, kerr.OperationNotAttempted),
 			errors.Is(err, kerr.TransactionAbortable),
-			errors.Is(err, kerr.UnknownServerError):
+			unconfirmed(err):
 			s.log.Info("cluster: ending a transaction without offsets failed; ending it again as an abort", "err", err)
 			try = kgo.TryAbort
 		default:
 			return false, err
 		}
+	}
+}
+
+// unconfirmed reports whether err, from ending a transaction, leaves its
+// outcome unknown without fencing this node: the brokers could not be
+// reached (no Kafka error code at all), answered with a retriable error,
+// or with UNKNOWN_SERVER_ERROR. A fence (PRODUCER_FENCED, an invalid
+// epoch) or a refusal is not: the transactional id is done.
+func unconfirmed(err error) bool {
+	if errors.Is(err, kgo.ErrClientClosed) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke.Retriable || ke == kerr.UnknownServerError
+	}
+	return true
+}
+
+// abortUnconfirmed ends a transaction whose commit's outcome is unknown
+// with an abort, as the client documents: the abort reloads the producer
+// id, which bumps the epoch and aborts whatever is still open on the
+// brokers. While the brokers stay unreachable it retries, backing off up
+// to 5 s; it returns nil once done, ctx's error when the node stops, or an
+// error that fences this node.
+func (s *Session) abortUnconfirmed(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	since := time.Now()
+	logged := since
+	for {
+		err := s.gts.Client().EndTransaction(ctx, kgo.TryAbort)
+		if err == nil || ctx.Err() != nil || !unconfirmed(err) {
+			if err == nil && time.Since(since) > time.Second {
+				s.log.Info("cluster: the transaction with an unknown outcome is aborted; going on", "waited", time.Since(since).Round(time.Millisecond))
+			}
+			return err
+		}
+		if time.Since(logged) > 10*time.Second {
+			logged = time.Now()
+			s.log.Warn("cluster: still cannot end a transaction with an unknown outcome; retrying (are the brokers reachable?)", "waiting", time.Since(since).Round(time.Second), "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -92,11 +92,7 @@ func TestClusterKafkaIngressDeadLetters(t *testing.T) {
 	needKcat(t)
 	dk := startDevkafka(t, "-port", "0", "-brokers", "3", "-topic", "counts:3", "-topic", "in:4")
 	fn := kafkaCounterFn(t, "kc/out")
-	var nodes []*clusterNode
-	for _, id := range []string{"node-a", "node-b"} {
-		rt := newRuntimeWith(t, func(in, _ int) string { return clusterModule(fn, dk.brokers, in) + clusterIngressDoc(dk.brokers) })
-		nodes = append(nodes, &clusterNode{runtime: rt, id: id, app: "kdl", brokers: dk.brokers, sessionTimeout: 6000})
-	}
+	nodes := newIngressClusterNodes(t, dk, "kdl", fn, "node-a", "node-b")
 	launchAll(t, nodes...)
 
 	// kcat -K: gives a line without ':' a null key.

@@ -29,6 +29,18 @@ spec:
 `, brokers)
 }
 
+// newIngressClusterNodes writes the modules of nodes ids of application
+// app with the Kafka ingress kc/in (clusterIngressDoc) besides the
+// cluster module; the processes are not started.
+func newIngressClusterNodes(t *testing.T, dk *devkafka, app, fnURL string, ids ...string) []*clusterNode {
+	var nodes []*clusterNode
+	for _, id := range ids {
+		rt := newRuntimeWith(t, func(in, _ int) string { return clusterModule(fnURL, dk.brokers, in) + clusterIngressDoc(dk.brokers) })
+		nodes = append(nodes, &clusterNode{runtime: rt, id: id, app: app, brokers: dk.brokers, sessionTimeout: 6000})
+	}
+	return nodes
+}
+
 // TestClusterKafkaIngressKillNode runs three nodes of one application
 // whose module has a Kafka ingress: kcat streams records into its topic
 // while the node consuming the most of them is killed with SIGKILL. The ingress topic's partitions move with the group like the

@@ -29,11 +29,7 @@ func TestClusterGroupOffsetsMovedBack(t *testing.T) {
 	needKcat(t)
 	dk := startDevkafka(t, "-port", "0", "-brokers", "3", "-topic", "counts:3", "-topic", "in:4")
 	fn := kafkaCounterFn(t, "kc/out")
-	var nodes []*clusterNode
-	for _, id := range []string{"node-a", "node-b"} {
-		rt := newRuntimeWith(t, func(in, _ int) string { return clusterModule(fn, dk.brokers, in) + clusterIngressDoc(dk.brokers) })
-		nodes = append(nodes, &clusterNode{runtime: rt, id: id, app: "rewind", brokers: dk.brokers, sessionTimeout: 6000})
-	}
+	nodes := newIngressClusterNodes(t, dk, "rewind", fn, "node-a", "node-b")
 	launchAll(t, nodes...)
 
 	// Playground traffic to counters k0..k39, and Kafka ingress records

@@ -319,6 +319,12 @@ func run(args []string, stderr io.Writer) int {
 		}
 		api.Tokens = tokens
 	}
+	if clusterCfg != nil {
+		if err := clusterCfg.CheckTokens(len(api.Tokens) > 0); err != nil {
+			printErrors(stderr, "statefun run: ", err)
+			return 2
+		}
+	}
 	// Signals are taken before the runtime starts: its admin listener can
 	// answer /readyz before Start returns, and a SIGTERM sent on that
 	// answer must stop it cleanly (flushing the store), not kill it. A

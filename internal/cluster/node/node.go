@@ -83,6 +83,7 @@ type Node struct {
 	incarnation string
 	watcher     *members.Watcher
 	published   atomic.Bool // read by /readyz
+	stopKeep    func()      // stops keeping the member record published (members.Keep) and waits
 	skipped     *prometheus.CounterVec
 }
 
@@ -165,17 +166,26 @@ func (n *Node) Bind(e *engine.Engine) {
 }
 
 // Start reads the member records (for Owner) and publishes this node's,
-// with its advertised admin URL. Call it once the admin listener serves.
+// with its advertised admin URL, and keeps it published until Withdraw or
+// Close (members.Watcher.Keep). Call it once the admin listener serves.
 func (n *Node) Start(ctx context.Context) error {
 	w, err := members.Watch(ctx, n.cfg.Cluster, n.log)
 	if err != nil {
 		return fmt.Errorf("cluster: node: reading member records: %w", err)
 	}
 	n.watcher = w
-	if err := members.Publish(ctx, n.cfg.Cluster, time.Now(), n.incarnation); err != nil {
+	started := time.Now()
+	if err := members.Publish(ctx, n.cfg.Cluster, started, n.incarnation); err != nil {
 		return err
 	}
 	n.published.Store(true)
+	kctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Keep(kctx, n.cfg.Cluster, started, n.incarnation)
+	}()
+	n.stopKeep = func() { cancel(); <-done }
 	return nil
 }
 
@@ -192,7 +202,7 @@ func (n *Node) Ready() error {
 }
 
 // Owner names the node that owns partition p now and its admin URL (empty
-// when its member record is not known), from the consumer group's
+// when no member record of it is trusted), from the consumer group's
 // assignment; ok is false when p has no owner at the moment or the group
 // cannot be read.
 func (n *Node) Owner(ctx context.Context, p int) (node, adminURL string, ok bool) {
@@ -211,6 +221,16 @@ func (n *Node) Owner(ctx context.Context, p int) (node, adminURL string, ok bool
 		}
 	}
 	return node, adminURL, true
+}
+
+// Distrusted says why this node does not trust the member record of node
+// (members.Watcher.Distrusted); "" when it has nothing against it. Owner
+// and Assignment give no admin URL for such a node.
+func (n *Node) Distrusted(node string) string {
+	if n.watcher == nil {
+		return ""
+	}
+	return n.watcher.Distrusted(node)
 }
 
 // Assignment returns the consumer group's assignment now: the node that
@@ -241,6 +261,8 @@ func (n *Node) Withdraw() {
 	if !n.published.Load() {
 		return
 	}
+	// Keep would answer the withdrawal with a new publication.
+	n.stopKeep()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := members.Withdraw(ctx, n.cfg.Cluster, n.incarnation); err != nil {
@@ -275,6 +297,9 @@ func (n *Node) Leave() {
 // Close stops the member watcher and the ingress producer; the session
 // stops with the engine.
 func (n *Node) Close() {
+	if n.stopKeep != nil {
+		n.stopKeep()
+	}
 	if n.watcher != nil {
 		n.watcher.Close()
 	}

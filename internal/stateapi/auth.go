@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 )
 
 // Scopes a token can grant.
@@ -87,26 +89,49 @@ func LoadTokens(path string) ([]Token, error) {
 }
 
 // identify returns the caller's token, or writes 401 and returns false.
-// Call it only when tokens are configured.
+// Call it only when tokens are configured. A request another node signed
+// (nodeauth.go) is the caller's that node vouched for.
 func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Token, bool) {
+	if c, ok := r.Context().Value(nodeCallerKey{}).(trust.Caller); ok {
+		t, why := s.nodeToken(c)
+		if why != "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="statefun", error="invalid_token"`)
+			fail(w, r, http.StatusUnauthorized, why)
+			return Token{}, false
+		}
+		return t, true
+	}
+	t, given, ok := s.bearer(r)
+	if !ok {
+		if !given {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="statefun"`)
+			fail(w, r, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+			return Token{}, false
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="statefun", error="invalid_token"`)
+		fail(w, r, http.StatusUnauthorized, "unknown bearer token")
+		return Token{}, false
+	}
+	return t, true
+}
+
+// bearer returns the token r's Authorization header names; given is false
+// when it names none.
+func (s *Server) bearer(r *http.Request) (t Token, given, ok bool) {
 	// The scheme is case-insensitive (RFC 9110 11.1).
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	secret = strings.TrimSpace(secret)
 	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="statefun"`)
-		fail(w, r, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
-		return Token{}, false
+		return Token{}, false, false
 	}
 	sum := sha256.Sum256([]byte(secret))
 	for _, t := range s.tokens {
 		want := sha256.Sum256([]byte(t.Secret))
 		if subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
-			return t, true
+			return t, true, true
 		}
 	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="statefun", error="invalid_token"`)
-	fail(w, r, http.StatusUnauthorized, "unknown bearer token")
-	return Token{}, false
+	return Token{}, true, false
 }
 
 // authorize returns the caller's principal, or writes 401/403 and returns

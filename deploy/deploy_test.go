@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/module"
 	"gopkg.in/yaml.v3"
 )
@@ -58,5 +59,39 @@ func checkModule(t *testing.T, mod *module.Module) {
 	if len(mod.Endpoints) != 1 || len(mod.KafkaIngresses) != 1 || len(mod.KafkaEgresses) != 1 {
 		t.Fatalf("module: %d endpoints, %d Kafka ingresses, %d Kafka egresses; want 1 of each",
 			len(mod.Endpoints), len(mod.KafkaIngresses), len(mod.KafkaEgresses))
+	}
+}
+
+// The examples run with tokens, so they carry a cluster secret the
+// runtime takes (docs/cluster.md, "Trust between nodes"): compose's in a
+// file, Kubernetes's in a Secret.
+func TestClusterSecrets(t *testing.T) {
+	if _, err := trust.LoadSecret("compose/cluster-secret"); err != nil {
+		t.Error(err)
+	}
+	data, err := os.ReadFile("kubernetes/statefun.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	found := false
+	for {
+		var doc struct {
+			Kind       string
+			Metadata   struct{ Name string }
+			StringData map[string]string `yaml:"stringData"`
+		}
+		if err := dec.Decode(&doc); err != nil {
+			break
+		}
+		if doc.Kind == "Secret" && doc.Metadata.Name == "statefun-cluster-secret" {
+			found = true
+			if err := trust.CheckSecret([]byte(doc.StringData["secret"])); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if !found {
+		t.Error("kubernetes/statefun.yaml: no Secret statefun-cluster-secret")
 	}
 }

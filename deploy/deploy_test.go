@@ -22,33 +22,41 @@ func TestComposeModule(t *testing.T) {
 }
 
 func TestKubernetesModule(t *testing.T) {
+	var cm struct{ Data map[string]string }
+	if !kubernetesDoc(t, "ConfigMap", "statefun-module", &cm) {
+		t.Fatal("kubernetes/statefun.yaml: no ConfigMap statefun-module with module.yaml")
+	}
+	mod, err := module.Parse("kubernetes/statefun.yaml (ConfigMap statefun-module)", []byte(cm.Data["module.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkModule(t, mod)
+}
+
+// kubernetesDoc decodes the document of kind and name in
+// kubernetes/statefun.yaml into v; false when there is none.
+func kubernetesDoc(t *testing.T, kind, name string, v any) bool {
+	t.Helper()
 	data, err := os.ReadFile("kubernetes/statefun.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
-	found := false
 	for {
-		var doc struct {
+		var node yaml.Node
+		if err := dec.Decode(&node); err != nil {
+			return false
+		}
+		var head struct {
 			Kind     string
 			Metadata struct{ Name string }
-			Data     map[string]string
 		}
-		if err := dec.Decode(&doc); err != nil {
-			break
+		if node.Decode(&head) == nil && head.Kind == kind && head.Metadata.Name == name {
+			if err := node.Decode(v); err != nil {
+				t.Fatal(err)
+			}
+			return true
 		}
-		if doc.Kind != "ConfigMap" || doc.Metadata.Name != "statefun-module" {
-			continue
-		}
-		found = true
-		mod, err := module.Parse("kubernetes/statefun.yaml (ConfigMap statefun-module)", []byte(doc.Data["module.yaml"]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkModule(t, mod)
-	}
-	if !found {
-		t.Fatal("kubernetes/statefun.yaml: no ConfigMap statefun-module with module.yaml")
 	}
 }
 
@@ -69,29 +77,13 @@ func TestClusterSecrets(t *testing.T) {
 	if _, err := trust.LoadSecret("compose/cluster-secret"); err != nil {
 		t.Error(err)
 	}
-	data, err := os.ReadFile("kubernetes/statefun.yaml")
-	if err != nil {
-		t.Fatal(err)
+	var secret struct {
+		StringData map[string]string `yaml:"stringData"`
 	}
-	dec := yaml.NewDecoder(strings.NewReader(string(data)))
-	found := false
-	for {
-		var doc struct {
-			Kind       string
-			Metadata   struct{ Name string }
-			StringData map[string]string `yaml:"stringData"`
-		}
-		if err := dec.Decode(&doc); err != nil {
-			break
-		}
-		if doc.Kind == "Secret" && doc.Metadata.Name == "statefun-cluster-secret" {
-			found = true
-			if err := trust.CheckSecret([]byte(doc.StringData["secret"])); err != nil {
-				t.Error(err)
-			}
-		}
+	if !kubernetesDoc(t, "Secret", "statefun-cluster-secret", &secret) {
+		t.Fatal("kubernetes/statefun.yaml: no Secret statefun-cluster-secret")
 	}
-	if !found {
-		t.Error("kubernetes/statefun.yaml: no Secret statefun-cluster-secret")
+	if err := trust.CheckSecret([]byte(secret.StringData["secret"])); err != nil {
+		t.Error(err)
 	}
 }

@@ -73,7 +73,7 @@ func TestRunRefusesBadClusterSettings(t *testing.T) {
 			"--cluster-secret-file or STATEFUN_CLUSTER_SECRET"}},
 		{"short secret", clusterArgs, [2]string{"STATEFUN_CLUSTER_SECRET", "hunter2"}, []string{"statefun run: STATEFUN_CLUSTER_SECRET: the cluster secret is 7 bytes long; want at least 32"}},
 		{"secret twice", with(clusterArgs, "--cluster-secret-file", secretFile), [2]string{"STATEFUN_CLUSTER_SECRET", testSecret}, []string{"statefun run: --cluster-secret-file and STATEFUN_CLUSTER_SECRET are both given"}},
-		{"secret file others write", with(clusterArgs, "--cluster-secret-file", looseSecret), [2]string{}, []string{"statefun run: --cluster-secret-file: cluster secret file " + looseSecret + " is writable by its group or by others"}},
+		{"secret file others write", with(clusterArgs, "--cluster-secret-file", looseSecret), [2]string{}, []string{"statefun run: --cluster-secret-file: cluster secret file: " + looseSecret + " is writable by its group or by others (mode 0666); run chmod 600"}},
 		{"tokens without a secret", with(clusterArgs, "--api-tokens", tokens), [2]string{}, []string{
 			"statefun run: the state API has bearer tokens (--api-tokens), so cluster mode needs a cluster secret shared by every node of shop (--cluster-secret-file or STATEFUN_CLUSTER_SECRET"}},
 	} {

@@ -4,15 +4,15 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/statefun-go/statefun/internal/cluster/trust"
+	"github.com/statefun-go/statefun/internal/privfile"
 )
 
 // Scopes a token can grant.
@@ -38,21 +38,16 @@ type Token struct {
 // attributed to whichever comes first, and the audit log names the wrong
 // principal. Errors are prefixed "stateapi: " and name the file and line.
 func LoadTokens(path string) ([]Token, error) {
-	f, err := os.Open(path)
+	f, err := privfile.Open(path)
+	var we *privfile.WritableError
+	if errors.As(err, &we) {
+		return nil, fmt.Errorf("stateapi: token file %s is writable by its group or by others (mode %04o), so they could grant themselves access; run chmod 600 %s (or chmod 640 for a group that only reads it)",
+			path, we.Mode, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stateapi: token file: %w", err)
 	}
 	defer f.Close()
-	// Stat the open file, not the path, so the mode checked is that of the
-	// file read.
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stateapi: token file: %w", err)
-	}
-	if perm := fi.Mode().Perm(); runtime.GOOS != "windows" && perm&0o022 != 0 {
-		return nil, fmt.Errorf("stateapi: token file %s is writable by its group or by others (mode %04o), so they could grant themselves access; run chmod 600 %s (or chmod 640 for a group that only reads it)",
-			path, perm, path)
-	}
 	var out []Token
 	secretLine := make(map[string]int) // secret → line of its first token
 	sc := bufio.NewScanner(f)

@@ -31,13 +31,13 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/statefun-go/statefun/internal/privfile"
 )
 
 // MinSecretLen is the shortest cluster secret taken, in bytes: an HMAC key
@@ -58,19 +58,11 @@ func CheckSecret(secret []byte) error {
 // whoever writes it chooses which member records the node trusts. Errors
 // are prefixed "trust: " and name the file.
 func LoadSecret(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := privfile.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("trust: cluster secret file: %w", err)
+		return nil, fmt.Errorf("trust: cluster secret file: %s", strings.TrimPrefix(err.Error(), "privfile: "))
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("trust: cluster secret file: %w", err)
-	}
-	if perm := fi.Mode().Perm(); runtime.GOOS != "windows" && perm&0o022 != 0 {
-		return nil, fmt.Errorf("trust: cluster secret file %s is writable by its group or by others (mode %04o); run chmod 600 %s (or chmod 640 for a group that only reads it)",
-			path, perm, path)
-	}
 	b, err := io.ReadAll(io.LimitReader(f, 4097))
 	if err != nil {
 		return nil, fmt.Errorf("trust: cluster secret file: %w", err)

@@ -85,6 +85,7 @@ type Server struct {
 	tokens []Token
 	opts   Options
 	cop    *http.CrossOriginProtection
+	onces  onceCalls // changes other nodes sent once (once.go)
 }
 
 // New returns the API over a running engine (the embedded *engine.Engine, or
@@ -104,7 +105,7 @@ func New(eng Engine, opts Options) *Server {
 		// A malformed origin trusts nothing; Options.Validate reports it.
 		cop.AddTrustedOrigin(o)
 	}
-	return &Server{eng: eng, tokens: opts.Tokens, opts: opts, cop: cop}
+	return &Server{eng: eng, tokens: opts.Tokens, opts: opts, cop: cop, onces: onceCalls{m: map[string]*onceCall{}}}
 }
 
 // route is one path of the API and the method that serves it.
@@ -170,15 +171,21 @@ func (s *Server) Handler(next http.Handler) http.Handler {
 }
 
 // serve answers r with rt once the guard let it through and, for a
-// request another node signed, its signature verified.
+// request another node signed, its signature verified; a change another
+// node sent once is applied once (once.go).
 func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
 	if !s.guard(w, r) {
 		return
 	}
 	r, ok := s.fromNode(w, r)
-	if ok {
-		rt.serve(s, w, r)
+	if !ok {
+		return
 	}
+	if id, ok := sentOnce(r); ok {
+		s.once(w, r, id, func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
+		return
+	}
+	rt.serve(s, w, r)
 }
 
 func (s *Server) serveState(w http.ResponseWriter, r *http.Request) {

@@ -35,9 +35,11 @@
 //
 //   - A state change about one address that does not travel as a command
 //     (a restore, a pause or resume of the address, an inbox repair,
-//     deleting the address) is sent to the owner at most once
-//     (ForwardOnce): again only when it certainly was not applied (no
-//     connection made, or a 503); an answer lost after sending is a 502.
+//     deleting the address) is sent to the owner with a mutation id of its
+//     own (MutationID), which the owner applies once (ForwardOnce). So it
+//     is sent again, within the budget, whenever its outcome is not known:
+//     no connection made, a 503, an answer lost after sending. An answer
+//     still lost when the budget ends is a 502 that names the id.
 //
 //   - A listing is gathered: the request is sent, with the hop header, to
 //     every node that owns a partition; each answers for the partitions it
@@ -84,6 +86,11 @@ const Header = "Statefun-Forwarded"
 // Partitions is the header of a node's answer to a request with Header:
 // the partitions it answered for, comma-separated.
 const Partitions = "Statefun-Partitions"
+
+// MutationID carries the mutation id of a state change: on a change
+// ForwardOnce sends, the id the sending node gave it, which the owner
+// applies once.
+const MutationID = "Statefun-Mutation-Id"
 
 // Config configures a Forwarder.
 type Config struct {
@@ -276,8 +283,9 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, p int) bool 
 // reports false when no owner answered within the budget. It asks again,
 // with backoff, while no owner is known, the owner cannot be reached, or
 // it answers 503; the owner's last 503 is then the answer. once is for a
-// request that must not reach the owner twice: an error after it may have
-// been sent is not retried but answered 502 (lost).
+// state change: an error after it may have been sent is asked again only
+// when r carries a mutation id (MutationID), which the owner applies
+// once; without one, or when the budget ends, it is answered 502 (lost).
 func (f *Forwarder) exchange(w http.ResponseWriter, r *http.Request, p int, body []byte, once bool) bool {
 	kind := "read"
 	if once {
@@ -286,14 +294,22 @@ func (f *Forwarder) exchange(w http.ResponseWriter, r *http.Request, p int, body
 	ctx := r.Context()
 	deadline := time.Now().Add(f.cfg.Budget)
 	d := 50 * time.Millisecond
-	var last *http.Response // the owner's last 503, its body read
+	var (
+		last     *http.Response // the owner's last 503, its body read
+		lostNode string         // the owner whose answer was lost last, and how
+		lostErr  error
+	)
 	for {
 		resp, node, err := f.attempt(ctx, r, p, body)
 		switch {
-		case err != nil && once && !notSent(err):
+		case err != nil && once && !notSent(err) && r.Header.Get(MutationID) == "":
 			f.counter.WithLabelValues(kind, "lost").Inc()
-			lost(w, node, err)
+			lost(w, node, err, "")
 			return true
+		case err != nil && once && !notSent(err):
+			// The owner may have it: asking again is safe, since the owner
+			// applies the id once, and answers a repeat as the first.
+			lostNode, lostErr, last = node, err, nil
 		case err == nil && resp != nil && resp.StatusCode != http.StatusServiceUnavailable:
 			f.pass(w, resp)
 			resp.Body.Close()
@@ -311,9 +327,14 @@ func (f *Forwarder) exchange(w http.ResponseWriter, r *http.Request, p int, body
 			break
 		}
 	}
-	if last != nil {
+	switch {
+	case last != nil:
 		f.pass(w, last)
 		f.counter.WithLabelValues(kind, "owner_unavailable").Inc()
+		return true
+	case lostErr != nil:
+		f.counter.WithLabelValues(kind, "lost").Inc()
+		lost(w, lostNode, lostErr, r.Header.Get(MutationID))
 		return true
 	}
 	f.counter.WithLabelValues(kind, "no_owner").Inc()

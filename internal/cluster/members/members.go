@@ -16,8 +16,8 @@
 // nodes"): with a cluster secret, those whose MAC verifies under it; without
 // one, those whose admin URL is a loopback name. A record that fails is
 // never looked up (Distrusted says why), and never displaces a trusted
-// record of the same node; neither does an older record of a node than the
-// one held (a replay).
+// record of the same node; neither does a record of an earlier process of
+// a node than the latest one trusted (a replay).
 package members
 
 import (
@@ -152,13 +152,14 @@ type Watcher struct {
 	topic  string
 
 	mu      sync.Mutex
-	members map[string]Member    // trusted records by node id
-	started map[string]time.Time // the latest StartedAt trusted of each node, kept after a withdrawal
-	refused map[string]string    // why the last record of a node was not trusted, until one is
-	lastOff map[string]int64     // the offset of the last record under each node's key, whatever it was
-	heldOff map[string]int64     // the offset of each trusted record held (members)
-	changed chan struct{}        // closed and replaced on every change
-	err     error                // why tailing stopped, when it did
+	members map[string]Member          // trusted records by node id
+	started map[string]time.Time       // the latest StartedAt trusted of each node, kept after a withdrawal
+	incs    map[string]map[string]bool // the incarnations of each node ever trusted
+	refused map[string]string          // why the last record of a node was not trusted, until one is
+	lastOff map[string]int64           // the offset of the last record under each node's key, whatever it was
+	heldOff map[string]int64           // the offset of each trusted record held (members)
+	changed chan struct{}              // closed and replaced on every change
+	err     error                      // why tailing stopped, when it did
 }
 
 // Watch reads the member records of the meta topic up to its end, then
@@ -176,7 +177,7 @@ func Watch(ctx context.Context, cfg *clusterconfig.Config, log *slog.Logger) (*W
 		return nil, err
 	}
 	w := &Watcher{r: r, log: log, secret: cfg.Secret, app: cfg.AppID, topic: cfg.MetaTopic(),
-		members: map[string]Member{}, started: map[string]time.Time{}, refused: map[string]string{},
+		members: map[string]Member{}, started: map[string]time.Time{}, incs: map[string]map[string]bool{}, refused: map[string]string{},
 		lastOff: map[string]int64{}, heldOff: map[string]int64{},
 		changed: make(chan struct{}), done: make(chan struct{})}
 	if err := r.CatchUp(ctx, w.apply); err != nil {
@@ -246,12 +247,18 @@ func (w *Watcher) apply(rec *kgo.Record) {
 				"node", node, "admin_url", m.AdminURL, "topic", w.topic, "offset", rec.Offset, "why", why)
 			return
 		}
-		if prev, ok := w.started[node]; ok && m.StartedAt.Before(prev) {
-			w.log.Warn("cluster: a member record older than the one this node holds is ignored (a replay, or a late write of an old process)",
-				"node", node, "admin_url", m.AdminURL, "started_at", m.StartedAt, "held_started_at", prev, "topic", w.topic, "offset", rec.Offset)
+		if w.replayed(m) {
+			w.log.Warn("cluster: a member record of an earlier process of a node is ignored (a replay, or a late write of that process)",
+				"node", node, "admin_url", m.AdminURL, "started_at", m.StartedAt, "incarnation", m.Incarnation, "topic", w.topic, "offset", rec.Offset)
 			return
 		}
-		w.started[node] = m.StartedAt
+		if m.StartedAt.After(w.started[node]) {
+			w.started[node] = m.StartedAt
+		}
+		if w.incs[node] == nil {
+			w.incs[node] = map[string]bool{}
+		}
+		w.incs[node][m.Incarnation] = true
 		w.members[node] = m
 		w.heldOff[node] = rec.Offset
 		delete(w.refused, node)
@@ -287,6 +294,25 @@ func (w *Watcher) distrust(m Member) string {
 		return "does not verify with this node's cluster secret: it was not written by a node of this application that has the same secret (give every node the same one)"
 	}
 	return ""
+}
+
+// replayTolerance is how much earlier than the latest process of a node
+// another may have started and still be taken for a later one: a node's
+// clock may step back between two processes.
+const replayTolerance = time.Minute
+
+// replayed reports whether m, a trusted record, is one of an earlier
+// process of its node than the latest this watcher trusted: an
+// incarnation it held before that is not the one it holds now, or one
+// that started well before the latest. Without this, whoever may write
+// the meta topic could put a node's old admin URL back.
+func (w *Watcher) replayed(m Member) bool {
+	cur, held := w.members[m.NodeID]
+	if w.incs[m.NodeID][m.Incarnation] && (!held || cur.Incarnation != m.Incarnation) {
+		return true
+	}
+	latest, ok := w.started[m.NodeID]
+	return ok && m.StartedAt.Before(latest.Add(-replayTolerance))
 }
 
 // header returns the value of rec's header key.

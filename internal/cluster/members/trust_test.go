@@ -218,3 +218,39 @@ func TestKeepRepublishes(t *testing.T) {
 		t.Errorf("node-a after its withdrawal with Keep stopped: held %v, last record at %d (its own at %d)", held, last, off)
 	}
 }
+
+// A node's genuine record written again after a later process of the node
+// published its own — an incarnation held before, or one that started well
+// before — is a replay and ignored; a later process whose clock stepped
+// back a little is not.
+func TestReplayedRecordsAreIgnored(t *testing.T) {
+	_, cfg := application(t, 2)
+	w, err := Watch(ctx(t), cfg("node-a"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	b := cfg("node-b")
+	now := time.Now()
+	if err := Publish(ctx(t), b, now, "first"); err != nil {
+		t.Fatal(err)
+	}
+	// The next process's clock is 5 s behind the first's.
+	if err := Publish(ctx(t), b, now.Add(-5*time.Second), "second"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Wait(ctx(t), func(m map[string]Member) bool { return m["node-b"].Incarnation == "second" }); err != nil {
+		t.Fatalf("a later process with a clock 5 s behind: %v, %+v", err, w.All())
+	}
+	// The first's record again, and one of a process an hour older.
+	if err := Publish(ctx(t), b, now, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Publish(ctx(t), b, now.Add(-time.Hour), "ancient"); err != nil {
+		t.Fatal(err)
+	}
+	mark(t, w, cfg("node-z"), "node-z")
+	if m, _ := w.Lookup("node-b"); m.Incarnation != "second" {
+		t.Errorf("node-b after replays: %+v, want the second process's record", m)
+	}
+}

@@ -14,6 +14,17 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/meta"
 )
 
+// watch starts a Watcher of cfg's application, closed when t ends.
+func watch(t *testing.T, cfg *clusterconfig.Config) *Watcher {
+	t.Helper()
+	w, err := Watch(ctx(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
 // forge writes a member record into the meta topic as anyone who may
 // write it can: value m (nil: a tombstone) with headers.
 func forge(t *testing.T, cfg *clusterconfig.Config, node string, m *Member, headers ...kgo.RecordHeader) {
@@ -53,11 +64,7 @@ func mark(t *testing.T, w *Watcher, cfg *clusterconfig.Config, node string) {
 // deletes nothing. Distrusted names the record that was refused.
 func TestForgedMemberRecordsAreNotTrusted(t *testing.T) {
 	_, cfg := application(t, 2)
-	w, err := Watch(ctx(t), cfg("node-a"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := watch(t, cfg("node-a"))
 	old := time.Now().Add(-time.Hour)
 	if err := Publish(ctx(t), cfg("node-b"), old, "b-old"); err != nil {
 		t.Fatal(err)
@@ -111,11 +118,7 @@ func TestForgedMemberRecordsAreNotTrusted(t *testing.T) {
 
 	// A watcher started now, reading the same topic from its start,
 	// trusts the same.
-	w2, err := Watch(ctx(t), cfg("node-c"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w2.Close()
+	w2 := watch(t, cfg("node-c"))
 	if a, _ := w2.Lookup("node-a"); a != genuineA {
 		t.Errorf("a new watcher: node-a %+v", a)
 	}
@@ -141,11 +144,7 @@ func TestWithoutSecretOnlyLoopbackIsTrusted(t *testing.T) {
 		c.Secret, c.Advertise = nil, adv
 		return c
 	}
-	w, err := Watch(ctx(t), plain("node-a", "http://127.0.0.1:8070"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := watch(t, plain("node-a", "http://127.0.0.1:8070"))
 	if err := Publish(ctx(t), plain("far", "http://far.example:8070"), time.Now(), NewIncarnation()); err != nil {
 		t.Fatal(err)
 	}
@@ -168,11 +167,7 @@ func TestKeepRepublishes(t *testing.T) {
 	t.Cleanup(func() { KeepInterval = 10 * time.Second })
 	_, cfg := application(t, 2)
 	a := cfg("node-a")
-	w, err := Watch(ctx(t), a, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := watch(t, a)
 	started, inc := time.Now(), NewIncarnation()
 	if err := Publish(ctx(t), a, started, inc); err != nil {
 		t.Fatal(err)
@@ -225,11 +220,7 @@ func TestKeepRepublishes(t *testing.T) {
 // back a little is not.
 func TestReplayedRecordsAreIgnored(t *testing.T) {
 	_, cfg := application(t, 2)
-	w, err := Watch(ctx(t), cfg("node-a"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := watch(t, cfg("node-a"))
 	b := cfg("node-b")
 	now := time.Now()
 	if err := Publish(ctx(t), b, now, "first"); err != nil {

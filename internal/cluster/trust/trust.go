@@ -131,17 +131,25 @@ func NewNodeAuth(secret []byte, app, node string) *NodeAuth {
 	return &NodeAuth{secret: slices.Clone(secret), app: app, node: node, now: time.Now, seen: map[string]time.Time{}}
 }
 
+// transportHeaders are the headers Go's client writes from the request's
+// fields, not from its Header map (a Content-Length copied from another
+// request does not reach the wire): they are not signed, and the body is
+// signed by its hash instead.
+var transportHeaders = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Trailer": true}
+
 // Sign adds Header to req, a request this node sends to node to on behalf
 // of c; body is the request's body (nil: none). It signs every header req
-// has now: call it last, as the receiving node drops the headers that were
-// not signed.
+// has now but transportHeaders: call it last, as the receiving node drops
+// the headers that were not signed.
 func (a *NodeAuth) Sign(req *http.Request, to string, c Caller, body []byte) {
 	nonce := make([]byte, 16)
 	rand.Read(nonce)
 	req.Header.Del(Header)
 	names := make([]string, 0, len(req.Header))
 	for k := range req.Header {
-		names = append(names, http.CanonicalHeaderKey(k))
+		if k := http.CanonicalHeaderKey(k); !transportHeaders[k] {
+			names = append(names, k)
+		}
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)

@@ -94,6 +94,22 @@ func TestSignedRequestVerifies(t *testing.T) {
 	}
 }
 
+// A header the client writes from the request's fields, not from its
+// Header (a Content-Length copied from the request being forwarded, which
+// had a body), is not signed: the request still verifies.
+func TestTransportHeadersAreNotSigned(t *testing.T) {
+	a, b := NewNodeAuth(secret, "shop", "node-a"), NewNodeAuth(secret, "shop", "node-b")
+	url, last := receiver(t, b)
+	req, _ := http.NewRequest(http.MethodGet, url+"/mutations/x", nil)
+	req.Header.Set("Content-Length", "14")
+	req.Header.Set("Transfer-Encoding", "chunked")
+	a.Sign(req, "node-b", Caller{Principal: "ops"}, nil)
+	send(t, req)
+	if got := last(); got.err != nil {
+		t.Errorf("verify: %v", got.err)
+	}
+}
+
 // Whatever is changed after signing fails: the path, the query, the
 // method, the body, a signed header, the secret, the target node; a
 // request sent twice is refused the second time; a signature from too

@@ -81,9 +81,9 @@ type Node struct {
 	adm         *kadm.Client
 	maxRecord   int // bytes of key plus value a Kafka egress record may have
 	incarnation string
-	watcher     *members.Watcher
-	published   atomic.Bool // read by /readyz
-	stopKeep    func()      // stops keeping the member record published (members.Keep) and waits
+	watcher     atomic.Pointer[members.Watcher] // set by Start, read by the API's handlers, which serve before it
+	published   atomic.Bool                     // read by /readyz
+	stopKeep    func()                          // stops keeping the member record published (members.Keep) and waits
 	skipped     *prometheus.CounterVec
 }
 
@@ -173,7 +173,7 @@ func (n *Node) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster: node: reading member records: %w", err)
 	}
-	n.watcher = w
+	n.watcher.Store(w)
 	started := time.Now()
 	if err := members.Publish(ctx, n.cfg.Cluster, started, n.incarnation); err != nil {
 		return err
@@ -215,8 +215,8 @@ func (n *Node) Owner(ctx context.Context, p int) (node, adminURL string, ok bool
 	if !ok {
 		return "", "", false
 	}
-	if n.watcher != nil {
-		if m, found := n.watcher.Lookup(node); found {
+	if w := n.watcher.Load(); w != nil {
+		if m, found := w.Lookup(node); found {
 			adminURL = m.AdminURL
 		}
 	}
@@ -227,10 +227,11 @@ func (n *Node) Owner(ctx context.Context, p int) (node, adminURL string, ok bool
 // (members.Watcher.Distrusted); "" when it has nothing against it. Owner
 // and Assignment give no admin URL for such a node.
 func (n *Node) Distrusted(node string) string {
-	if n.watcher == nil {
+	w := n.watcher.Load()
+	if w == nil {
 		return ""
 	}
-	return n.watcher.Distrusted(node)
+	return w.Distrusted(node)
 }
 
 // Assignment returns the consumer group's assignment now: the node that
@@ -244,12 +245,13 @@ func (n *Node) Assignment(ctx context.Context) (map[int]string, map[string]strin
 	}
 	owners := make(map[int]string, len(o.Owners))
 	urls := map[string]string{}
+	w := n.watcher.Load()
 	for p, node := range o.Owners {
 		owners[int(p)] = node
-		if _, seen := urls[node]; seen || n.watcher == nil {
+		if _, seen := urls[node]; seen || w == nil {
 			continue
 		}
-		if m, found := n.watcher.Lookup(node); found {
+		if m, found := w.Lookup(node); found {
 			urls[node] = m.AdminURL
 		}
 	}
@@ -300,8 +302,8 @@ func (n *Node) Close() {
 	if n.stopKeep != nil {
 		n.stopKeep()
 	}
-	if n.watcher != nil {
-		n.watcher.Close()
+	if w := n.watcher.Load(); w != nil {
+		w.Close()
 	}
 	n.producer.Close()
 }

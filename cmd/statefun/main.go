@@ -28,7 +28,8 @@ remote functions built with the official SDKs) on one binary.
 
 Usage:
   statefun run --module FILE [--data-dir DIR] [--admin-addr HOST:PORT]
-               [--cluster-brokers HOST:PORT,... --cluster-app-id ID --cluster-node-id ID --cluster-advertise URL]
+               [--cluster-brokers HOST:PORT,... --cluster-app-id ID --cluster-node-id ID --cluster-advertise URL
+                [--cluster-secret-file FILE]]
   statefun state get|put|delete|ls|edit|revert|receipt|audit|dead-letters|failing|inbox|pause|resume|pauses [flags] [args]
   statefun version
 

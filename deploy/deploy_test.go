@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/module"
 	"gopkg.in/yaml.v3"
 )
@@ -21,33 +22,41 @@ func TestComposeModule(t *testing.T) {
 }
 
 func TestKubernetesModule(t *testing.T) {
+	var cm struct{ Data map[string]string }
+	if !kubernetesDoc(t, "ConfigMap", "statefun-module", &cm) {
+		t.Fatal("kubernetes/statefun.yaml: no ConfigMap statefun-module with module.yaml")
+	}
+	mod, err := module.Parse("kubernetes/statefun.yaml (ConfigMap statefun-module)", []byte(cm.Data["module.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkModule(t, mod)
+}
+
+// kubernetesDoc decodes the document of kind and name in
+// kubernetes/statefun.yaml into v; false when there is none.
+func kubernetesDoc(t *testing.T, kind, name string, v any) bool {
+	t.Helper()
 	data, err := os.ReadFile("kubernetes/statefun.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
-	found := false
 	for {
-		var doc struct {
+		var node yaml.Node
+		if err := dec.Decode(&node); err != nil {
+			return false
+		}
+		var head struct {
 			Kind     string
 			Metadata struct{ Name string }
-			Data     map[string]string
 		}
-		if err := dec.Decode(&doc); err != nil {
-			break
+		if node.Decode(&head) == nil && head.Kind == kind && head.Metadata.Name == name {
+			if err := node.Decode(v); err != nil {
+				t.Fatal(err)
+			}
+			return true
 		}
-		if doc.Kind != "ConfigMap" || doc.Metadata.Name != "statefun-module" {
-			continue
-		}
-		found = true
-		mod, err := module.Parse("kubernetes/statefun.yaml (ConfigMap statefun-module)", []byte(doc.Data["module.yaml"]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkModule(t, mod)
-	}
-	if !found {
-		t.Fatal("kubernetes/statefun.yaml: no ConfigMap statefun-module with module.yaml")
 	}
 }
 
@@ -58,5 +67,23 @@ func checkModule(t *testing.T, mod *module.Module) {
 	if len(mod.Endpoints) != 1 || len(mod.KafkaIngresses) != 1 || len(mod.KafkaEgresses) != 1 {
 		t.Fatalf("module: %d endpoints, %d Kafka ingresses, %d Kafka egresses; want 1 of each",
 			len(mod.Endpoints), len(mod.KafkaIngresses), len(mod.KafkaEgresses))
+	}
+}
+
+// The examples run with tokens, so they carry a cluster secret the
+// runtime takes (docs/cluster.md, "Trust between nodes"): compose's in a
+// file, Kubernetes's in a Secret.
+func TestClusterSecrets(t *testing.T) {
+	if _, err := trust.LoadSecret("compose/cluster-secret"); err != nil {
+		t.Error(err)
+	}
+	var secret struct {
+		StringData map[string]string `yaml:"stringData"`
+	}
+	if !kubernetesDoc(t, "Secret", "statefun-cluster-secret", &secret) {
+		t.Fatal("kubernetes/statefun.yaml: no Secret statefun-cluster-secret")
+	}
+	if err := trust.CheckSecret([]byte(secret.StringData["secret"])); err != nil {
+		t.Error(err)
 	}
 }

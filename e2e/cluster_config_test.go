@@ -14,7 +14,8 @@ import (
 
 // TestClusterSettingsCheckedFirst runs the statefun binary with cluster
 // settings against a devkafka process. Invalid ones exit 2 naming the
-// setting, before the module is read; valid ones go on to read the module,
+// setting (state API tokens without a cluster secret among them), before
+// the module is read; valid ones go on to read the module,
 // which does not exist here, so they exit 1 saying so. Either way neither
 // Kafka (no topic is created) nor the disk is touched: the module is read
 // before anything is made.
@@ -32,8 +33,13 @@ func TestClusterSettingsCheckedFirst(t *testing.T) {
 	}{
 		{"valid flags", valid, nil, 1, "statefun: module: reading module file: open module.yaml: no such file or directory"},
 		{"valid environment", []string{"run", "--data-dir", "data"}, []string{"STATEFUN_CLUSTER_BROKERS=" + dk.brokers, "STATEFUN_CLUSTER_APP_ID=shop",
-			"STATEFUN_CLUSTER_NODE_ID=node-b", "STATEFUN_CLUSTER_ADVERTISE=https://node-b.statefun:8443", "STATEFUN_CLUSTER_PROPERTIES=client.properties"},
+			"STATEFUN_CLUSTER_NODE_ID=node-b", "STATEFUN_CLUSTER_ADVERTISE=https://node-b.statefun:8443", "STATEFUN_CLUSTER_PROPERTIES=client.properties",
+			"STATEFUN_CLUSTER_SECRET=e2e-cluster-secret-0123456789abcdef"},
 			1, "statefun: module: reading module file: open module.yaml: no such file or directory"},
+		{"advertise elsewhere without a secret", append(valid, "--cluster-advertise", "https://node-b.statefun:8443"), nil, 2,
+			`statefun run: --cluster-advertise: "https://node-b.statefun:8443": without a cluster secret a node trusts only member records whose admin URL is on its own machine`},
+		{"tokens without a secret", append(valid, "--api-tokens", "tokens"), nil, 2,
+			"statefun run: the state API has bearer tokens (--api-tokens), so cluster mode needs a cluster secret shared by every node of shop (--cluster-secret-file or STATEFUN_CLUSTER_SECRET"},
 		{"bad node id", append(valid, "--cluster-node-id", "node/a"), nil, 2, `statefun run: --cluster-node-id: "node/a": "/" is not allowed: want only letters, digits, '.', '_' and '-'`},
 		{"bad advertise from environment", valid[:len(valid)-2], []string{"STATEFUN_CLUSTER_ADVERTISE=127.0.0.1:8070"}, 2,
 			`statefun run: --cluster-advertise: "127.0.0.1:8070": not a URL; want an absolute http or https URL`},
@@ -42,6 +48,9 @@ func TestClusterSettingsCheckedFirst(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "client.properties"), []byte("client.id=statefun\nlinger.ms=5\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "tokens"), []byte("ops 0123456789abcdef-ops read,write\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			ex := badRunBinary(t, dir, c.env, c.args...)

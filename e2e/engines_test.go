@@ -234,7 +234,8 @@ func clusterModuleOf(module, brokers string) (string, []string, error) {
 // runArgs is the command line of `statefun run` for the runtime: the
 // embedded engine with 8 partitions, or a cluster node of 8 partitions
 // whose group session times out after 6 s and transactions after 10 s
-// (as the cluster tests' nodes).
+// (as the cluster tests' nodes), with a cluster secret, which a node with
+// state API tokens needs (the nodes of cluster_test.go run without one).
 func (r *runtime) runArgs(extra ...string) []string {
 	args := []string{"run", "--module", r.module, "--data-dir", filepath.Join(r.dir, "data"), "--admin-addr", r.admin}
 	if c := r.cluster; c != nil {
@@ -242,7 +243,12 @@ func (r *runtime) runArgs(extra ...string) []string {
 		if slices.Contains(extra, "--tls-cert") {
 			scheme = "https"
 		}
-		args = append(args, "--cluster-brokers", c.brokers, "--cluster-app-id", c.app, "--cluster-node-id", c.node,
+		secret := filepath.Join(r.dir, "cluster-secret")
+		if err := os.WriteFile(secret, []byte("e2e-cluster-secret-0123456789abcdef\n"), 0o600); err != nil {
+			r.t.Fatal(err)
+		}
+		args = append(args, "--cluster-secret-file", secret,
+			"--cluster-brokers", c.brokers, "--cluster-app-id", c.app, "--cluster-node-id", c.node,
 			"--cluster-advertise", scheme+"://"+r.admin, "--cluster-partitions", "8",
 			"--cluster-property", "session.timeout.ms=6000", "--cluster-property", "heartbeat.interval.ms=500",
 			"--cluster-property", "transaction.timeout.ms=10000")

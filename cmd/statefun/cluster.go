@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/module"
 )
 
@@ -21,7 +22,7 @@ type clusterFlags struct {
 	brokers, appID, nodeID, adv *string
 	partitions, replication     *int
 	retention, commitInterval   *time.Duration
-	propsFile                   *string
+	propsFile, secretFile       *string
 	leave                       *bool
 	props                       []module.KafkaProperty
 	propErr                     error
@@ -41,6 +42,7 @@ func registerClusterFlags(fs *flag.FlagSet) *clusterFlags {
 	c.commitInterval = fs.Duration("cluster-commit-interval", envDuration("STATEFUN_CLUSTER_COMMIT_INTERVAL", clusterconfig.DefaultCommitInterval), "cluster mode: how often a node commits its Kafka transaction (env STATEFUN_CLUSTER_COMMIT_INTERVAL)")
 	c.leave = fs.Bool("cluster-leave-on-stop", envBool("STATEFUN_CLUSTER_LEAVE_ON_STOP", false), "cluster mode: a clean stop (SIGTERM) removes this node from the group at once, so its partitions move without waiting for the session timeout; for a node stopped for good (env STATEFUN_CLUSTER_LEAVE_ON_STOP)")
 	c.propsFile = fs.String("cluster-properties", env("STATEFUN_CLUSTER_PROPERTIES", ""), "cluster mode: a Kafka client properties file (key=value lines, as client.properties); --cluster-property overrides it (env STATEFUN_CLUSTER_PROPERTIES)")
+	c.secretFile = fs.String("cluster-secret-file", env("STATEFUN_CLUSTER_SECRET_FILE", ""), "cluster mode: a file holding the cluster secret every node shares (at least 32 characters); nodes trust only member records and requests authenticated with it. STATEFUN_CLUSTER_SECRET may give the secret itself instead. Required with --api-tokens (env STATEFUN_CLUSTER_SECRET_FILE; docs/cluster.md, \"Trust between nodes\")")
 	fs.Func("cluster-property", "cluster mode: one Kafka client property key=value, e.g. security.protocol=SASL_SSL; repeatable (docs/kafka.md, client properties)", func(v string) error {
 		p, err := clusterconfig.ParsePropertyFlag(v)
 		if err != nil {
@@ -106,7 +108,12 @@ func (c *clusterFlags) config() (*clusterconfig.Config, error) {
 		}
 	}
 	props = append(props, c.props...)
+	secret, err := c.secret()
+	if err != nil {
+		return nil, err
+	}
 	cfg := &clusterconfig.Config{
+		Secret:            secret,
 		Brokers:           splitList(*c.brokers),
 		AppID:             *c.appID,
 		NodeID:            *c.nodeID,
@@ -122,6 +129,31 @@ func (c *clusterFlags) config() (*clusterconfig.Config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// secret returns the cluster secret, from --cluster-secret-file or the
+// environment variable STATEFUN_CLUSTER_SECRET; nil when neither is
+// given. The secret itself has no flag: a command line is visible to
+// every user of the machine (ps).
+func (c *clusterFlags) secret() ([]byte, error) {
+	v, inEnv := os.LookupEnv("STATEFUN_CLUSTER_SECRET")
+	switch {
+	case *c.secretFile != "" && inEnv:
+		return nil, errors.New("--cluster-secret-file and STATEFUN_CLUSTER_SECRET are both given: give the cluster secret one way")
+	case *c.secretFile != "":
+		s, err := trust.LoadSecret(*c.secretFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cluster-secret-file: %s", strings.TrimPrefix(err.Error(), "trust: "))
+		}
+		return s, nil
+	case inEnv:
+		s := []byte(strings.TrimSpace(v))
+		if err := trust.CheckSecret(s); err != nil {
+			return nil, fmt.Errorf("STATEFUN_CLUSTER_SECRET: %s", strings.TrimPrefix(err.Error(), "trust: "))
+		}
+		return s, nil
+	}
+	return nil, nil
 }
 
 // printErrors prints each line of err after prefix.

@@ -11,6 +11,9 @@ import (
 	"time"
 )
 
+// testSecret is a cluster secret long enough.
+const testSecret = "0123456789abcdef0123456789abcdef"
+
 // clusterArgs are valid cluster settings.
 var clusterArgs = []string{"--cluster-brokers", "127.0.0.1:9092", "--cluster-app-id", "shop", "--cluster-node-id", "node-a", "--cluster-advertise", "http://127.0.0.1:8070"}
 
@@ -24,6 +27,18 @@ func TestRunRefusesBadClusterSettings(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "client.properties")
 	if err := os.WriteFile(file, []byte("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secretFile, looseSecret, tokens := filepath.Join(dir, "secret"), filepath.Join(dir, "loose-secret"), filepath.Join(dir, "tokens")
+	for path, mode := range map[string]os.FileMode{secretFile: 0o600, looseSecret: 0o666} {
+		if err := os.WriteFile(path, []byte(testSecret+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(tokens, []byte("ops 0123456789abcdef-ops read,write\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -53,6 +68,14 @@ func TestRunRefusesBadClusterSettings(t *testing.T) {
 		{"properties file", with(clusterArgs, "--cluster-properties", file), [2]string{}, []string{"statefun run: " + file + ":2:1: sasl.mechanism: sasl.mechanism GSSAPI is not supported"}},
 		{"properties file missing", with(clusterArgs, "--cluster-properties", filepath.Join(dir, "nope")), [2]string{}, []string{"statefun run: --cluster-properties: open " + filepath.Join(dir, "nope")}},
 		{"embedded partitions", with(clusterArgs, "--partitions", "8"), [2]string{}, []string{"statefun run: --partitions is the embedded store's; in cluster mode P is the application's: use --cluster-partitions"}},
+		{"advertise elsewhere without a secret", with(clusterArgs, "--cluster-advertise", "http://node-a.statefun:8070"), [2]string{}, []string{
+			`statefun run: --cluster-advertise: "http://node-a.statefun:8070": without a cluster secret a node trusts only member records whose admin URL is on its own machine`,
+			"--cluster-secret-file or STATEFUN_CLUSTER_SECRET"}},
+		{"short secret", clusterArgs, [2]string{"STATEFUN_CLUSTER_SECRET", "hunter2"}, []string{"statefun run: STATEFUN_CLUSTER_SECRET: the cluster secret is 7 bytes long; want at least 32"}},
+		{"secret twice", with(clusterArgs, "--cluster-secret-file", secretFile), [2]string{"STATEFUN_CLUSTER_SECRET", testSecret}, []string{"statefun run: --cluster-secret-file and STATEFUN_CLUSTER_SECRET are both given"}},
+		{"secret file others write", with(clusterArgs, "--cluster-secret-file", looseSecret), [2]string{}, []string{"statefun run: --cluster-secret-file: cluster secret file: " + looseSecret + " is writable by its group or by others (mode 0666); run chmod 600"}},
+		{"tokens without a secret", with(clusterArgs, "--api-tokens", tokens), [2]string{}, []string{
+			"statefun run: the state API has bearer tokens (--api-tokens), so cluster mode needs a cluster secret shared by every node of shop (--cluster-secret-file or STATEFUN_CLUSTER_SECRET"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.env[0] != "" {
@@ -130,7 +153,8 @@ spec:
 	}{
 		{"flags", clusterArgs, nil},
 		{"environment", nil, map[string]string{"STATEFUN_CLUSTER_BROKERS": "127.0.0.1:1", "STATEFUN_CLUSTER_APP_ID": "shop",
-			"STATEFUN_CLUSTER_NODE_ID": "node-a", "STATEFUN_CLUSTER_ADVERTISE": "https://node-a.statefun:8443/"}},
+			"STATEFUN_CLUSTER_NODE_ID": "node-a", "STATEFUN_CLUSTER_ADVERTISE": "https://node-a.statefun:8443/",
+			"STATEFUN_CLUSTER_SECRET": testSecret}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for k, v := range c.env {
@@ -189,6 +213,7 @@ func TestClusterFlagsToConfig(t *testing.T) {
 	t.Setenv("STATEFUN_CLUSTER_APP_ID", "env-app")
 	t.Setenv("STATEFUN_CLUSTER_REPLICATION", "2")
 	t.Setenv("STATEFUN_CLUSTER_PROPERTIES", file)
+	t.Setenv("STATEFUN_CLUSTER_SECRET", " "+testSecret+"\n")
 	cfg, err := parse("--cluster-brokers", "a:1, b:2", "--cluster-app-id", "shop", "--cluster-advertise", "http://a:8070",
 		"--cluster-partitions", "12", "--cluster-messages-retention", "-1s", "--cluster-commit-interval", "250ms",
 		"--cluster-property", "client.id=from-flag", "--cluster-property", "sasl.jaas.config=x=y").config()
@@ -196,7 +221,8 @@ func TestClusterFlagsToConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if strings.Join(cfg.Brokers, "|") != "a:1|b:2" || cfg.AppID != "shop" || cfg.NodeID != "env-node" || cfg.Advertise != "http://a:8070" ||
-		cfg.Partitions != 12 || cfg.Replication != 2 || cfg.MessagesRetention != -time.Second || cfg.CommitInterval != 250*time.Millisecond {
+		cfg.Partitions != 12 || cfg.Replication != 2 || cfg.MessagesRetention != -time.Second || cfg.CommitInterval != 250*time.Millisecond ||
+		string(cfg.Secret) != testSecret {
 		t.Errorf("config %+v", cfg)
 	}
 	props := map[string]string{}

@@ -28,7 +28,8 @@ remote functions built with the official SDKs) on one binary.
 
 Usage:
   statefun run --module FILE [--data-dir DIR] [--admin-addr HOST:PORT]
-               [--cluster-brokers HOST:PORT,... --cluster-app-id ID --cluster-node-id ID --cluster-advertise URL]
+               [--cluster-brokers HOST:PORT,... --cluster-app-id ID --cluster-node-id ID --cluster-advertise URL
+                [--cluster-secret-file FILE]]
   statefun state get|put|delete|ls|edit|revert|receipt|audit|dead-letters|failing|inbox|pause|resume|pauses [flags] [args]
   statefun version
 
@@ -318,6 +319,12 @@ func run(args []string, stderr io.Writer) int {
 			return 1
 		}
 		api.Tokens = tokens
+	}
+	if clusterCfg != nil {
+		if err := clusterCfg.CheckTokens(len(api.Tokens) > 0); err != nil {
+			printErrors(stderr, "statefun run: ", err)
+			return 2
+		}
 	}
 	// Signals are taken before the runtime starts: its admin listener can
 	// answer /readyz before Start returns, and a SIGTERM sent on that

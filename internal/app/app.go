@@ -26,6 +26,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/cluster/node"
 	"github.com/statefun-go/statefun/internal/cluster/topics"
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/connlimit"
 	"github.com/statefun-go/statefun/internal/diskguard"
 	"github.com/statefun-go/statefun/internal/egress"
@@ -137,6 +138,9 @@ func Start(cfg Config) (*App, error) {
 		}
 		if cfg.Partitions != 0 {
 			return nil, errors.New("app: Partitions is the embedded store's; in cluster mode P is the application's")
+		}
+		if err := cfg.Cluster.CheckTokens(len(cfg.API.Tokens) > 0); err != nil {
+			return nil, err
 		}
 	}
 	if cfg.Logger == nil {
@@ -324,25 +328,35 @@ func Start(cfg Config) (*App, error) {
 	// everything else goes to the admin mux.
 	apiOpts := cfg.API
 	apiOpts.Metrics = reg // GET /overview reads the engine's counters and gauges
-	var sink ingress.Sink = eng
+	var (
+		sink ingress.Sink = eng
+		api  *stateapi.Server
+	)
 	if cn != nil {
-		apiOpts.Owner, apiOpts.NodeID = cn.Owner, cfg.Cluster.NodeID
+		apiOpts.Owner, apiOpts.NodeID, apiOpts.Distrusted = cn.Owner, cfg.Cluster.NodeID, cn.Distrusted
+		// Requests to other nodes are signed with the cluster secret on
+		// behalf of the caller this node authenticated; the caller's token
+		// is never sent on (docs/cluster.md, "Trust between nodes").
+		if len(cfg.Cluster.Secret) > 0 {
+			apiOpts.Nodes = trust.NewNodeAuth(cfg.Cluster.Secret, cfg.Cluster.AppID, cfg.Cluster.NodeID)
+		}
 		// Reads and listings about partitions other nodes own are answered
 		// through them.
 		fw, err := forward.New(forward.Config{NodeID: cfg.Cluster.NodeID, Partitions: eng.Partitions(),
-			Assignment: cn.Assignment, Owned: eng.Owned, Metrics: reg})
+			Assignment: cn.Assignment, Owned: eng.Owned, Metrics: reg,
+			Auth: apiOpts.Nodes, Caller: func(r *http.Request) trust.Caller { return api.Caller(r) }})
 		if err != nil {
 			a.Close()
 			return nil, err
 		}
 		apiOpts.Cluster = fw
 		sink = cn // the playground ingress produces to the messages topic
-		if apiOpts.Commands, err = newCommands(cfg, cn, eng, db.Partitions()); err != nil {
+		if apiOpts.Commands, err = newCommands(cfg, cn, eng, db.Partitions(), apiOpts.Nodes); err != nil {
 			a.Close()
 			return nil, err
 		}
 	}
-	api := stateapi.New(eng, apiOpts)
+	api = stateapi.New(eng, apiOpts)
 	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready)), cfg.TLSCert, cfg.TLSKey); err != nil {
 		a.Close()
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/node"
 	"github.com/statefun-go/statefun/internal/cluster/refusals"
 	"github.com/statefun-go/statefun/internal/cluster/topics"
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/egress"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
@@ -192,8 +193,9 @@ func newNode(cfg Config, db *store.DB, reg prometheus.Registerer, plan *kafkaPla
 }
 
 // newCommands makes what sends the state API's writes about addresses
-// owned elsewhere to their owner, through the messages topic.
-func newCommands(cfg Config, cn *node.Node, eng *engine.Engine, partitions int) (*command.Sender, error) {
+// owned elsewhere to their owner, through the messages topic; auth (nil
+// without a cluster secret) signs its receipt reads.
+func newCommands(cfg Config, cn *node.Node, eng *engine.Engine, partitions int, auth *trust.NodeAuth) (*command.Sender, error) {
 	return command.New(command.Config{Produce: cn.Ingest, Owner: cn.Owner, Self: cfg.Cluster.NodeID,
-		Local: eng.WaitReceipt, Partitions: partitions, Budget: cfg.API.MaxWait, Logger: cfg.Logger})
+		Local: eng.WaitReceipt, Partitions: partitions, Budget: cfg.API.MaxWait, Logger: cfg.Logger, Auth: auth})
 }

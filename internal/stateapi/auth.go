@@ -4,13 +4,15 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/statefun-go/statefun/internal/cluster/trust"
+	"github.com/statefun-go/statefun/internal/privfile"
 )
 
 // Scopes a token can grant.
@@ -36,21 +38,16 @@ type Token struct {
 // attributed to whichever comes first, and the audit log names the wrong
 // principal. Errors are prefixed "stateapi: " and name the file and line.
 func LoadTokens(path string) ([]Token, error) {
-	f, err := os.Open(path)
+	f, err := privfile.Open(path)
+	var we *privfile.WritableError
+	if errors.As(err, &we) {
+		return nil, fmt.Errorf("stateapi: token file %s is writable by its group or by others (mode %04o), so they could grant themselves access; run chmod 600 %s (or chmod 640 for a group that only reads it)",
+			path, we.Mode, path)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("stateapi: token file: %w", err)
 	}
 	defer f.Close()
-	// Stat the open file, not the path, so the mode checked is that of the
-	// file read.
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("stateapi: token file: %w", err)
-	}
-	if perm := fi.Mode().Perm(); runtime.GOOS != "windows" && perm&0o022 != 0 {
-		return nil, fmt.Errorf("stateapi: token file %s is writable by its group or by others (mode %04o), so they could grant themselves access; run chmod 600 %s (or chmod 640 for a group that only reads it)",
-			path, perm, path)
-	}
 	var out []Token
 	secretLine := make(map[string]int) // secret → line of its first token
 	sc := bufio.NewScanner(f)
@@ -87,26 +84,49 @@ func LoadTokens(path string) ([]Token, error) {
 }
 
 // identify returns the caller's token, or writes 401 and returns false.
-// Call it only when tokens are configured.
+// Call it only when tokens are configured. A request another node signed
+// (nodeauth.go) is the caller's that node vouched for.
 func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Token, bool) {
+	if c, ok := r.Context().Value(nodeCallerKey{}).(trust.Caller); ok {
+		t, why := s.nodeToken(c)
+		if why != "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="statefun", error="invalid_token"`)
+			fail(w, r, http.StatusUnauthorized, why)
+			return Token{}, false
+		}
+		return t, true
+	}
+	t, given, ok := s.bearer(r)
+	if !ok {
+		if !given {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="statefun"`)
+			fail(w, r, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
+			return Token{}, false
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="statefun", error="invalid_token"`)
+		fail(w, r, http.StatusUnauthorized, "unknown bearer token")
+		return Token{}, false
+	}
+	return t, true
+}
+
+// bearer returns the token r's Authorization header names; given is false
+// when it names none.
+func (s *Server) bearer(r *http.Request) (t Token, given, ok bool) {
 	// The scheme is case-insensitive (RFC 9110 11.1).
 	scheme, secret, _ := strings.Cut(r.Header.Get("Authorization"), " ")
 	secret = strings.TrimSpace(secret)
 	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="statefun"`)
-		fail(w, r, http.StatusUnauthorized, "a bearer token is required (Authorization: Bearer <token>)")
-		return Token{}, false
+		return Token{}, false, false
 	}
 	sum := sha256.Sum256([]byte(secret))
 	for _, t := range s.tokens {
 		want := sha256.Sum256([]byte(t.Secret))
 		if subtle.ConstantTimeCompare(sum[:], want[:]) == 1 {
-			return t, true
+			return t, true, true
 		}
 	}
-	w.Header().Set("WWW-Authenticate", `Bearer realm="statefun", error="invalid_token"`)
-	fail(w, r, http.StatusUnauthorized, "unknown bearer token")
-	return Token{}, false
+	return Token{}, true, false
 }
 
 // authorize returns the caller's principal, or writes 401/403 and returns

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -23,10 +24,11 @@ type Commands interface {
 	// then holds only the id and AckAccepted); otherwise once the owner's
 	// receipt of m is final (committed or rejected), as a receipt with
 	// AckCommitted. The owner applies the id once, however often Send
-	// produces it. auth is the caller's Authorization header: the owner's
-	// receipt is read with it. An error that is a *CommandError says what
-	// to answer; ErrMoved and context errors are answered as the engine's.
-	Send(ctx context.Context, m partition.Mutation, auth string) (partition.Receipt, error)
+	// produces it. caller is who sent the write, as this node
+	// authenticated them: the owner's receipt is read on their behalf (with
+	// their scopes). An error that is a *CommandError says what to answer;
+	// ErrMoved and context errors are answered as the engine's.
+	Send(ctx context.Context, m partition.Mutation, caller trust.Caller) (partition.Receipt, error)
 }
 
 // CommandError is a Commands failure with its answer: the status, a detail
@@ -60,7 +62,7 @@ func (s *Server) mutate(r *http.Request, m partition.Mutation) (partition.Receip
 	if err == nil || s.opts.Commands == nil || !commandOps[m.Op] || !errors.Is(err, engine.ErrMoved) {
 		return rc, err
 	}
-	return s.opts.Commands.Send(r.Context(), m, r.Header.Get("Authorization"))
+	return s.opts.Commands.Send(r.Context(), m, s.Caller(r))
 }
 
 // commandError answers a Commands failure; false when err is not one.

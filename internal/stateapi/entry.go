@@ -205,7 +205,7 @@ func (s *Server) reasonOf(r *http.Request) (string, error) {
 // conditions.
 func (s *Server) mutationFrom(r *http.Request, principal string, a address.Address, state string) (partition.Mutation, error) {
 	reason, err := s.reasonOf(r)
-	m := partition.Mutation{ID: s.newMutationID(), Addr: a, State: state, Principal: principal, Reason: reason}
+	m := partition.Mutation{ID: s.changeID(r), Addr: a, State: state, Principal: principal, Reason: reason}
 	if err != nil {
 		return m, err
 	}

@@ -266,18 +266,22 @@ func TestResendFromANodeThatDoesNotHoldIt(t *testing.T) {
 }
 
 // TestLostAnswerOfARevertAndAReSend: through the real forwarder, a revert
-// or a re-send whose answer is lost after it reached the holder (the
-// holder's connection cut) is a 502 that says it may have been applied,
-// and it is not sent again.
+// or a re-send whose answer is lost after the holder applied it (the
+// holder's connection cut) is sent again with the same mutation id, and
+// the holder answers the repeat as it answered the first: applied once.
+// An answer lost every time is a 502 naming the id.
 func TestLostAnswerOfARevertAndAReSend(t *testing.T) {
 	eng := startWithFunction(t, engineConfig{})
 	b := serve(t, eng, Options{Cluster: allOwned()})
 	holderAPI := New(eng, Options{Cluster: allOwned()}).Handler(http.NotFoundHandler())
-	var posts atomic.Int32
+	var (
+		posts  atomic.Int32
+		cutAll atomic.Bool
+	)
 	holder := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			posts.Add(1)
-			panic(http.ErrAbortHandler) // the connection is cut before any answer
+		if r.Method == http.MethodPost && (posts.Add(1) == 1 || cutAll.Load()) {
+			holderAPI.ServeHTTP(httptest.NewRecorder(), r) // applied
+			panic(http.ErrAbortHandler)                    // the connection is cut before the answer
 		}
 		holderAPI.ServeHTTP(w, r)
 	}))
@@ -291,10 +295,21 @@ func TestLostAnswerOfARevertAndAReSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := serve(t, eng, Options{Cluster: fw})
+	audited := func(id string) int {
+		var page struct {
+			Records []auditJSON `json:"records"`
+		}
+		send(t, b, "GET", "/audit?mutation="+id, nil, forward.Header, "test").json(t, &page)
+		return len(page.Records)
+	}
 
 	m := mustPut(t, b, "/state/test/fn/l/i32", "text/plain", "1").Mutation
-	if r := send(t, a, "POST", "/mutations/"+m+"/revert", nil); r.StatusCode != 502 || !strings.Contains(r.problem(t).Detail, "may have been applied") || posts.Load() != 1 {
-		t.Errorf("revert whose answer was lost: %s %s, sent %d times; want 502, sent once", r.Status, r.body, posts.Load())
+	r := send(t, a, "POST", "/mutations/"+m+"/revert", nil)
+	var rc receiptJSON
+	r.json(t, &rc)
+	if r.StatusCode != 200 || posts.Load() != 2 || audited(rc.Mutation) != 1 {
+		t.Errorf("revert whose first answer was lost: %s %s, sent %d times, %d audit records; want 200 after two sends, applied once",
+			r.Status, r.body, posts.Load(), audited(rc.Mutation))
 	}
 
 	if r := send(t, b, "POST", "/pause/test/fn/l", nil); r.StatusCode != 200 {
@@ -311,8 +326,16 @@ func TestLostAnswerOfARevertAndAReSend(t *testing.T) {
 	if skip.DeadLetter == "" {
 		t.Fatalf("skip: %+v", skip)
 	}
-	posts.Store(0)
-	if r := send(t, a, "POST", "/dead-letters/messages/"+skip.DeadLetter+"/resend", []byte(`{"reason":"r"}`)); r.StatusCode != 502 || posts.Load() != 1 {
-		t.Errorf("re-send whose answer was lost: %s %s, sent %d times; want 502, sent once", r.Status, r.body, posts.Load())
+	cutAll.Store(true)
+	r = send(t, a, "POST", "/dead-letters/messages/"+skip.DeadLetter+"/resend", []byte(`{"reason":"r"}`))
+	id := strings.TrimPrefix(r.Header.Get("Location"), "/mutations/")
+	if r.StatusCode != 502 || id == "" || !strings.Contains(r.problem(t).Detail, "read its receipt at /mutations/"+id) {
+		t.Fatalf("re-send whose answer was lost every time: %s %s %v; want 502 naming its mutation id", r.Status, r.body, r.Header)
+	}
+	if n := audited(id); posts.Load() < 3 || n != 1 {
+		t.Errorf("re-send whose answer was lost every time: sent %d times, %d audit records; want it sent again, applied once", posts.Load()-1, n)
+	}
+	if r := send(t, a, "POST", "/mutations/"+m+"/revert", nil); r.StatusCode != 502 || r.Header.Get("Location") == "" {
+		t.Errorf("a revert whose answer was lost every time: %s %s; want 502 naming its mutation id", r.Status, r.body)
 	}
 }

@@ -172,7 +172,7 @@ func (s *Server) serveInboxAction(w http.ResponseWriter, r *http.Request, segs [
 		fail(w, r, http.StatusBadRequest, "target: only a re-send of a dead letter takes a target")
 		return
 	}
-	m := partition.Mutation{ID: s.newMutationID(), Addr: a, Principal: principal, Reason: rb.Reason, Repair: &partition.MessageRepair{}}
+	m := partition.Mutation{ID: s.changeID(r), Addr: a, Principal: principal, Reason: rb.Reason, Repair: &partition.MessageRepair{}}
 	if rb.Key != "" {
 		k, err := parseInboxKey(rb.Key)
 		if err != nil {
@@ -247,7 +247,7 @@ func editArgument(rb repairBody) (*protocol.TypedValue, error) {
 
 // cancelDelayed answers a cancel of a delayed message.
 func (s *Server) cancelDelayed(w http.ResponseWriter, r *http.Request, principal string, a address.Address, rb repairBody) {
-	ev := partition.DelayedRepair{Mutation: s.newMutationID(), Principal: principal, Reason: rb.Reason, Addr: a}
+	ev := partition.DelayedRepair{Mutation: s.changeID(r), Principal: principal, Reason: rb.Reason, Addr: a}
 	part := 0
 	switch {
 	case rb.Key != "":
@@ -351,7 +351,7 @@ func (s *Server) serveAddresses(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rc, err := s.eng.Repair(r.Context(), partition.Mutation{ID: s.newMutationID(), Addr: a, Op: partition.OpDeleteAddress,
+	rc, err := s.eng.Repair(r.Context(), partition.Mutation{ID: s.changeID(r), Addr: a, Op: partition.OpDeleteAddress,
 		Principal: principal, Reason: rb.Reason, Repair: &partition.MessageRepair{}})
 	if err != nil {
 		s.engineError(w, r, err)
@@ -394,7 +394,7 @@ func (s *Server) revertRepair(w http.ResponseWriter, r *http.Request, principal,
 	var rc partition.Receipt
 	if op == partition.OpCancelDelayed {
 		timers := engine.TimersFromImages(records[0].GetTimers())
-		ev := partition.DelayedRepair{Mutation: s.newMutationID(), Principal: principal, Reason: reason, Reverts: id, Addr: a, Reinstate: timers}
+		ev := partition.DelayedRepair{Mutation: s.changeID(r), Principal: principal, Reason: reason, Reverts: id, Addr: a, Reinstate: timers}
 		part := 0
 		if len(timers) > 0 {
 			part = timers[0].Key.Partition
@@ -410,7 +410,7 @@ func (s *Server) revertRepair(w http.ResponseWriter, r *http.Request, principal,
 			rep.Messages = append(rep.Messages, rec.GetMessages()...)
 			rep.Timers = append(rep.Timers, engine.TimersFromImages(rec.GetTimers())...)
 		}
-		rc, err = s.eng.Repair(r.Context(), partition.Mutation{ID: s.newMutationID(), Addr: a, Op: partition.OpReinstate,
+		rc, err = s.eng.Repair(r.Context(), partition.Mutation{ID: s.changeID(r), Addr: a, Op: partition.OpReinstate,
 			Principal: principal, Reason: reason, Reverts: id, Repair: rep})
 	}
 	if err != nil {
@@ -551,7 +551,7 @@ func (s *Server) resend(w http.ResponseWriter, r *http.Request, principal, id st
 		fail(w, r, http.StatusBadRequest, "a re-send takes only target and reason (edit a message before skipping it, or re-send it and edit it at its new place)")
 		return
 	}
-	req := engine.ResendRequest{Mutation: s.newMutationID(), DeadLetter: id, Principal: principal, Reason: rb.Reason}
+	req := engine.ResendRequest{Mutation: s.changeID(r), DeadLetter: id, Principal: principal, Reason: rb.Reason}
 	if rb.Target != nil {
 		a := address.Address{Type: address.TypeName{Namespace: rb.Target.Namespace, Name: rb.Target.Type}, ID: rb.Target.ID}
 		if err := address.CheckAddress(a); err != nil {

@@ -141,8 +141,33 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 	}
 	var receipts []receiptJSON
 	status, rejected := http.StatusOK, -1
-	for _, a := range records {
-		m := partition.Mutation{ID: s.newMutationID(), Addr: addrOf(a.GetTarget()), State: a.GetState(),
+	// A revert sent once (once.go) applies each of its mutations once: the
+	// last carries the id it was sent with, whose receipt says the whole
+	// revert is done; the others ids derived from it, and one with a
+	// receipt already (a repeat of a revert cut short) is not applied
+	// again.
+	changeID, once := s.changeID(r), false
+	if _, ok := sentOnce(r); ok {
+		once = changeID == r.Header.Get(MutationIDHeader)
+	}
+	for i, a := range records {
+		mid := changeID
+		switch {
+		case i < len(records)-1 && once:
+			mid = fmt.Sprintf("%s.%d", changeID, i)
+		case i < len(records)-1:
+			mid = s.newMutationID()
+		}
+		if stored, ok, err := s.eng.Receipt(mid); once && err == nil && ok && stored.GetStatus() != "accepted" {
+			if stored.GetStatus() == "rejected" && rejected < 0 {
+				status, rejected = http.StatusPreconditionFailed, len(receipts)
+			}
+			rj := storedReceipt(stored)
+			rj.Commit = s.receiptPosition(stored)
+			receipts = append(receipts, rj)
+			continue
+		}
+		m := partition.Mutation{ID: mid, Addr: addrOf(a.GetTarget()), State: a.GetState(),
 			Principal: principal, Reason: reason, Reverts: id, Ack: partition.AckCommitted}
 		if a.GetHadBefore() {
 			m.Op, m.Typename, m.Value = partition.OpPut, a.GetBeforeTypename(), a.GetBeforeValue()

@@ -92,9 +92,14 @@ func (s *Server) forwardChange(w http.ResponseWriter, r *http.Request, a address
 }
 
 // sendOnce sends fr, the request r or a copy of it, to the owner of
-// partition p at most once (Cluster.ForwardOnce) and answers r: with the
-// owner's answer, or this node's when fr could not be sent.
+// partition p (Cluster.ForwardOnce) with a mutation id of its own, which
+// the owner applies once (once.go), and answers r: with the owner's
+// answer, or this node's when fr could not be sent.
 func (s *Server) sendOnce(w http.ResponseWriter, r, fr *http.Request, p int) {
+	if fr == r {
+		fr = r.Clone(r.Context())
+	}
+	fr.Header.Set(MutationIDHeader, s.newMutationID())
 	answered, err := s.opts.Cluster.ForwardOnce(w, fr, p)
 	switch {
 	case errors.Is(err, forward.ErrTooLarge):

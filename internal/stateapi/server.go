@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/engine"
 )
 
@@ -67,6 +68,15 @@ type Options struct {
 	// NodeID is this node's id in cluster mode: a partition Owner names
 	// this node for is being restored here.
 	NodeID string
+	// Nodes, in cluster mode with a cluster secret, checks the requests
+	// other nodes sign (trust.Header) and names the caller they vouch for
+	// (nodeauth.go). Nil: the header is ignored.
+	Nodes *trust.NodeAuth
+	// Distrusted, in cluster mode, says why this node does not trust the
+	// member record of a node ("" when it has nothing against it), for the
+	// 503 of a request about a partition that node owns: no request is
+	// sent to a member this node does not trust.
+	Distrusted func(node string) string
 }
 
 // Server serves the state API routes on the admin listener.
@@ -75,6 +85,7 @@ type Server struct {
 	tokens []Token
 	opts   Options
 	cop    *http.CrossOriginProtection
+	onces  onceCalls // changes other nodes sent once (once.go)
 }
 
 // New returns the API over a running engine (the embedded *engine.Engine, or
@@ -94,7 +105,7 @@ func New(eng Engine, opts Options) *Server {
 		// A malformed origin trusts nothing; Options.Validate reports it.
 		cop.AddTrustedOrigin(o)
 	}
-	return &Server{eng: eng, tokens: opts.Tokens, opts: opts, cop: cop}
+	return &Server{eng: eng, tokens: opts.Tokens, opts: opts, cop: cop, onces: onceCalls{m: map[string]*onceCall{}}}
 }
 
 // route is one path of the API and the method that serves it.
@@ -138,9 +149,7 @@ var routes = []route{
 func (s *Server) Register(mux *http.ServeMux) {
 	for _, rt := range routes {
 		mux.HandleFunc(rt.path, func(w http.ResponseWriter, r *http.Request) {
-			if s.guard(w, r) {
-				rt.serve(s, w, r)
-			}
+			s.serve(rt, w, r)
 		})
 	}
 }
@@ -153,14 +162,30 @@ func (s *Server) Handler(next http.Handler) http.Handler {
 		p := r.URL.EscapedPath()
 		for _, rt := range routes {
 			if p == rt.path || (strings.HasSuffix(rt.path, "/") && strings.HasPrefix(p, rt.path)) {
-				if s.guard(w, r) {
-					rt.serve(s, w, r)
-				}
+				s.serve(rt, w, r)
 				return
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// serve answers r with rt once the guard let it through and, for a
+// request another node signed, its signature verified; a change another
+// node sent once is applied once (once.go).
+func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
+	if !s.guard(w, r) {
+		return
+	}
+	r, ok := s.fromNode(w, r)
+	if !ok {
+		return
+	}
+	if id, ok := sentOnce(r); ok {
+		s.once(w, r, id, func(w http.ResponseWriter, r *http.Request) { rt.serve(s, w, r) })
+		return
+	}
+	rt.serve(s, w, r)
 }
 
 func (s *Server) serveState(w http.ResponseWriter, r *http.Request) {
@@ -314,12 +339,25 @@ func (s *Server) notOwned(w http.ResponseWriter, r *http.Request, p int) {
 		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is assigned to this node and being restored; retry", p)
 	case pr.OwnerNode != "" && pr.OwnerURL != "":
 		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s (%s), not by this node; retry, or send the request there", p, pr.OwnerNode, pr.OwnerURL)
+	case pr.OwnerNode != "" && s.distrusted(pr.OwnerNode) != "":
+		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s, and this node does not trust %s, so no request was sent there: "+
+			"if %s is a node of this application, give it the same cluster secret as the others; if not, someone who may write the meta topic and join the consumer group published it (docs/cluster.md, \"Trust between nodes\")",
+			p, pr.OwnerNode, s.distrusted(pr.OwnerNode), pr.OwnerNode)
 	case pr.OwnerNode != "":
 		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s, not by this node, and its admin URL is not known; retry", p, pr.OwnerNode)
 	default:
 		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is not served by this node and has no owner at the moment (it is moving); retry", p)
 	}
 	writeProblem(w, r, pr)
+}
+
+// distrusted says why this node does not trust node's member record
+// (Options.Distrusted); "" when it has nothing against it.
+func (s *Server) distrusted(node string) string {
+	if s.opts.Distrusted == nil {
+		return ""
+	}
+	return s.opts.Distrusted(node)
 }
 
 // newMutationID returns a unique, time-ordered mutation id.

@@ -22,8 +22,9 @@ import (
 // resume in cluster mode: the node spreading it sends it to every owner,
 // and a client sends it again, as the 503 of a change that did not reach
 // every partition names it, to complete that change rather than make a
-// new one.
-const MutationIDHeader = "Statefun-Mutation-Id"
+// new one. A node sending a change to its owner once sends its id in it
+// too (once.go).
+const MutationIDHeader = forward.MutationID
 
 // changedElsewhereHeader, on the share of a type's resume sent to the
 // type's owner partition, says other partitions lifted a pause.
@@ -39,7 +40,7 @@ func (s *Server) typePauseID(r *http.Request, a address.Address) (string, error)
 	switch {
 	case id == "":
 		return s.newMutationID(), nil
-	case a.ID != "":
+	case a.ID != "" && !forward.Forwarded(r):
 		return "", fmt.Errorf("%s is taken only by a pause or resume of a whole function type (in cluster mode)", MutationIDHeader)
 	case s.opts.Cluster == nil:
 		return "", fmt.Errorf("%s is taken only in cluster mode, where a pause of a function type may reach some partitions only; here it always reaches all", MutationIDHeader)

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/kafkaclient"
 	"github.com/statefun-go/statefun/internal/kafkatopic"
 	"github.com/statefun-go/statefun/internal/module"
@@ -101,6 +102,14 @@ type Config struct {
 	// with the Java client's names, mapped by kafkaclient.ForCluster
 	// (--cluster-property, --cluster-properties).
 	Properties []module.KafkaProperty
+	// Secret is the cluster secret every node of the application shares
+	// (--cluster-secret-file, STATEFUN_CLUSTER_SECRET): member records are
+	// authenticated with it and the requests nodes send each other are
+	// signed with it (package trust). Empty: the nodes trust only member
+	// records whose admin URL is a loopback name, so every node must run
+	// on one machine; with state API tokens it is required (CheckTokens).
+	// It is never serialized.
+	Secret []byte `json:"-"`
 }
 
 // MessagesTopic is the application's messages topic: P partitions, keyed
@@ -178,10 +187,20 @@ func (c *Config) Validate() error {
 	case err != nil:
 		bad("cluster-node-id", "%s: %v; it is the consumer group's instance id and part of the transactional id", quote(c.NodeID), err)
 	}
-	if c.Advertise == "" {
+	switch err := CheckAdvertise(c.Advertise); {
+	case c.Advertise == "":
 		bad("cluster-advertise", "required: the URL other nodes reach this node's admin listener at, e.g. http://statefun-0.statefun:8070")
-	} else if err := checkAdvertise(c.Advertise); err != nil {
+	case err != nil:
 		bad("cluster-advertise", "%q: %v", c.Advertise, err)
+	case len(c.Secret) == 0 && !trust.LoopbackURL(c.Advertise):
+		bad("cluster-advertise", "%q: without a cluster secret a node trusts only member records whose admin URL is on its own machine (a loopback name such as 127.0.0.1), "+
+			"so that a record someone writes into %s cannot draw requests elsewhere; to run nodes on several machines, give every node the same secret (%s)",
+			c.Advertise, c.MetaTopic(), SecretSettings)
+	}
+	if len(c.Secret) > 0 {
+		if err := trust.CheckSecret(c.Secret); err != nil {
+			errs = append(errs, fmt.Errorf("cluster: %s: %v", SecretSettings, strings.TrimPrefix(err.Error(), "trust: ")))
+		}
 	}
 	if c.Partitions < 0 || c.Partitions > MaxPartitions {
 		bad("cluster-partitions", "%d: want 0 (adopt the application's, or %d for a new one) or 1 to %d", c.Partitions, DefaultPartitions, MaxPartitions)
@@ -199,6 +218,23 @@ func (c *Config) Validate() error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// SecretSettings names the settings that give the cluster secret, for
+// messages that ask for it.
+const SecretSettings = "--cluster-secret-file or STATEFUN_CLUSTER_SECRET"
+
+// CheckTokens refuses a node whose state API has bearer tokens (tokens is
+// true) but no cluster secret: a node sends requests to other nodes on
+// behalf of its callers, and without a secret it could not tell a member
+// record written by a node from one written by anyone who may write the
+// meta topic, nor prove to the owner whom it speaks for.
+func (c *Config) CheckTokens(tokens bool) error {
+	if tokens && len(c.Secret) == 0 {
+		return fmt.Errorf("cluster: the state API has bearer tokens (--api-tokens), so cluster mode needs a cluster secret shared by every node of %s (%s; at least %d random characters, e.g. openssl rand -hex 32): "+
+			"nodes authenticate member records and the requests they send each other with it, and never pass a caller's token on", c.AppID, SecretSettings, trust.MinSecretLen)
+	}
+	return nil
 }
 
 // Client maps the brokers and client properties to franz-go options (see
@@ -248,9 +284,11 @@ func quote(s string) string {
 	return strconv.Quote(s)
 }
 
-// checkAdvertise checks the advertised admin URL: absolute http or https,
-// with a host, without credentials, query or fragment.
-func checkAdvertise(s string) error {
+// CheckAdvertise checks an advertised admin URL: absolute http or https,
+// with a host, without credentials, query or fragment. It is checked again
+// on every member record a node reads: a node sends requests only to such
+// a URL.
+func CheckAdvertise(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
 		return errors.New("not a URL; want an absolute http or https URL such as http://statefun-0.statefun:8070")

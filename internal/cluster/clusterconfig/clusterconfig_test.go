@@ -9,7 +9,8 @@ import (
 )
 
 func valid() Config {
-	return Config{Brokers: []string{"kafka-0:9092", "127.0.0.1:9093"}, AppID: "shop.orders_v2", NodeID: "statefun-0", Advertise: "http://statefun-0.statefun:8070"}
+	return Config{Brokers: []string{"kafka-0:9092", "127.0.0.1:9093"}, AppID: "shop.orders_v2", NodeID: "statefun-0", Advertise: "http://statefun-0.statefun:8070",
+		Secret: []byte("0123456789abcdef0123456789abcdef")}
 }
 
 func TestValidConfigAndDerivedNames(t *testing.T) {
@@ -55,6 +56,8 @@ func TestValidateExplains(t *testing.T) {
 		{"advertise no host", func(c *Config) { c.Advertise = "http://:8070" }, `--cluster-advertise: "http://:8070": no host`},
 		{"advertise credentials", func(c *Config) { c.Advertise = "http://u:p@box:8070" }, `must not carry credentials`},
 		{"advertise query", func(c *Config) { c.Advertise = "http://box:8070/?x=1" }, `must not have a query or fragment`},
+		{"short secret", func(c *Config) { c.Secret = []byte("short") }, "cluster: --cluster-secret-file or STATEFUN_CLUSTER_SECRET: the cluster secret is 5 bytes long; want at least 32 random characters"},
+		{"no secret, advertise elsewhere", func(c *Config) { c.Secret = nil }, `--cluster-advertise: "http://statefun-0.statefun:8070": without a cluster secret a node trusts only member records whose admin URL is on its own machine`},
 		{"partitions", func(c *Config) { c.Partitions = -1 }, "cluster: --cluster-partitions: -1: want 0 (adopt the application's, or 16 for a new one) or 1 to 65536"},
 		{"replication", func(c *Config) { c.Replication = -3 }, "cluster: --cluster-replication: -3: want 0 (the default, 3, or fewer on a smaller Kafka)"},
 		{"retention", func(c *Config) { c.MessagesRetention = time.Microsecond }, "cluster: --cluster-messages-retention: 1µs: want at least 1ms"},
@@ -70,10 +73,33 @@ func TestValidateExplains(t *testing.T) {
 			t.Errorf("%s: got %v\nwant %s", c.name, err, c.want)
 		}
 	}
+	// Without a secret, a loopback admin URL is fine.
+	cfg := valid()
+	cfg.Secret, cfg.Advertise = nil, "http://127.0.0.1:8070"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("no secret, loopback advertise: %v", err)
+	}
 	// Every problem is reported at once, one per line.
 	err := (&Config{}).Validate()
 	if err == nil || strings.Count(err.Error(), "\n") != 3 {
 		t.Errorf("empty config: %v", err)
+	}
+}
+
+// State API tokens without a cluster secret are refused, naming the
+// settings that give one; with a secret, or without tokens, a node starts.
+func TestCheckTokens(t *testing.T) {
+	c := valid()
+	if err := c.CheckTokens(true); err != nil {
+		t.Errorf("tokens and a secret: %v", err)
+	}
+	c.Secret = nil
+	if err := c.CheckTokens(false); err != nil {
+		t.Errorf("no tokens, no secret: %v", err)
+	}
+	err := c.CheckTokens(true)
+	if err == nil || !strings.Contains(err.Error(), "--api-tokens") || !strings.Contains(err.Error(), SecretSettings) || !strings.Contains(err.Error(), "openssl rand -hex 32") {
+		t.Errorf("tokens without a secret: %v", err)
 	}
 }
 

@@ -7,7 +7,9 @@
 // with a receipt, and receipts travel in the changelog, so the check
 // survives a move). The sender then waits for the owner's receipt, read
 // over HTTP from the owner's GET /mutations/<id>?wait=, following it when
-// the partition moves.
+// the partition moves. That read is signed with the cluster secret on
+// behalf of the caller (package trust); the caller's token stays on the
+// node it was sent to.
 package command
 
 import (
@@ -22,6 +24,8 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/forward"
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -53,6 +57,10 @@ type Config struct {
 	Client *http.Client
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Auth signs the receipt reads sent to owners with the cluster
+	// secret, vouching for the caller; nil (no secret): they go unsigned.
+	// The caller's own token is never sent.
+	Auth *trust.NodeAuth
 }
 
 // Sender implements stateapi.Commands.
@@ -84,7 +92,7 @@ func New(cfg Config) (*Sender, error) {
 // while it waited: a record in the topic is never lost once acknowledged,
 // but producing again costs one record the owner skips, and covers a
 // command a broker lost after all. The owner applies the id once.
-func (s *Sender) Send(ctx context.Context, m partition.Mutation, auth string) (partition.Receipt, error) {
+func (s *Sender) Send(ctx context.Context, m partition.Mutation, caller trust.Caller) (partition.Receipt, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Budget)
 	defer cancel()
 	env := engine.Command(m)
@@ -116,7 +124,7 @@ func (s *Sender) Send(ctx context.Context, m partition.Mutation, auth string) (p
 			rc, _, err = s.cfg.Local(wctx, m.ID)
 			wcancel()
 		case ok && adminURL != "":
-			rc, err = s.fetch(ctx, adminURL, m.ID, auth)
+			rc, err = s.fetch(ctx, node, adminURL, m.ID, caller)
 		default:
 			// No owner at the moment (a move), or its URL is not known
 			// yet: ask again shortly.
@@ -166,9 +174,10 @@ func (s *Sender) produce(ctx context.Context, env *protocol.Envelope, id string,
 	}
 }
 
-// fetch reads the receipt of id from the owner's API, waiting there a few
-// seconds for it to be final: short enough to notice a move soon.
-func (s *Sender) fetch(ctx context.Context, adminURL, id, auth string) (*protocol.Receipt, error) {
+// fetch reads the receipt of id from the API of node, the owner, at
+// adminURL, on behalf of caller, waiting there a few seconds for it to be
+// final: short enough to notice a move soon.
+func (s *Sender) fetch(ctx context.Context, node, adminURL, id string, caller trust.Caller) (*protocol.Receipt, error) {
 	wait := 5 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		wait = max(min(wait, time.Until(dl)-100*time.Millisecond), 0)
@@ -177,11 +186,12 @@ func (s *Sender) fetch(ctx context.Context, adminURL, id, auth string) (*protoco
 	rctx, cancel := context.WithTimeout(ctx, wait+5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, err
+	if err != nil || req.URL.Scheme != "http" && req.URL.Scheme != "https" {
+		return nil, fmt.Errorf("cluster: command: node %s's admin URL %q is not an http or https URL; nothing is sent to it", node, adminURL)
 	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
+	req.Header.Set(forward.Header, s.cfg.Self)
+	if s.cfg.Auth != nil {
+		s.cfg.Auth.Sign(req, node, caller, nil)
 	}
 	resp, err := s.cfg.Client.Do(req)
 	if err != nil {
@@ -193,9 +203,13 @@ func (s *Sender) fetch(ctx context.Context, adminURL, id, auth string) (*protoco
 	case http.StatusOK:
 	case http.StatusNotFound:
 		return nil, nil // not taken in yet
-	case http.StatusUnauthorized, http.StatusForbidden:
+	case http.StatusForbidden:
 		return nil, &stateapi.CommandError{Status: http.StatusForbidden, Mutation: id,
-			Detail: fmt.Sprintf("mutation %s was sent to the owner as a command, but its receipt cannot be read there with this token (%s): a write through a node that does not own the address reads the owner's receipt with the caller's token, which needs the read scope; use ?ack=accepted, or give the token the read scope", id, resp.Status)}
+			Detail: fmt.Sprintf("mutation %s was sent to the owner as a command, but its receipt cannot be read there with this token (%s): a write through a node that does not own the address reads the owner's receipt on the caller's behalf, which needs the read scope; use ?ack=accepted, or give the token the read scope", id, resp.Status)}
+	case http.StatusUnauthorized:
+		return nil, &stateapi.CommandError{Status: http.StatusBadGateway, Mutation: id,
+			Detail: fmt.Sprintf("mutation %s was sent to the owner as a command, but node %s refused this node's request for its receipt (%s: %s); the write applies once regardless: read its receipt at /mutations/%s on the owner",
+				id, node, resp.Status, strings.TrimSpace(string(body)), id)}
 	default:
 		if resp.StatusCode >= 500 {
 			// The owner stopping, busy or moving: ask again.

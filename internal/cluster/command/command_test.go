@@ -16,6 +16,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -45,6 +46,9 @@ func (quiet) Fatalf(f string, args ...any) { panic(f) }
 
 const partitions = 4
 
+// secret is the cluster secret the Sender and the owner share.
+var secret = []byte("0123456789abcdef0123456789abcdef")
+
 func startOwner(t *testing.T, tokens ...stateapi.Token) (*engine.Engine, string) {
 	t.Helper()
 	db, err := store.Open("data", store.Options{Partitions: partitions, FS: vfs.NewMem(), Logger: quiet{}})
@@ -56,7 +60,7 @@ func startOwner(t *testing.T, tokens ...stateapi.Token) (*engine.Engine, string)
 		t.Fatal(err)
 	}
 	eng.Start()
-	srv := httptest.NewServer(stateapi.New(eng, stateapi.Options{Tokens: tokens}).Handler(http.NotFoundHandler()))
+	srv := httptest.NewServer(stateapi.New(eng, stateapi.Options{Tokens: tokens, Nodes: trust.NewNodeAuth(secret, "shop", "owner")}).Handler(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		srv.Close()
 		eng.Close()
@@ -111,7 +115,7 @@ func newSender(t *testing.T, tp *topic, m partition.Mutation, owner func(ctx con
 		Local: func(ctx context.Context, id string) (*protocol.Receipt, bool, error) {
 			return tp.owner.WaitReceipt(ctx, id)
 		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: trust.NewNodeAuth(secret, "shop", "me")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +134,7 @@ func TestSendCommitted(t *testing.T) {
 	tp := &topic{owner: eng, up: true, applied: map[string]bool{}}
 	m := put("m-1", "v")
 	s := newSender(t, tp, m, func(context.Context, int) (string, string, bool) { return "owner", url, true }, 10*time.Second)
-	rc, err := s.Send(context.Background(), m, "")
+	rc, err := s.Send(context.Background(), m, trust.Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +152,7 @@ func TestSendCommitted(t *testing.T) {
 	m2 := put("m-2", "w")
 	m2.IfMatch = 12345
 	s = newSender(t, tp, m2, func(context.Context, int) (string, string, bool) { return "owner", url, true }, 10*time.Second)
-	rc2, err := s.Send(context.Background(), m2, "")
+	rc2, err := s.Send(context.Background(), m2, trust.Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +165,7 @@ func TestSendCommitted(t *testing.T) {
 	m3 := put("m-3", "x")
 	m3.Ack = partition.AckAccepted
 	s = newSender(t, tp, m3, func(context.Context, int) (string, string, bool) { return "owner", url, true }, 10*time.Second)
-	if rc3, err := s.Send(context.Background(), m3, ""); err != nil || rc3.Ack != partition.AckAccepted || rc3.Mutation != "m-3" {
+	if rc3, err := s.Send(context.Background(), m3, trust.Caller{}); err != nil || rc3.Ack != partition.AckAccepted || rc3.Mutation != "m-3" {
 		t.Errorf("accepted: %+v %v", rc3, err)
 	}
 }
@@ -192,11 +196,11 @@ func TestSendFollowsMove(t *testing.T) {
 			tp.up = true
 			tp.drain(context.Background())
 			tp.mu.Unlock()
-			return "new", url, true
+			return "owner", url, true
 		}
 	}
 	s := newSender(t, tp, m, owner, 20*time.Second)
-	rc, err := s.Send(context.Background(), m, "")
+	rc, err := s.Send(context.Background(), m, trust.Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,14 +226,14 @@ func TestSendFailsClearly(t *testing.T) {
 	tp := &topic{owner: eng, applied: map[string]bool{}, fail: errors.New("no broker")}
 	m := put("m-1", "v")
 	s := newSender(t, tp, m, func(context.Context, int) (string, string, bool) { return "owner", url, true }, 500*time.Millisecond)
-	_, err := s.Send(context.Background(), m, "")
+	_, err := s.Send(context.Background(), m, trust.Caller{})
 	var ce *stateapi.CommandError
 	if !errors.As(err, &ce) || ce.Status != 503 || ce.Mutation != "m-1" {
 		t.Errorf("Kafka down: %v", err)
 	}
 
 	tp.fail = nil // produced, but nobody applies it
-	_, err = s.Send(context.Background(), m, "")
+	_, err = s.Send(context.Background(), m, trust.Caller{})
 	if !errors.As(err, &ce) || ce.Status != 503 || ce.Mutation != "m-1" {
 		t.Errorf("no receipt in time: %v", err)
 	}
@@ -237,7 +241,7 @@ func TestSendFailsClearly(t *testing.T) {
 	writer := stateapi.Token{Name: "w", Secret: "writer-secret-0123456789", Scopes: []string{stateapi.ScopeWrite}}
 	_, url2 := startOwner(t, writer)
 	s = newSender(t, tp, m, func(context.Context, int) (string, string, bool) { return "owner", url2, true }, 5*time.Second)
-	_, err = s.Send(context.Background(), m, "Bearer "+writer.Secret)
+	_, err = s.Send(context.Background(), m, trust.Caller{Principal: writer.Name, Scopes: writer.Scopes})
 	if !errors.As(err, &ce) || ce.Status != 403 {
 		t.Errorf("a token without the read scope: %v", err)
 	}
@@ -247,7 +251,7 @@ func TestSendFailsClearly(t *testing.T) {
 	tp.fail = fmt.Errorf("%w: over max.request.size", ingress.ErrTooLarge)
 	s = newSender(t, tp, m, func(context.Context, int) (string, string, bool) { return "owner", url, true }, 15*time.Second)
 	start := time.Now()
-	_, err = s.Send(context.Background(), m, "")
+	_, err = s.Send(context.Background(), m, trust.Caller{})
 	if !errors.As(err, &ce) || ce.Status != http.StatusRequestEntityTooLarge || ce.Mutation != "m-1" ||
 		!strings.Contains(ce.Detail, "was not applied") || !strings.Contains(ce.Detail, "max.request.size") {
 		t.Errorf("a command too large for Kafka: %v", err)
@@ -260,7 +264,7 @@ func TestSendFailsClearly(t *testing.T) {
 	tp.up = true
 	m2 := put("m-2", "v")
 	s = newSender(t, tp, m2, func(context.Context, int) (string, string, bool) { return "me", "", true }, 5*time.Second)
-	if rc, err := s.Send(context.Background(), m2, ""); err != nil || rc.Version == 0 {
+	if rc, err := s.Send(context.Background(), m2, trust.Caller{}); err != nil || rc.Version == 0 {
 		t.Errorf("owned here: %+v %v", rc, err)
 	}
 }

@@ -9,10 +9,16 @@
 //
 //   - A read of one address whose partition this node does not own is
 //     forwarded over HTTP to the owner's admin URL (the consumer group's
-//     assignment names the node, its member record the URL): the same
-//     method, path and query, the caller's request headers (Authorization
-//     among them: every node shares the token configuration) and the
-//     owner's status, headers and body passed back unchanged.
+//     assignment names the node, its member record the URL: only a record
+//     this node trusts, package members): the same method, path and query,
+//     the caller's request headers and the owner's status, headers and body
+//     passed back unchanged.
+//
+//   - The caller's credentials are never sent on: Authorization and
+//     Cookie are dropped. With a cluster secret, every request is signed
+//     instead (package trust), vouching for the caller this node
+//     authenticated (Config.Caller), and the owner takes the caller from
+//     the signature. Only http and https URLs are sent to.
 //
 //   - Every request a node sends to another carries the hop header
 //     (Header, naming the sending node). A node answers a request that
@@ -29,9 +35,11 @@
 //
 //   - A state change about one address that does not travel as a command
 //     (a restore, a pause or resume of the address, an inbox repair,
-//     deleting the address) is sent to the owner at most once
-//     (ForwardOnce): again only when it certainly was not applied (no
-//     connection made, or a 503); an answer lost after sending is a 502.
+//     deleting the address) is sent to the owner with a mutation id of its
+//     own (MutationID), which the owner applies once (ForwardOnce). So it
+//     is sent again, within the budget, whenever its outcome is not known:
+//     no connection made, a 503, an answer lost after sending. An answer
+//     still lost when the budget ends is a 502 that names the id.
 //
 //   - A listing is gathered: the request is sent, with the hop header, to
 //     every node that owns a partition; each answers for the partitions it
@@ -59,6 +67,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,6 +75,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 )
 
 // Header marks a request one node sent to another (its value is the
@@ -75,6 +86,11 @@ const Header = "Statefun-Forwarded"
 // Partitions is the header of a node's answer to a request with Header:
 // the partitions it answered for, comma-separated.
 const Partitions = "Statefun-Partitions"
+
+// MutationID carries the mutation id of a state change: on a change
+// ForwardOnce sends, the id the sending node gave it, which the owner
+// applies once.
+const MutationID = "Statefun-Mutation-Id"
 
 // Config configures a Forwarder.
 type Config struct {
@@ -96,6 +112,12 @@ type Config struct {
 	Client *http.Client
 	// Metrics receives the counter of forwarded requests (nil: none).
 	Metrics prometheus.Registerer
+	// Auth signs every request sent to another node with the cluster
+	// secret; nil (no secret): requests go unsigned.
+	Auth *trust.NodeAuth
+	// Caller names the caller of a request this node authenticated, whom
+	// a signed request vouches for; nil: nobody.
+	Caller func(r *http.Request) trust.Caller
 }
 
 // Forwarder forwards reads and gathers listings.
@@ -192,8 +214,18 @@ func Forwarded(r *http.Request) bool { return r.Header.Get(Header) != "" }
 var hopByHop = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
 	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
-// request is r, to be sent to the node at base with the hop header.
-func (f *Forwarder) request(ctx context.Context, r *http.Request, base string) (*http.Request, error) {
+// credentials are the caller's headers that must not reach another node:
+// a token or cookie given to this node is this node's to check, and the
+// owner would accept a forged signature header no more than a replayed
+// one.
+var credentials = []string{"Authorization", "Cookie", trust.Header}
+
+// request is r, to be sent to node at base with the hop header, with body
+// (nil: none), signed when the node has a cluster secret.
+func (f *Forwarder) request(ctx context.Context, r *http.Request, node, base string, body []byte) (*http.Request, error) {
+	if u, err := url.Parse(base); err != nil || u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("forward: node %s's admin URL %q is not http or https; nothing is sent to it", node, base)
+	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimSuffix(base, "/")+r.URL.RequestURI(), nil)
 	if err != nil {
 		return nil, err
@@ -201,13 +233,24 @@ func (f *Forwarder) request(ctx context.Context, r *http.Request, base string) (
 	for k, vs := range r.Header {
 		req.Header[k] = slices.Clone(vs)
 	}
-	for _, h := range hopByHop {
+	for _, h := range append(hopByHop, credentials...) {
 		req.Header.Del(h)
 	}
 	// Go's transport negotiates its own compression; an Accept-Encoding of
 	// the caller's would hand it a body it does not decode.
 	req.Header.Del("Accept-Encoding")
 	req.Header.Set(Header, f.cfg.NodeID)
+	if body != nil {
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
+	}
+	if f.cfg.Auth != nil {
+		var c trust.Caller
+		if f.cfg.Caller != nil {
+			c = f.cfg.Caller(r)
+		}
+		f.cfg.Auth.Sign(req, node, c, body)
+	}
 	return req, nil
 }
 
@@ -240,8 +283,9 @@ func (f *Forwarder) Forward(w http.ResponseWriter, r *http.Request, p int) bool 
 // reports false when no owner answered within the budget. It asks again,
 // with backoff, while no owner is known, the owner cannot be reached, or
 // it answers 503; the owner's last 503 is then the answer. once is for a
-// request that must not reach the owner twice: an error after it may have
-// been sent is not retried but answered 502 (lost).
+// state change: an error after it may have been sent is asked again only
+// when r carries a mutation id (MutationID), which the owner applies
+// once; without one, or when the budget ends, it is answered 502 (lost).
 func (f *Forwarder) exchange(w http.ResponseWriter, r *http.Request, p int, body []byte, once bool) bool {
 	kind := "read"
 	if once {
@@ -250,14 +294,22 @@ func (f *Forwarder) exchange(w http.ResponseWriter, r *http.Request, p int, body
 	ctx := r.Context()
 	deadline := time.Now().Add(f.cfg.Budget)
 	d := 50 * time.Millisecond
-	var last *http.Response // the owner's last 503, its body read
+	var (
+		last     *http.Response // the owner's last 503, its body read
+		lostNode string         // the owner whose answer was lost last, and how
+		lostErr  error
+	)
 	for {
 		resp, node, err := f.attempt(ctx, r, p, body)
 		switch {
-		case err != nil && once && !notSent(err):
+		case err != nil && once && !notSent(err) && r.Header.Get(MutationID) == "":
 			f.counter.WithLabelValues(kind, "lost").Inc()
-			lost(w, node, err)
+			lost(w, node, err, "")
 			return true
+		case err != nil && once && !notSent(err):
+			// The owner may have it: asking again is safe, since the owner
+			// applies the id once, and answers a repeat as the first.
+			lostNode, lostErr, last = node, err, nil
 		case err == nil && resp != nil && resp.StatusCode != http.StatusServiceUnavailable:
 			f.pass(w, resp)
 			resp.Body.Close()
@@ -275,9 +327,14 @@ func (f *Forwarder) exchange(w http.ResponseWriter, r *http.Request, p int, body
 			break
 		}
 	}
-	if last != nil {
+	switch {
+	case last != nil:
 		f.pass(w, last)
 		f.counter.WithLabelValues(kind, "owner_unavailable").Inc()
+		return true
+	case lostErr != nil:
+		f.counter.WithLabelValues(kind, "lost").Inc()
+		lost(w, lostNode, lostErr, r.Header.Get(MutationID))
 		return true
 	}
 	f.counter.WithLabelValues(kind, "no_owner").Inc()
@@ -296,13 +353,9 @@ func (f *Forwarder) attempt(ctx context.Context, r *http.Request, p int, body []
 	if !ok || urls[node] == "" {
 		return nil, "", nil
 	}
-	req, err := f.request(ctx, r, urls[node])
+	req, err := f.request(ctx, r, node, urls[node], body)
 	if err != nil {
 		return nil, node, nil
-	}
-	if body != nil {
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		req.ContentLength = int64(len(body))
 	}
 	resp, err := f.cfg.Client.Do(req)
 	return resp, node, err
@@ -447,14 +500,19 @@ func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *ht
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, err := f.request(ctx, r, urls[n])
+			src, body := r, []byte(nil)
+			if s.shares {
+				body = s.body
+				if body == nil {
+					body = []byte{}
+				}
+				// Set on a copy of r before it is signed.
+				src = r.Clone(ctx)
+				src.Header.Set(Partitions, FormatPartitions(of[n]))
+			}
+			req, err := f.request(ctx, src, n, urls[n], body)
 			if err != nil {
 				return
-			}
-			if s.shares {
-				req.Body = io.NopCloser(bytes.NewReader(s.body))
-				req.ContentLength = int64(len(s.body))
-				req.Header.Set(Partitions, FormatPartitions(of[n]))
 			}
 			resp, err := f.cfg.Client.Do(req)
 			if err != nil {

@@ -1,17 +1,23 @@
 package forward
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 )
 
 // fixed is an assignment that does not change.
@@ -36,8 +42,8 @@ func newForwarder(t *testing.T, cfg Config) *Forwarder {
 }
 
 // TestForwardPassesTheOwnersAnswer: the owner gets the method, path,
-// query, the caller's Authorization and the hop header; the caller gets
-// the owner's status, headers and body unchanged.
+// query, the caller's headers but its credentials, and the hop header;
+// the caller gets the owner's status, headers and body unchanged.
 func TestForwardPassesTheOwnersAnswer(t *testing.T) {
 	var got *http.Request
 	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -52,6 +58,8 @@ func TestForwardPassesTheOwnersAnswer(t *testing.T) {
 	f := newForwarder(t, Config{Assignment: fixed(map[int]string{3: "node-b"}, map[string]string{"node-b": owner.URL})})
 	req := httptest.NewRequest(http.MethodGet, "/state/kc/counter/a%2Fb/count?asOf=3:4", nil)
 	req.Header.Set("Authorization", "Bearer secret")
+	req.Header.Set("Cookie", "session=1")
+	req.Header.Set(trust.Header, "a signature the caller made up")
 	req.Header.Set("Accept", "text/plain")
 	rec := httptest.NewRecorder()
 	if !f.Forward(rec, req, 3) {
@@ -63,7 +71,8 @@ func TestForwardPassesTheOwnersAnswer(t *testing.T) {
 	if got.URL.RequestURI() != "/state/kc/counter/a%2Fb/count?asOf=3:4" || got.Method != http.MethodGet {
 		t.Errorf("the owner got %s %s", got.Method, got.URL.RequestURI())
 	}
-	if got.Header.Get("Authorization") != "Bearer secret" || got.Header.Get("Accept") != "text/plain" || got.Header.Get(Header) != "node-a" {
+	if got.Header.Get("Authorization") != "" || got.Header.Get("Cookie") != "" || got.Header.Get(trust.Header) != "" ||
+		got.Header.Get("Accept") != "text/plain" || got.Header.Get(Header) != "node-a" {
 		t.Errorf("the owner got headers %v", got.Header)
 	}
 	if rec.Code != 200 || rec.Body.String() != "42" || rec.Header().Get("ETag") != `"7"` || rec.Header().Get("Statefun-Commit") != "3:9" || rec.Header().Get("Content-Type") != "text/plain" {
@@ -243,5 +252,75 @@ func TestSpreadSendsEachOwnerItsShare(t *testing.T) {
 	f = newForwarder(t, Config{Assignment: fixed(map[int]string{0: "c"}, map[string]string{"c": c.URL})})
 	if _, refusal, _ := f.Spread(req, nil, []int{0}); refusal == nil || refusal.Status != 401 {
 		t.Errorf("a 401 share: %v", refusal)
+	}
+}
+
+// TestForwardSigns: with a cluster secret, every request to another node
+// (a read, a change sent once, a gathered listing, a spread share) is
+// signed for that node, vouching for the caller, and verifies there; the
+// caller's token is not in it. An admin URL that is not http or https is
+// never sent to.
+func TestForwardSigns(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	b := trust.NewNodeAuth(secret, "shop", "node-b")
+	var (
+		mu     sync.Mutex
+		seen   []trust.Caller
+		failed []error
+	)
+	owner := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		_, c, err := b.Verify(r, body)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil && r.Header.Get("Authorization") != "" {
+			err = errors.New("the caller's Authorization reached the owner")
+		}
+		if err != nil {
+			failed = append(failed, err)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		seen = append(seen, c)
+		// A share names its partitions; a gathered request covers both.
+		w.Header().Set(Partitions, cmp.Or(r.Header.Get(Partitions), "0,1"))
+		io.WriteString(w, "{}")
+	}))
+	defer owner.Close()
+	caller := trust.Caller{Principal: "ops", Scopes: []string{"read"}}
+	f := newForwarder(t, Config{Partitions: 2, Assignment: fixed(map[int]string{0: "node-b", 1: "node-b"}, map[string]string{"node-b": owner.URL}),
+		Auth: trust.NewNodeAuth(secret, "shop", "node-a"), Caller: func(*http.Request) trust.Caller { return caller }})
+	req := func(method, body string) *http.Request {
+		r := httptest.NewRequest(method, "/state/kc/c/x", strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer the-callers-token")
+		return r
+	}
+	if !f.Forward(httptest.NewRecorder(), req(http.MethodGet, ""), 0) {
+		t.Fatal("Forward: no answer")
+	}
+	if ok, err := f.ForwardOnce(httptest.NewRecorder(), req(http.MethodPost, `{"reason":"r"}`), 1); !ok || err != nil {
+		t.Fatalf("ForwardOnce: %v %v", ok, err)
+	}
+	if answers, missing := f.Gather(req(http.MethodGet, ""), 0, nil); len(answers) != 1 || len(missing) != 0 {
+		t.Fatalf("Gather: %v, missing %v", answers, missing)
+	}
+	if answers, refusal, missing := f.Spread(req(http.MethodPost, ""), []byte(`{"pause":true}`), []int{0, 1}); len(answers) != 1 || refusal != nil || len(missing) != 0 {
+		t.Fatalf("Spread: %v %v %v", answers, refusal, missing)
+	}
+	mu.Lock()
+	if len(failed) != 0 || len(seen) != 4 {
+		t.Errorf("the owner verified %d requests, refused %v; want 4 verified", len(seen), failed)
+	}
+	for _, c := range seen {
+		if c.Principal != "ops" || strings.Join(c.Scopes, ",") != "read" {
+			t.Errorf("the owner saw the caller %+v", c)
+		}
+	}
+	mu.Unlock()
+
+	// A member whose URL is not http(s) is asked nothing: no owner.
+	f = newForwarder(t, Config{Budget: 200 * time.Millisecond, Assignment: fixed(map[int]string{0: "node-b"}, map[string]string{"node-b": "file:///etc/passwd"})})
+	if f.Forward(httptest.NewRecorder(), req(http.MethodGet, ""), 0) {
+		t.Error("Forward answered through a file: URL")
 	}
 }

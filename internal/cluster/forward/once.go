@@ -20,14 +20,17 @@ var ErrTooLarge = errors.New("forward: the request body is over the cap of a for
 
 // ForwardOnce answers r, a state change about one address of partition p
 // that does not travel as a command (a restore, a pause or resume of the
-// address, an inbox repair, deleting an address), from p's owner. Unlike
-// a read it is sent to the owner at most once: the owner gives the change
-// a mutation id of its own, so a second send after a lost answer could
-// apply it twice. It is sent again only when it certainly was not applied:
-// the owner could not be reached (no connection was made) or answered 503
-// (it refused the change: restoring, no longer the owner, busy). An answer
-// lost after the request was sent is a 502 that says the change may have
-// been applied. It reports false when no owner answered within the budget
+// address, an inbox repair, deleting an address), from p's owner. r
+// carries the change's mutation id (MutationID), which the owner applies
+// once, answering a repeat as it answered the first (or with the id's
+// receipt, on a node the partition moved to). So the change is sent again,
+// within the budget, whenever its outcome is not known: the owner could not
+// be reached, answered 503 (restoring, no longer the owner, busy, or still
+// applying it), or its answer was lost after the request was sent. An
+// answer still lost at the end is a 502 that names the id, whose receipt
+// tells whether it was applied. Without a mutation id, a lost answer is
+// not sent again (the owner could apply the change twice) but answered
+// 502 at once. It reports false when no owner answered within the budget
 // (the caller answers its 503), and ErrTooLarge for a body over
 // MaxOnceBody.
 func (f *Forwarder) ForwardOnce(w http.ResponseWriter, r *http.Request, p int) (bool, error) {
@@ -48,12 +51,18 @@ func notSent(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-// lost answers a state change whose answer was lost after it was sent.
-func lost(w http.ResponseWriter, node string, err error) {
+// lost answers a state change whose answer was lost after it was sent;
+// id is its mutation id ("" when it has none).
+func lost(w http.ResponseWriter, node string, err error, id string) {
 	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(http.StatusBadGateway)
 	detail := fmt.Sprintf("the change was sent to node %s, which owns the address, but its answer was lost (%v); it may have been applied: "+
 		"look at GET /audit or the address before sending it again", node, err)
+	if id != "" {
+		w.Header().Set("Location", "/mutations/"+id)
+		detail = fmt.Sprintf("the change, mutation %s, was sent to node %s, which owns the address, but its answer was lost (%v), also when sent again; it applies at most once: "+
+			"read its receipt at /mutations/%s before sending it again", id, node, err, id)
+	}
+	w.WriteHeader(http.StatusBadGateway)
 	b, _ := json.Marshal(struct {
 		Type   string `json:"type"`
 		Title  string `json:"title"`

@@ -10,10 +10,19 @@
 // A node killed without Withdraw leaves its record behind; that is
 // harmless, since only owners are looked up, and its successor with the
 // same node id replaces the record.
+//
+// Anyone who may write the meta topic can write a record, so a Watcher
+// keeps only the records it trusts (docs/cluster.md, "Trust between
+// nodes"): with a cluster secret, those whose MAC verifies under it; without
+// one, those whose admin URL is a loopback name. A record that fails is
+// never looked up (Distrusted says why), and never displaces a trusted
+// record of the same node; neither does a record of an earlier process of
+// a node than the latest one trusted (a replay).
 package members
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -21,6 +30,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +41,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/cluster/meta"
+	"github.com/statefun-go/statefun/internal/cluster/trust"
 )
 
 // KeyPrefix prefixes a member record's key in the meta topic; the node id
@@ -39,6 +50,16 @@ const KeyPrefix = "member/"
 
 // incarnationHeader carries, on a tombstone, the incarnation it deletes.
 const incarnationHeader = "incarnation"
+
+// macHeader carries, on a tombstone, its MAC under the cluster secret.
+const macHeader = "mac"
+
+// The MACs of a member record and of its tombstone, each naming the
+// format's version: part of the record format.
+const (
+	recordDomain   = "statefun member record v1"
+	withdrawDomain = "statefun member withdrawal v1"
+)
 
 // Member is a member record: one running node.
 type Member struct {
@@ -51,6 +72,23 @@ type Member struct {
 	// Incarnation tells this process apart from earlier and later
 	// processes of the same node id (see NewIncarnation).
 	Incarnation string `json:"incarnation"`
+	// MAC is the record's HMAC-SHA256 under the cluster secret, in hex
+	// (see sum); empty when the node has no secret.
+	MAC string `json:"mac,omitempty"`
+}
+
+// sum is the MAC of m's fields under secret, in application app: the
+// application, node id, admin URL, start time (Unix nanoseconds) and
+// incarnation. A record copied from another application with the same
+// secret does not verify.
+func (m Member) sum(secret []byte, app string) []byte {
+	return trust.MAC(secret, recordDomain, app, m.NodeID, m.AdminURL, strconv.FormatInt(m.StartedAt.UnixNano(), 10), m.Incarnation)
+}
+
+// withdrawalSum is the MAC of the tombstone that deletes incarnation of
+// node.
+func withdrawalSum(secret []byte, app, node, incarnation string) []byte {
+	return trust.MAC(secret, withdrawDomain, app, node, incarnation)
 }
 
 // NewIncarnation returns a fresh random incarnation for a process.
@@ -67,7 +105,11 @@ func Publish(ctx context.Context, cfg *clusterconfig.Config, startedAt time.Time
 	if err != nil {
 		return err
 	}
-	v, err := json.Marshal(Member{NodeID: cfg.NodeID, AdminURL: cfg.Advertise, StartedAt: startedAt.UTC(), Incarnation: incarnation})
+	m := Member{NodeID: cfg.NodeID, AdminURL: cfg.Advertise, StartedAt: startedAt.UTC(), Incarnation: incarnation}
+	if len(cfg.Secret) > 0 {
+		m.MAC = hex.EncodeToString(m.sum(cfg.Secret, cfg.AppID))
+	}
+	v, err := json.Marshal(m)
 	if err != nil {
 		return err
 	}
@@ -88,23 +130,36 @@ func Withdraw(ctx context.Context, cfg *clusterconfig.Config, incarnation string
 		return err
 	}
 	rec := &kgo.Record{Key: []byte(KeyPrefix + cfg.NodeID), Headers: []kgo.RecordHeader{{Key: incarnationHeader, Value: []byte(incarnation)}}}
+	if len(cfg.Secret) > 0 {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: macHeader,
+			Value: []byte(hex.EncodeToString(withdrawalSum(cfg.Secret, cfg.AppID, cfg.NodeID, incarnation)))})
+	}
 	if err := meta.Write(ctx, cfg.MetaTopic(), client.Opts, rec); err != nil {
 		return fmt.Errorf("members: withdrawing node %s: %w", cfg.NodeID, err)
 	}
 	return nil
 }
 
-// Watcher keeps the current member records of the meta topic.
+// Watcher keeps the current member records of the meta topic that it
+// trusts.
 type Watcher struct {
 	r      *meta.Reader
 	log    *slog.Logger
 	cancel context.CancelFunc
 	done   chan struct{}
+	secret []byte // the cluster secret; nil: only loopback admin URLs are trusted
+	app    string
+	topic  string
 
 	mu      sync.Mutex
-	members map[string]Member
-	changed chan struct{} // closed and replaced on every change
-	err     error         // why tailing stopped, when it did
+	members map[string]Member          // trusted records by node id
+	started map[string]time.Time       // the latest StartedAt trusted of each node, kept after a withdrawal
+	incs    map[string]map[string]bool // the incarnations of each node ever trusted
+	refused map[string]string          // why the last record of a node was not trusted, until one is
+	lastOff map[string]int64           // the offset of the last record under each node's key, whatever it was
+	heldOff map[string]int64           // the offset of each trusted record held (members)
+	changed chan struct{}              // closed and replaced on every change
+	err     error                      // why tailing stopped, when it did
 }
 
 // Watch reads the member records of the meta topic up to its end, then
@@ -121,7 +176,10 @@ func Watch(ctx context.Context, cfg *clusterconfig.Config, log *slog.Logger) (*W
 	if err != nil {
 		return nil, err
 	}
-	w := &Watcher{r: r, log: log, members: map[string]Member{}, changed: make(chan struct{}), done: make(chan struct{})}
+	w := &Watcher{r: r, log: log, secret: cfg.Secret, app: cfg.AppID, topic: cfg.MetaTopic(),
+		members: map[string]Member{}, started: map[string]time.Time{}, incs: map[string]map[string]bool{}, refused: map[string]string{},
+		lastOff: map[string]int64{}, heldOff: map[string]int64{},
+		changed: make(chan struct{}), done: make(chan struct{})}
 	if err := r.CatchUp(ctx, w.apply); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("members: %w", err)
@@ -154,14 +212,26 @@ func (w *Watcher) apply(rec *kgo.Record) {
 	node := strings.TrimPrefix(k, KeyPrefix)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// Whatever this record is, it is now the one compaction keeps under
+	// the key (Keep).
+	w.lastOff[node] = rec.Offset
+	defer w.notifyLocked()
 	if rec.Value == nil {
 		cur, ok := w.members[node]
 		if !ok {
 			return
 		}
-		for _, h := range rec.Headers {
-			if h.Key == incarnationHeader && string(h.Value) != cur.Incarnation {
-				return // an older process's goodbye
+		inc, hasInc := header(rec, incarnationHeader)
+		if hasInc && inc != cur.Incarnation {
+			return // an older process's goodbye
+		}
+		if w.secret != nil {
+			mac, _ := header(rec, macHeader)
+			got, err := hex.DecodeString(mac)
+			if !hasInc || err != nil || !hmac.Equal(got, withdrawalSum(w.secret, w.app, node, inc)) {
+				w.log.Error("cluster: a withdrawal of a member record that does not verify with this node's cluster secret is ignored: it was not written by a node of this application",
+					"node", node, "topic", w.topic, "offset", rec.Offset)
+				return
 			}
 		}
 		delete(w.members, node)
@@ -171,13 +241,101 @@ func (w *Watcher) apply(rec *kgo.Record) {
 			w.log.Warn("cluster: an unreadable member record is ignored", "key", k, "offset", rec.Offset)
 			return
 		}
+		if why := w.distrust(m); why != "" {
+			w.refused[node] = fmt.Sprintf("its member record at offset %d of %s %s", rec.Offset, w.topic, why)
+			w.log.Error("cluster: a member record this node does not trust is ignored; no request is sent to its admin URL",
+				"node", node, "admin_url", m.AdminURL, "topic", w.topic, "offset", rec.Offset, "why", why)
+			return
+		}
+		if w.replayed(m) {
+			w.log.Warn("cluster: a member record of an earlier process of a node is ignored (a replay, or a late write of that process)",
+				"node", node, "admin_url", m.AdminURL, "started_at", m.StartedAt, "incarnation", m.Incarnation, "topic", w.topic, "offset", rec.Offset)
+			return
+		}
+		if m.StartedAt.After(w.started[node]) {
+			w.started[node] = m.StartedAt
+		}
+		if w.incs[node] == nil {
+			w.incs[node] = map[string]bool{}
+		}
+		w.incs[node][m.Incarnation] = true
 		w.members[node] = m
+		w.heldOff[node] = rec.Offset
+		delete(w.refused, node)
 	}
+}
+
+// notifyLocked wakes the waiters (Wait, Keep) after a record under a
+// member key was read.
+func (w *Watcher) notifyLocked() {
 	close(w.changed)
 	w.changed = make(chan struct{})
 }
 
-// Lookup returns the member record of node.
+// distrust says why m is not to be trusted, or "" when it is: its admin
+// URL must be one a node sends requests to, and with a cluster secret its
+// MAC must verify; without one, its URL must be a loopback name.
+func (w *Watcher) distrust(m Member) string {
+	if err := clusterconfig.CheckAdvertise(m.AdminURL); err != nil {
+		return fmt.Sprintf("names the admin URL %q, to which no request is sent (%v)", m.AdminURL, err)
+	}
+	if w.secret == nil {
+		if !trust.LoopbackURL(m.AdminURL) {
+			return fmt.Sprintf("names the admin URL %s, which is not on this machine, and this node has no cluster secret to authenticate it with (without one only loopback admin URLs are trusted; set %s on every node)",
+				m.AdminURL, clusterconfig.SecretSettings)
+		}
+		return ""
+	}
+	if m.MAC == "" {
+		return "is not signed, and this node has a cluster secret: it was not written by a node of this application that has the secret (give every node the same one)"
+	}
+	got, err := hex.DecodeString(m.MAC)
+	if err != nil || !hmac.Equal(got, m.sum(w.secret, w.app)) {
+		return "does not verify with this node's cluster secret: it was not written by a node of this application that has the same secret (give every node the same one)"
+	}
+	return ""
+}
+
+// replayTolerance is how much earlier than the latest process of a node
+// another may have started and still be taken for a later one: a node's
+// clock may step back between two processes.
+const replayTolerance = time.Minute
+
+// replayed reports whether m, a trusted record, is one of an earlier
+// process of its node than the latest this watcher trusted: an
+// incarnation it held before that is not the one it holds now, or one
+// that started well before the latest. Without this, whoever may write
+// the meta topic could put a node's old admin URL back.
+func (w *Watcher) replayed(m Member) bool {
+	cur, held := w.members[m.NodeID]
+	if w.incs[m.NodeID][m.Incarnation] && (!held || cur.Incarnation != m.Incarnation) {
+		return true
+	}
+	latest, ok := w.started[m.NodeID]
+	return ok && m.StartedAt.Before(latest.Add(-replayTolerance))
+}
+
+// header returns the value of rec's header key.
+func header(rec *kgo.Record, key string) (string, bool) {
+	for _, h := range rec.Headers {
+		if h.Key == key {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// Distrusted says why this node does not trust the last member record it
+// read of node, when no trusted record of node came after it; "" when it
+// has nothing against node. A request for a partition node owns is not
+// sent to it, and the 503 that answers it says this.
+func (w *Watcher) Distrusted(node string) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.refused[node]
+}
+
+// Lookup returns the trusted member record of node.
 func (w *Watcher) Lookup(node string) (Member, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -185,7 +343,7 @@ func (w *Watcher) Lookup(node string) (Member, bool) {
 	return m, ok
 }
 
-// All returns a copy of the current members by node id.
+// All returns a copy of the current trusted members by node id.
 func (w *Watcher) All() map[string]Member {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -195,11 +353,17 @@ func (w *Watcher) All() map[string]Member {
 // Wait blocks until ok holds for the current members, ctx ends, or
 // tailing stopped (its error).
 func (w *Watcher) Wait(ctx context.Context, ok func(map[string]Member) bool) error {
+	return w.waitLocked(ctx, func() bool { return ok(maps.Clone(w.members)) })
+}
+
+// waitLocked blocks until ok, called with mu held, holds, ctx ends, or
+// tailing stopped (its error).
+func (w *Watcher) waitLocked(ctx context.Context, ok func() bool) error {
 	for {
 		w.mu.Lock()
-		cur, ch, err := maps.Clone(w.members), w.changed, w.err
+		done, ch, err := ok(), w.changed, w.err
 		w.mu.Unlock()
-		if ok(cur) {
+		if done {
 			return nil
 		}
 		if err != nil {
@@ -208,8 +372,60 @@ func (w *Watcher) Wait(ctx context.Context, ok func(map[string]Member) bool) err
 		select {
 		case <-ch:
 		case <-w.done:
+			w.mu.Lock()
+			err := w.err
+			w.mu.Unlock()
+			if err == nil {
+				err = errors.New("members: the watcher was closed")
+			}
+			return err
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// KeepInterval is the least time between two publications of Keep: a
+// displaced record is still in the topic until compaction, so publishing
+// it again at once is not needed, and someone writing records under a
+// node's key as fast as they can does not make the node write as fast.
+var KeepInterval = 10 * time.Second
+
+// Keep publishes this node's record (cfg.NodeID, startedAt, incarnation,
+// as Publish did) again whenever the last record under its key is not it:
+// a record written by someone else, a late withdrawal of an earlier
+// process of the node, or one this node did not trust. Compaction keeps
+// only the last record under a key, so a node started later would not
+// find this one. It returns when ctx ends or tailing stops; cancel ctx
+// before Withdraw, or the withdrawal is answered with a new publication.
+func (w *Watcher) Keep(ctx context.Context, cfg *clusterconfig.Config, startedAt time.Time, incarnation string) {
+	node := cfg.NodeID
+	held := func() bool { return w.members[node].Incarnation == incarnation }
+	// Publish wrote the record before Keep: wait until it is read, then
+	// until anything comes after it under the key.
+	if w.waitLocked(ctx, held) != nil {
+		return
+	}
+	var last time.Time
+	for {
+		displaced := func() bool { return !held() || w.lastOff[node] > w.heldOff[node] }
+		if w.waitLocked(ctx, displaced) != nil {
+			return
+		}
+		if wait := time.Until(last.Add(KeepInterval)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		w.log.Warn("cluster: the last record under this node's key in the meta topic is not its member record (see the log for the record); publishing it again",
+			"node", cfg.NodeID, "topic", w.topic)
+		last = time.Now()
+		if err := Publish(ctx, cfg, startedAt, incarnation); err != nil && ctx.Err() == nil {
+			w.log.Error("cluster: publishing this node's member record again", "err", err)
 		}
 	}
 }

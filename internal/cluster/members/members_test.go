@@ -17,6 +17,9 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/topics"
 )
 
+// secret is the cluster secret of the tests' application.
+var secret = []byte("0123456789abcdef0123456789abcdef")
+
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
@@ -33,7 +36,7 @@ func application(t *testing.T, p int) (*kfake.Cluster, func(node string) *cluste
 	}
 	t.Cleanup(c.Close)
 	cfg := func(node string) *clusterconfig.Config {
-		return &clusterconfig.Config{Brokers: c.ListenAddrs(), AppID: "shop", NodeID: node, Advertise: "http://" + node + ".statefun:8070"}
+		return &clusterconfig.Config{Brokers: c.ListenAddrs(), AppID: "shop", NodeID: node, Advertise: "http://" + node + ".statefun:8070", Secret: secret}
 	}
 	first := cfg("node-a")
 	first.Partitions = p

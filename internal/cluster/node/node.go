@@ -88,8 +88,9 @@ type Node struct {
 	adm         *kadm.Client
 	maxRecord   int // bytes of key plus value a Kafka egress record may have
 	incarnation string
-	watcher     *members.Watcher
-	published   atomic.Bool // read by /readyz
+	watcher     atomic.Pointer[members.Watcher] // set by Start, read by the API's handlers, which serve before it
+	published   atomic.Bool                     // read by /readyz
+	stopKeep    func()                          // stops keeping the member record published (members.Keep) and waits
 	skipped     *prometheus.CounterVec
 	refusals    *refusals.Guard
 }
@@ -188,17 +189,26 @@ func (n *Node) Bind(e *engine.Engine) {
 }
 
 // Start reads the member records (for Owner) and publishes this node's,
-// with its advertised admin URL. Call it once the admin listener serves.
+// with its advertised admin URL, and keeps it published until Withdraw or
+// Close (members.Watcher.Keep). Call it once the admin listener serves.
 func (n *Node) Start(ctx context.Context) error {
 	w, err := members.Watch(ctx, n.cfg.Cluster, n.log)
 	if err != nil {
 		return fmt.Errorf("cluster: node: reading member records: %w", err)
 	}
-	n.watcher = w
-	if err := members.Publish(ctx, n.cfg.Cluster, time.Now(), n.incarnation); err != nil {
+	n.watcher.Store(w)
+	started := time.Now()
+	if err := members.Publish(ctx, n.cfg.Cluster, started, n.incarnation); err != nil {
 		return err
 	}
 	n.published.Store(true)
+	kctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Keep(kctx, n.cfg.Cluster, started, n.incarnation)
+	}()
+	n.stopKeep = func() { cancel(); <-done }
 	return nil
 }
 
@@ -215,7 +225,7 @@ func (n *Node) Ready() error {
 }
 
 // Owner names the node that owns partition p now and its admin URL (empty
-// when its member record is not known), from the consumer group's
+// when no member record of it is trusted), from the consumer group's
 // assignment; ok is false when p has no owner at the moment or the group
 // cannot be read.
 func (n *Node) Owner(ctx context.Context, p int) (node, adminURL string, ok bool) {
@@ -228,12 +238,23 @@ func (n *Node) Owner(ctx context.Context, p int) (node, adminURL string, ok bool
 	if !ok {
 		return "", "", false
 	}
-	if n.watcher != nil {
-		if m, found := n.watcher.Lookup(node); found {
+	if w := n.watcher.Load(); w != nil {
+		if m, found := w.Lookup(node); found {
 			adminURL = m.AdminURL
 		}
 	}
 	return node, adminURL, true
+}
+
+// Distrusted says why this node does not trust the member record of node
+// (members.Watcher.Distrusted); "" when it has nothing against it. Owner
+// and Assignment give no admin URL for such a node.
+func (n *Node) Distrusted(node string) string {
+	w := n.watcher.Load()
+	if w == nil {
+		return ""
+	}
+	return w.Distrusted(node)
 }
 
 // Assignment returns the consumer group's assignment now: the node that
@@ -247,12 +268,13 @@ func (n *Node) Assignment(ctx context.Context) (map[int]string, map[string]strin
 	}
 	owners := make(map[int]string, len(o.Owners))
 	urls := map[string]string{}
+	w := n.watcher.Load()
 	for p, node := range o.Owners {
 		owners[int(p)] = node
-		if _, seen := urls[node]; seen || n.watcher == nil {
+		if _, seen := urls[node]; seen || w == nil {
 			continue
 		}
-		if m, found := n.watcher.Lookup(node); found {
+		if m, found := w.Lookup(node); found {
 			urls[node] = m.AdminURL
 		}
 	}
@@ -264,6 +286,8 @@ func (n *Node) Withdraw() {
 	if !n.published.Load() {
 		return
 	}
+	// Keep would answer the withdrawal with a new publication.
+	n.stopKeep()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := members.Withdraw(ctx, n.cfg.Cluster, n.incarnation); err != nil {
@@ -298,8 +322,11 @@ func (n *Node) Leave() {
 // Close stops the member watcher and the ingress producer; the session
 // stops with the engine.
 func (n *Node) Close() {
-	if n.watcher != nil {
-		n.watcher.Close()
+	if n.stopKeep != nil {
+		n.stopKeep()
+	}
+	if w := n.watcher.Load(); w != nil {
+		w.Close()
 	}
 	n.producer.Close()
 }

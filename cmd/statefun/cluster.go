@@ -21,6 +21,8 @@ type clusterFlags struct {
 	brokers, appID, nodeID, adv *string
 	partitions, replication     *int
 	retention, commitInterval   *time.Duration
+	probeInterval, downAfter    *time.Duration
+	giveUpAfter                 *time.Duration
 	propsFile                   *string
 	leave                       *bool
 	props                       []module.KafkaProperty
@@ -40,6 +42,9 @@ func registerClusterFlags(fs *flag.FlagSet) *clusterFlags {
 	c.retention = fs.Duration("cluster-messages-retention", envDuration("STATEFUN_CLUSTER_MESSAGES_RETENTION", clusterconfig.DefaultMessagesRetention), "cluster mode: retention of the messages topic when this node creates it; -1s keeps records forever (env STATEFUN_CLUSTER_MESSAGES_RETENTION)")
 	c.commitInterval = fs.Duration("cluster-commit-interval", envDuration("STATEFUN_CLUSTER_COMMIT_INTERVAL", clusterconfig.DefaultCommitInterval), "cluster mode: how often a node commits its Kafka transaction (env STATEFUN_CLUSTER_COMMIT_INTERVAL)")
 	c.leave = fs.Bool("cluster-leave-on-stop", envBool("STATEFUN_CLUSTER_LEAVE_ON_STOP", false), "cluster mode: a clean stop (SIGTERM) removes this node from the group at once, so its partitions move without waiting for the session timeout; for a node stopped for good (env STATEFUN_CLUSTER_LEAVE_ON_STOP)")
+	c.probeInterval = fs.Duration("cluster-peer-probe-interval", envDuration("STATEFUN_CLUSTER_PEER_PROBE_INTERVAL", clusterconfig.DefaultPeerProbeInterval), "cluster mode: how often this node probes the admin URL of each other node that owns partitions (env STATEFUN_CLUSTER_PEER_PROBE_INTERVAL)")
+	c.downAfter = fs.Duration("cluster-peer-down-after", envDuration("STATEFUN_CLUSTER_PEER_DOWN_AFTER", clusterconfig.DefaultPeerDownAfter), "cluster mode: how long another node may answer no probe, with no progress in Kafka, before this node removes it from the group so that its partitions move at once; a negative duration turns the probing off (env STATEFUN_CLUSTER_PEER_DOWN_AFTER)")
+	c.giveUpAfter = fs.Duration("cluster-give-up-after", envDuration("STATEFUN_CLUSTER_GIVE_UP_AFTER", clusterconfig.DefaultGiveUpAfter), "cluster mode: how long Kafka may refuse this node's commits, none committing, before it leaves the group and stops with an error; a negative duration never gives up (env STATEFUN_CLUSTER_GIVE_UP_AFTER)")
 	c.propsFile = fs.String("cluster-properties", env("STATEFUN_CLUSTER_PROPERTIES", ""), "cluster mode: a Kafka client properties file (key=value lines, as client.properties); --cluster-property overrides it (env STATEFUN_CLUSTER_PROPERTIES)")
 	fs.Func("cluster-property", "cluster mode: one Kafka client property key=value, e.g. security.protocol=SASL_SSL; repeatable (docs/kafka.md, client properties)", func(v string) error {
 		p, err := clusterconfig.ParsePropertyFlag(v)
@@ -89,6 +94,18 @@ func (c *clusterFlags) config() (*clusterconfig.Config, error) {
 	if *c.commitInterval == 0 {
 		return nil, fmt.Errorf("--cluster-commit-interval 0: want a duration from 1ms to %v, like 100ms", clusterconfig.MaxCommitInterval)
 	}
+	for _, f := range []struct {
+		flag      string
+		got, like time.Duration
+	}{
+		{"cluster-peer-probe-interval", *c.probeInterval, clusterconfig.DefaultPeerProbeInterval},
+		{"cluster-peer-down-after", *c.downAfter, clusterconfig.DefaultPeerDownAfter},
+		{"cluster-give-up-after", *c.giveUpAfter, clusterconfig.DefaultGiveUpAfter},
+	} {
+		if f.got == 0 {
+			return nil, fmt.Errorf("--%s 0: want a duration like %v", f.flag, f.like)
+		}
+	}
 	var props []module.KafkaProperty
 	if *c.propsFile != "" {
 		data, err := os.ReadFile(*c.propsFile)
@@ -116,6 +133,9 @@ func (c *clusterFlags) config() (*clusterconfig.Config, error) {
 		MessagesRetention: *c.retention,
 		CommitInterval:    *c.commitInterval,
 		LeaveOnStop:       *c.leave,
+		PeerProbeInterval: *c.probeInterval,
+		PeerDownAfter:     *c.downAfter,
+		GiveUpAfter:       *c.giveUpAfter,
 		Properties:        props,
 	}
 	if err := cfg.Validate(); err != nil {

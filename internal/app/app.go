@@ -432,6 +432,15 @@ func (a *App) Close() error {
 		if !errors.Is(dead, store.ErrFailed) {
 			dead = nil
 		}
+		if a.node != nil && dead == nil && a.eng.Err() == nil {
+			// First, so that no node names this one as an owner while it
+			// stops, and no node takes it for dead while its listeners
+			// finish their requests: a node that withdrew its record is
+			// not probed, and keeps its partitions for its restart. A node
+			// stopping on a failure keeps its record, as a crash does: the
+			// others find it down and take its partitions.
+			a.node.Withdraw()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var wg sync.WaitGroup
@@ -448,11 +457,6 @@ func (a *App) Close() error {
 		}
 		wg.Wait()
 		a.wg.Wait()
-		if a.node != nil {
-			// First, so that no node names this one as an owner while it
-			// stops.
-			a.node.Withdraw()
-		}
 		a.guard.Stop()
 		a.kafka.close()
 		if dead != nil {

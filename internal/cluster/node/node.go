@@ -28,6 +28,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/cluster/failover"
 	"github.com/statefun-go/statefun/internal/cluster/members"
 	"github.com/statefun-go/statefun/internal/cluster/session"
 	"github.com/statefun-go/statefun/internal/engine"
@@ -82,7 +83,8 @@ type Node struct {
 	maxRecord   int // bytes of key plus value a Kafka egress record may have
 	incarnation string
 	watcher     *members.Watcher
-	published   atomic.Bool // read by /readyz
+	detector    *failover.Detector // nil when the probing is off
+	published   atomic.Bool        // read by /readyz
 	skipped     *prometheus.CounterVec
 }
 
@@ -164,8 +166,9 @@ func (n *Node) Bind(e *engine.Engine) {
 	n.sess.Bind(arrivals{n})
 }
 
-// Start reads the member records (for Owner) and publishes this node's,
-// with its advertised admin URL. Call it once the admin listener serves.
+// Start reads the member records (for Owner), publishes this node's, with
+// its advertised admin URL, and starts probing the other nodes
+// (internal/cluster/failover). Call it once the admin listener serves.
 func (n *Node) Start(ctx context.Context) error {
 	w, err := members.Watch(ctx, n.cfg.Cluster, n.log)
 	if err != nil {
@@ -176,6 +179,15 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	n.published.Store(true)
+	d, err := failover.New(failover.Config{Cluster: n.cfg.Cluster, Members: w.All, Client: n.producer,
+		Rejoin: n.sess.Rejoin, Logger: n.cfg.Logger, Metrics: n.cfg.Metrics})
+	if err != nil {
+		return fmt.Errorf("cluster: node: %w", err)
+	}
+	if d != nil {
+		d.Start()
+		n.detector = d
+	}
 	return nil
 }
 
@@ -236,8 +248,10 @@ func (n *Node) Assignment(ctx context.Context) (map[int]string, map[string]strin
 	return owners, urls, nil
 }
 
-// Withdraw deletes this node's member record, on a clean shutdown.
+// Withdraw stops probing the other nodes (a node that stops removes
+// nobody) and deletes this node's member record, on a clean shutdown.
 func (n *Node) Withdraw() {
+	n.detector.Stop()
 	if !n.published.Load() {
 		return
 	}
@@ -272,9 +286,10 @@ func (n *Node) Leave() {
 	n.log.Info("cluster: the node left the group; its partitions move to the other nodes now")
 }
 
-// Close stops the member watcher and the ingress producer; the session
-// stops with the engine.
+// Close stops the detector, the member watcher and the ingress producer;
+// the session stops with the engine.
 func (n *Node) Close() {
+	n.detector.Stop()
 	if n.watcher != nil {
 		n.watcher.Close()
 	}

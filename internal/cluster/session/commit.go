@@ -244,7 +244,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 			s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
 			return nil
 		}
-		err = fmt.Errorf("cluster: session: ending a transaction of %s failed, so this node stops (a newer process with node id %q fenced it; or this node stalled past transaction.timeout.ms, so the coordinator aborted the transaction and its partitions moved; or the brokers refused the transaction): %w",
+		err = fmt.Errorf("cluster: session: ending a transaction of %s failed, so this node stops (a newer process with node id %q fenced it; or this node stalled past transaction.timeout.ms, or long enough for the other nodes to remove it from the group, so its transaction was aborted and its partitions moved; or the brokers refused the transaction): %w",
 			s.cfg.Cluster.TransactionalID(), s.cfg.Cluster.NodeID, err)
 		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
 		return err

@@ -327,6 +327,18 @@ func (s *Session) Ready() bool {
 	return s.running.Load() && s.joined.Load() && s.restoring.Load() == 0
 }
 
+// Rejoin makes the node's group member rejoin the group now rather than at
+// its next heartbeat: another member was removed (internal/cluster/failover),
+// and the rebalance completes only once every member has rejoined. A no-op
+// before Run built the client.
+func (s *Session) Rejoin() {
+	select {
+	case <-s.built:
+		s.gts.Client().ForceRebalance()
+	default:
+	}
+}
+
 // stop refuses later Submits with err (the first one wins) and fails the
 // waiting requests with it.
 func (s *Session) stop(err error) {

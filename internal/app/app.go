@@ -25,6 +25,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/cluster/node"
+	"github.com/statefun-go/statefun/internal/cluster/session"
 	"github.com/statefun-go/statefun/internal/cluster/topics"
 	"github.com/statefun-go/statefun/internal/connlimit"
 	"github.com/statefun-go/statefun/internal/diskguard"
@@ -469,8 +470,13 @@ func (a *App) Close() error {
 		}
 		a.eng.Close() // in cluster mode, stops the session too
 		if a.node != nil {
-			if a.cfg.Cluster.LeaveOnStop {
-				a.node.Leave()
+			switch {
+			case a.cfg.Cluster.LeaveOnStop:
+				a.node.Leave("stopped for good (--cluster-leave-on-stop)")
+			case errors.Is(a.eng.Err(), session.ErrGaveUp):
+				// Its partitions are served by the others at once, not
+				// after the session timeout.
+				a.node.Leave("gave up: Kafka refused its commits")
 			}
 			a.node.Close()
 		}

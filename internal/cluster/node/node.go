@@ -266,16 +266,18 @@ func (n *Node) Withdraw() {
 // Leave removes this node from the application's consumer group at once,
 // by its static-membership instance id, so that its partitions move now
 // rather than after the session timeout: a permanent stop (scaling down,
-// --cluster-leave-on-stop). Call it after the engine, and with it the
-// session, stopped: a node that left must commit nothing more. A failure
-// is logged; the partitions then move after the session timeout, as
+// --cluster-leave-on-stop), or a node that gave up because Kafka refused
+// its commits; why says which, for the group's log. Call it after the
+// engine, and with it the session, stopped: a node that left must commit
+// nothing more. A failure is logged; the partitions then move after the
+// session timeout (or when the other nodes find this one down), as
 // without it.
-func (n *Node) Leave() {
+func (n *Node) Leave(why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c := n.cfg.Cluster
 	resps, err := n.adm.LeaveGroup(ctx, kadm.LeaveGroup(c.AppID).InstanceIDs(c.NodeID).
-		Reason("statefun: node "+c.NodeID+" stopped for good (--cluster-leave-on-stop)"))
+		Reason("statefun: node "+c.NodeID+" "+why))
 	if err == nil {
 		err = resps.Error()
 	}

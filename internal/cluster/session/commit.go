@@ -266,12 +266,12 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		s.m.aborts.WithLabelValues(abort).Inc()
 		if abort == "group" {
 			// The other causes were logged where they arose.
-			s.log.Info("cluster: the transaction was aborted by the group (a rebalance, or an offset commit the coordinator refused); its work is redone", "partitions", sortedKeys(touched))
+			s.log.Info("cluster: the transaction was not committed (a rebalance revoked partitions, or Kafka refused its offset commit or EndTxn); its work is redone", "partitions", sortedKeys(touched))
 		}
 		for _, p := range sortedKeys(touched) {
 			s.rebuild(rctx, p, cause)
 		}
-		return nil
+		return s.refused(abort)
 	}
 	if err := s.apply(overlays, recs); err != nil {
 		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
@@ -282,6 +282,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		s.cfg.Ingress.Committed(r, skipped[i])
 	}
 	s.m.commits.Inc()
+	s.refusals.committed()
 	s.m.txnDur.Observe(time.Since(start).Seconds())
 	s.m.txnRecords.Observe(float64(t.records))
 	s.m.txnBytes.Observe(float64(t.bytes))

@@ -205,6 +205,7 @@ type Session struct {
 	parts      map[int32]*part
 	gen        uint64
 	rearm      bool // a revocation was heard: End must run before the next one can be
+	refusals   refusals
 	restoreSem chan struct{}
 	restoreWG  sync.WaitGroup
 	txn        atomic.Pointer[txn] // the open transaction, while requests encode
@@ -265,6 +266,7 @@ func New(cfg Config) (*Session, error) {
 		restoreSem: make(chan struct{}, cfg.RestoreConcurrency),
 		ingress:    map[string]bool{},
 		built:      make(chan struct{}),
+		refusals:   refusals{after: cfg.Cluster.GiveUpAfterOrDefault()},
 	}
 	if cfg.Ingress != nil {
 		for _, t := range cfg.Ingress.Topics() {

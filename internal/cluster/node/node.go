@@ -191,14 +191,29 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
-// Ready is nil once the node joined the group and serves every partition
-// assigned to it (for /readyz).
+// Ready is nil once the node is assigned partitions, has restored them and
+// serves them (for /readyz). A node the group assigns none is ready only
+// when the group is stable and every partition has another owner (more
+// nodes than partitions): right after it joined, the cooperative protocol
+// gives it nothing in its first rebalance, and it must not report ready
+// before the second one gives it its share.
 func (n *Node) Ready() error {
 	if !n.sess.Ready() {
 		return fmt.Errorf("cluster: node %s: not serving every partition assigned to it yet (joining the group, or restoring)", n.cfg.Cluster.NodeID)
 	}
 	if !n.published.Load() {
 		return fmt.Errorf("cluster: node %s: its member record is not published yet", n.cfg.Cluster.NodeID)
+	}
+	if n.sess.Owned() == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		o, err := members.Owners(ctx, n.adm, n.cfg.Cluster)
+		if err != nil {
+			return fmt.Errorf("cluster: node %s: assigned no partition, and the group cannot be read: %w", n.cfg.Cluster.NodeID, err)
+		}
+		if o.State != "Stable" || len(o.Owners) < n.p {
+			return fmt.Errorf("cluster: node %s: assigned no partition yet (the group is %s, %d of %d partitions assigned)", n.cfg.Cluster.NodeID, o.State, len(o.Owners), n.p)
+		}
 	}
 	return nil
 }

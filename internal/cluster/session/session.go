@@ -197,6 +197,7 @@ type Session struct {
 
 	// Readiness, read from any goroutine.
 	joined    atomic.Bool
+	owned     atomic.Int64 // partitions assigned, restored or restoring
 	restoring atomic.Int64
 	running   atomic.Bool
 
@@ -324,10 +325,15 @@ func (s *Session) Pending() int {
 func (s *Session) Close() { s.stop(committer.ErrStopped) }
 
 // Ready reports whether the node serves every partition the group assigned
-// to it: it joined the group and no partition is restoring (for /readyz).
+// to it: it joined the group and no partition is restoring (for /readyz;
+// see Owned for a node assigned none).
 func (s *Session) Ready() bool {
 	return s.running.Load() && s.joined.Load() && s.restoring.Load() == 0
 }
+
+// Owned returns the number of partitions the group assigned to this node,
+// restored or restoring.
+func (s *Session) Owned() int { return int(s.owned.Load()) }
 
 // Rejoin makes the node's group member rejoin the group now rather than at
 // its next heartbeat: another member was removed (internal/cluster/failover),

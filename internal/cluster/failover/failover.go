@@ -226,7 +226,11 @@ func (d *Detector) tick(ctx context.Context, results chan<- probeResult, probes 
 		}
 	}
 	d.urls = urls
-	d.j.keep(urls)
+	if d.j.keep(urls) {
+		// Another node removed a peer this one found down: the group
+		// rebalances, and waits for this node's member to rejoin.
+		d.cfg.Rejoin()
+	}
 	for node := range d.runs {
 		if _, ok := urls[node]; !ok {
 			delete(d.runs, node)
@@ -369,7 +373,7 @@ func (d *Detector) remove(ctx context.Context, node, url string) {
 			fenced = err == nil
 		}
 	}
-	gone, err := d.ops.leave(ctx, node, mid)
+	removed, gone, err := d.ops.leave(ctx, node, mid)
 	if err != nil {
 		d.log.Warn("cluster: failover: could not remove a node that does not answer from the group; trying again", "peer", node, "err", err)
 		return
@@ -381,6 +385,9 @@ func (d *Detector) remove(ctx context.Context, node, url string) {
 	}
 	d.j.markRemoved(node)
 	d.cfg.Rejoin()
+	if !removed {
+		return // another node did, a moment before
+	}
 	d.m.removed.Inc()
 	d.log.Warn("cluster: failover: removed a node that answered no probe from the group; its partitions move to the others now",
 		"peer", node, "url", url, "down_after", d.j.downAfter, "aborted_open_transaction", fenced)

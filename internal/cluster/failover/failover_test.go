@@ -12,6 +12,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/cluster/members"
 )
@@ -57,19 +59,19 @@ func (g *fakeGroup) fence(_ context.Context, node string, st txnState) error {
 	return nil
 }
 
-func (g *fakeGroup) leave(_ context.Context, node, memberID string) (bool, error) {
+func (g *fakeGroup) leave(_ context.Context, node, memberID string) (removed, gone bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	cur, ok := g.members[node]
 	switch {
 	case !ok:
-		return true, nil
+		return false, true, nil
 	case cur != memberID:
-		return false, nil
+		return false, false, nil
 	}
 	delete(g.members, node)
 	g.left = append(g.left, node)
-	return true, nil
+	return true, true, nil
 }
 
 func (g *fakeGroup) result() (fenced, left []string) {
@@ -149,17 +151,22 @@ func newDetectorTest(t *testing.T) *detectorTest {
 			"a": {NodeID: "a", AdminURL: "http://a"}, "b": {NodeID: "b", AdminURL: "http://b"}, "c": {NodeID: "c", AdminURL: "http://c"},
 		},
 	}
-	cfg := &clusterconfig.Config{AppID: "app", NodeID: "a", PeerProbeInterval: 500 * time.Millisecond, PeerDownAfter: 2 * time.Second}
+	dt.d = dt.start(t, "a")
+	return dt
+}
+
+// start runs the detector of node id on the test's group and network.
+func (dt *detectorTest) start(t *testing.T, id string) *Detector {
+	cfg := &clusterconfig.Config{AppID: "app", NodeID: id, PeerProbeInterval: 500 * time.Millisecond, PeerDownAfter: 2 * time.Second}
 	d, err := New(Config{Cluster: cfg, Members: dt.members,
 		Rejoin: func() { dt.rejoins.Add(1) }, Probe: dt.net.probe, ops: dt.g,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dt.d = d
 	d.Start()
 	t.Cleanup(d.Stop)
-	return dt
+	return d
 }
 
 // A node killed (its admin URL refuses connections) is removed after the
@@ -199,6 +206,27 @@ func TestDetectorRemovesAKilledNode(t *testing.T) {
 		synctest.Wait()
 		if fenced, left := dt.g.result(); len(fenced) != 1 || len(left) != 1 {
 			t.Errorf("later: fenced %v, left %v", fenced, left)
+		}
+	})
+}
+
+// Both survivors find the killed node down at about the same time: it is
+// removed once, counted once, and both rejoin the group at once.
+func TestDetectorsOfTwoSurvivorsRemoveOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dt := newDetectorTest(t)
+		b := dt.start(t, "b")
+		dt.net.set("http://c", "refused")
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if _, left := dt.g.result(); len(left) != 1 || left[0] != "c" {
+			t.Errorf("left %v; want c removed once", left)
+		}
+		if n := testutil.ToFloat64(dt.d.m.removed) + testutil.ToFloat64(b.m.removed); n != 1 {
+			t.Errorf("removals counted by a and b: %v, want 1", n)
+		}
+		if n := dt.rejoins.Load(); n != 2 {
+			t.Errorf("rejoins: %d, want one by each survivor", n)
 		}
 	})
 }

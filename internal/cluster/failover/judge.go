@@ -110,14 +110,16 @@ func (j *judge) markRemoved(node string) { j.removed[node] = true }
 // record stopped on purpose and keeps its partitions for its restart). A
 // peer that drops out in a run of failures was removed from the group (by
 // another node, or its session timed out): that counts as its removal in
-// this run.
-func (j *judge) keep(nodes map[string]string) {
+// this run, and keep reports whether there was one.
+func (j *judge) keep(nodes map[string]string) (droppedDown bool) {
 	for node, r := range j.peers {
 		if _, ok := nodes[node]; !ok {
-			if !r.since.IsZero() {
+			if !r.since.IsZero() && !j.removed[node] {
 				j.removed[node] = true
+				droppedDown = true
 			}
 			delete(j.peers, node)
 		}
 	}
+	return droppedDown
 }

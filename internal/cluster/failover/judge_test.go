@@ -62,7 +62,9 @@ func TestJudgeRemovesOncePerRun(t *testing.T) {
 
 	// It owns no partition for a while, then rejoins and is probed again,
 	// still failing: not due.
-	j.keep(map[string]string{"d": "u"})
+	if j.keep(map[string]string{"d": "u"}) {
+		t.Error("keep reported a peer removed by another node, but this node removed it")
+	}
 	j.probed("b", at(3000), false)
 	j.probed("b", at(9000), false)
 	wantDue(t, j, 9000)
@@ -76,7 +78,9 @@ func TestJudgeRemovesOncePerRun(t *testing.T) {
 	// of the owners in a run, so it is not removed again when it returns
 	// unanswering.
 	j.probed("c", at(10000), false)
-	j.keep(map[string]string{"b": "u", "d": "u"})
+	if !j.keep(map[string]string{"b": "u", "d": "u"}) {
+		t.Error("keep did not report c, removed by another node while it failed")
+	}
 	j.probed("c", at(12000), false)
 	j.probed("c", at(13000), false)
 	wantDue(t, j, 13000, "b")

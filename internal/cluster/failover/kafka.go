@@ -47,8 +47,9 @@ type groupOps interface {
 	// leave removes node's static membership from the group, naming the
 	// member id it was seen with, so that on Kafka a newer process of the
 	// node (which joined with a new member id) is not removed. It reports
-	// whether the node is gone from the group, by this call or before.
-	leave(ctx context.Context, node, memberID string) (gone bool, err error)
+	// whether this call removed it, and whether it is gone from the group
+	// (by this call, or before it: another node removed it).
+	leave(ctx context.Context, node, memberID string) (removed, gone bool, err error)
 }
 
 // kafkaOps is groupOps on the application's Kafka.
@@ -127,7 +128,7 @@ func (k *kafkaOps) fence(ctx context.Context, node string, st txnState) error {
 	}
 }
 
-func (k *kafkaOps) leave(ctx context.Context, node, memberID string) (bool, error) {
+func (k *kafkaOps) leave(ctx context.Context, node, memberID string) (removed, gone bool, err error) {
 	req := kmsg.NewPtrLeaveGroupRequest()
 	req.Group = k.cfg.Group()
 	m := kmsg.NewLeaveGroupRequestMember()
@@ -143,12 +144,15 @@ func (k *kafkaOps) leave(ctx context.Context, node, memberID string) (bool, erro
 		err = kerr.ErrorForCode(resp.Members[0].ErrorCode)
 	}
 	switch {
-	case err == nil, errors.Is(err, kerr.UnknownMemberID):
-		return true, nil
+	case err == nil:
+		return true, true, nil
+	case errors.Is(err, kerr.UnknownMemberID):
+		// Another node removed it first.
+		return false, true, nil
 	case errors.Is(err, kerr.FencedInstanceID):
 		// Another member id holds the instance id: the node came back.
-		return false, nil
+		return false, false, nil
 	default:
-		return false, fmt.Errorf("failover: removing node %s from group %s: %w", node, k.cfg.Group(), err)
+		return false, false, fmt.Errorf("failover: removing node %s from group %s: %w", node, k.cfg.Group(), err)
 	}
 }

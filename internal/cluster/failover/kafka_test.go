@@ -108,11 +108,11 @@ func TestKafkaOpsRemoveADeadNode(t *testing.T) {
 
 	// (kfake resolves a static member by its instance id alone, so the
 	// member id named, which a broker compares, is not tested here.)
-	if gone, err := k.leave(ctx, "b", owners["b"]); !gone || err != nil {
-		t.Fatalf("leave: gone %v, %v", gone, err)
+	if removed, gone, err := k.leave(ctx, "b", owners["b"]); !removed || !gone || err != nil {
+		t.Fatalf("leave: removed %v, gone %v, %v", removed, gone, err)
 	}
-	if gone, err := k.leave(ctx, "b", owners["b"]); !gone || err != nil {
-		t.Errorf("a second leave: gone %v, %v; want it gone, harmlessly", gone, err)
+	if removed, gone, err := k.leave(ctx, "b", owners["b"]); removed || !gone || err != nil {
+		t.Errorf("a second leave: removed %v, gone %v, %v; want it gone already, harmlessly", removed, gone, err)
 	}
 	a.Client().ForceRebalance()
 	eventually(t, "a to own every partition", func() bool {

@@ -7,6 +7,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,7 +107,7 @@ func (tr *traffic) sendEach(n *clusterNode, ids []string) {
 
 // failoverBudget is what the test allows from the kill until every key's
 // new output is visible and a moved key reads back: the product's budget
-// is 5 s at the defaults (bench/cluster_test.go measures it); the margin
+// is 5 s at the defaults (bench/failover_test.go measures it); the margin
 // is for a race-built binary on a shared two-core machine, still far below
 // the 45 s session timeout that moved the partitions before.
 const failoverBudget = 15 * time.Second
@@ -118,13 +120,18 @@ const failoverBudget = 15 * time.Second
 // a key the killed node owned reads back from a survivor, within
 // failoverBudget; every count is on the output exactly once. Then the node
 // returns: it is ready only once it serves partitions, it is not removed
-// again, and still nothing is doubled.
+// again, and still nothing is doubled. STATEFUN_CLUSTER_SOAK=1 (make soak)
+// kills each node in turn, nine times.
 func TestClusterFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test skipped in -short mode")
 	}
 	t.Parallel()
 	needKcat(t)
+	rounds := 1
+	if os.Getenv("STATEFUN_CLUSTER_SOAK") != "" {
+		rounds = 9
+	}
 	dk := startDevkafka(t, "-port", "0", "-brokers", "3", "-topic", "counts:3")
 	fn := kafkaCounterFn(t, "kc/out")
 	nodes := newClusterNodes(t, dk, "failover", fn, "node-a", "node-b", "node-c")
@@ -140,17 +147,59 @@ func TestClusterFailover(t *testing.T) {
 	}
 	tr := startTraffic(t, "kc/counter", keys, nodes...)
 	tr.waitAcked(3*time.Second, 30*time.Second)
+	for round := range rounds {
+		v := (2 + round) % len(nodes)
+		victim := nodes[v]
+		survivors := slices.Delete(slices.Clone(nodes), v, v+1)
+		tr = failOver(t, dk, out, tr, ids, victim, survivors)
 
-	victim, survivors := nodes[2], nodes[:2]
+		// The node returns: it rejoins under its node id and serves a
+		// share again, reporting ready only once it does; nobody removes
+		// it again, and nothing is doubled.
+		removed, err := sumMetric(survivors, "statefun_cluster_peers_removed_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		victim.launch()
+		waitReadyServing(t, victim, 60*time.Second)
+		tr.sendTo(nodes...)
+		tr.waitAcked(2*time.Second, 30*time.Second)
+		waitServing(t, 60*time.Second, nodes...)
+		again, err := sumMetric(survivors, "statefun_cluster_peers_removed_total")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again != removed {
+			t.Errorf("statefun_cluster_peers_removed_total went from %v to %v after %s returned: it was removed again", removed, again, victim.id)
+		}
+		tr.settle(t, dk, nodes, 90*time.Second)
+		if round < rounds-1 {
+			tr = resumeTraffic(t, tr, keys, nodes...)
+		}
+	}
+}
+
+// failOver kills victim with SIGKILL while tr sends through survivors,
+// checks that every one of ids has new output and a key victim owned reads
+// back within failoverBudget, that the survivors removed it, and that the
+// output holds every count once; it returns the traffic, going on through
+// the survivors.
+func failOver(t *testing.T, dk *devkafka, out *outputWatch, tr *traffic, ids []string, victim *clusterNode, survivors []*clusterNode) *traffic {
+	t.Helper()
 	var moved string
+	all := append([]*clusterNode{victim}, survivors...)
 	for _, id := range ids {
-		if ownerOf(t, nodes, "/state/kc/counter/"+id+"/count") == victim {
+		if ownerOf(t, all, "/state/kc/counter/"+id+"/count") == victim {
 			moved = id
 			break
 		}
 	}
 	if moved == "" {
-		t.Fatal("node-c owns none of the keys: the test would prove nothing")
+		t.Fatalf("%s owns none of the keys: the test would prove nothing", victim.id)
+	}
+	removed, err := sumMetric(survivors, "statefun_cluster_peers_removed_total")
+	if err != nil {
+		t.Fatal(err)
 	}
 	before := tr.snapshotAndSend(survivors...)
 	killed := time.Now()
@@ -183,33 +232,16 @@ func TestClusterFailover(t *testing.T) {
 	if took > failoverBudget {
 		t.Errorf("failover took %v, over the test's budget of %v (the default session timeout is 45 s)", took.Round(time.Millisecond), failoverBudget)
 	}
-	removed, err := sumMetric(survivors, "statefun_cluster_peers_removed_total")
+	after, err := sumMetric(survivors, "statefun_cluster_peers_removed_total")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if removed < 1 {
-		t.Errorf("statefun_cluster_peers_removed_total = %v on the survivors: the partitions did not move through the failure detector", removed)
+	if after != removed+1 {
+		t.Errorf("statefun_cluster_peers_removed_total on the survivors went from %v to %v: want the killed node removed once, by the failure detector", removed, after)
 	}
 	tr.waitAcked(time.Second, 30*time.Second)
 	tr.settle(t, dk, survivors, 90*time.Second)
-
-	// The node returns: it rejoins under its node id and serves a share
-	// again, reporting ready only once it does; nobody removes it again,
-	// and nothing is doubled.
-	tr = resumeTraffic(t, tr, keys, survivors...)
-	victim.launch()
-	waitReadyServing(t, victim, 60*time.Second)
-	tr.sendTo(nodes...)
-	tr.waitAcked(2*time.Second, 30*time.Second)
-	waitServing(t, 60*time.Second, nodes...)
-	again, err := sumMetric(survivors, "statefun_cluster_peers_removed_total")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again != removed {
-		t.Errorf("statefun_cluster_peers_removed_total went from %v to %v after the node returned: it was removed again", removed, again)
-	}
-	tr.settle(t, dk, nodes, 90*time.Second)
+	return resumeTraffic(t, tr, len(ids), survivors...)
 }
 
 // resumeTraffic starts sending to nodes again after tr halted, its counts

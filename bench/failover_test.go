@@ -19,6 +19,8 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/kafkatail"
+	"github.com/statefun-go/statefun/pkg/stateclient"
 )
 
 var (
@@ -349,22 +351,17 @@ func (r *failoverRun) waitServed(n *clusterNodeProc, want map[string]int, moved 
 
 // readCount reads id's count through n's state API.
 func (r *failoverRun) readCount(n *clusterNodeProc, id string) (int64, bool) {
-	req, err := http.NewRequest(http.MethodGet, n.admin+"/state/"+kafkaCounterFn+"/"+id+"/"+kafkaCountName, nil)
+	c, err := stateclient.New(n.admin, stateclient.WithHTTPClient(r.web))
 	if err != nil {
 		return 0, false
 	}
-	req.Header.Set("Accept", "text/plain")
-	resp, err := r.web.Do(req)
+	ns, typ, _ := strings.Cut(kafkaCounterFn, "/")
+	v, err := c.Get(context.Background(), stateclient.Address{Namespace: ns, Type: typ, ID: id}, kafkaCountName, "text/plain")
 	if err != nil {
 		return 0, false
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64)
-	return v, err == nil
+	n64, err := strconv.ParseInt(strings.TrimSpace(string(v.Bytes)), 10, 64)
+	return n64, err == nil
 }
 
 // postMessage sends one message through a playground ingress URL.
@@ -397,32 +394,20 @@ type outputTail struct {
 }
 
 func tailOutput(b *testing.B, brokers string) *outputTail {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumeTopics(kafkaOutTopic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(50*time.Millisecond))
+	o := &outputTail{counts: map[string][]int{}, at: map[string][]time.Time{}, acked: map[string]int{}, tries: map[string]int{}}
+	stop, err := kafkatail.Start(strings.Split(brokers, ","), kafkaOutTopic, 50*time.Millisecond, func(r *kgo.Record, at time.Time) {
+		n, _, _ := strings.Cut(string(r.Value), " ")
+		if c, err := strconv.Atoi(n); err == nil {
+			o.mu.Lock()
+			o.counts[string(r.Key)] = append(o.counts[string(r.Key)], c)
+			o.at[string(r.Key)] = append(o.at[string(r.Key)], at)
+			o.mu.Unlock()
+		}
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
-	o := &outputTail{counts: map[string][]int{}, at: map[string][]time.Time{}, acked: map[string]int{}, tries: map[string]int{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			now := time.Now()
-			o.mu.Lock()
-			fs.EachRecord(func(r *kgo.Record) {
-				n, _, _ := strings.Cut(string(r.Value), " ")
-				if c, err := strconv.Atoi(n); err == nil {
-					o.counts[string(r.Key)] = append(o.counts[string(r.Key)], c)
-					o.at[string(r.Key)] = append(o.at[string(r.Key)], now)
-				}
-			})
-			o.mu.Unlock()
-		}
-	}()
-	b.Cleanup(func() { cancel(); <-done; cl.Close() })
+	b.Cleanup(stop)
 	return o
 }
 

@@ -6,7 +6,6 @@ package e2e
 // waiting for Kafka's 45 s session timeout.
 
 import (
-	"context"
 	"os"
 	"slices"
 	"strconv"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/statefun-go/statefun/internal/kafkatail"
 )
 
 // outputWatch tails a topic read_committed and notes when each record of
@@ -34,31 +35,19 @@ type sighting struct {
 // watchOutput starts tailing topic from its start until the test ends.
 func watchOutput(t *testing.T, brokers, topic string) *outputWatch {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(100*time.Millisecond))
+	w := &outputWatch{seen: map[string][]sighting{}}
+	stop, err := kafkatail.Start(strings.Split(brokers, ","), topic, 100*time.Millisecond, func(r *kgo.Record, at time.Time) {
+		id, n, ok := strings.Cut(string(r.Value), "=")
+		if c, err := strconv.Atoi(n); ok && err == nil {
+			w.mu.Lock()
+			w.seen[id] = append(w.seen[id], sighting{c, at})
+			w.mu.Unlock()
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &outputWatch{seen: map[string][]sighting{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			fs := cl.PollFetches(ctx)
-			now := time.Now()
-			w.mu.Lock()
-			fs.EachRecord(func(r *kgo.Record) {
-				id, n, ok := strings.Cut(string(r.Value), "=")
-				if c, err := strconv.Atoi(n); ok && err == nil {
-					w.seen[id] = append(w.seen[id], sighting{c, now})
-				}
-			})
-			w.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done; cl.Close() })
+	t.Cleanup(stop)
 	return w
 }
 

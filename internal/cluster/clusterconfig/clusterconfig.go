@@ -11,6 +11,7 @@
 package clusterconfig
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -157,53 +158,35 @@ func (c *Config) TransactionalIDOf(node string) string { return c.AppID + "-" + 
 // PeerProbeIntervalOrDefault is PeerProbeInterval, or its default when
 // unset.
 func (c *Config) PeerProbeIntervalOrDefault() time.Duration {
-	if c.PeerProbeInterval == 0 {
-		return DefaultPeerProbeInterval
-	}
-	return c.PeerProbeInterval
+	return cmp.Or(c.PeerProbeInterval, DefaultPeerProbeInterval)
 }
 
 // PeerDownAfterOrDefault is PeerDownAfter, or its default when unset;
 // negative when the probing is off.
 func (c *Config) PeerDownAfterOrDefault() time.Duration {
-	if c.PeerDownAfter == 0 {
-		return DefaultPeerDownAfter
-	}
-	return c.PeerDownAfter
+	return cmp.Or(c.PeerDownAfter, DefaultPeerDownAfter)
 }
 
 // GiveUpAfterOrDefault is GiveUpAfter, or its default when unset; negative
 // when the node never gives up.
 func (c *Config) GiveUpAfterOrDefault() time.Duration {
-	if c.GiveUpAfter == 0 {
-		return DefaultGiveUpAfter
-	}
-	return c.GiveUpAfter
+	return cmp.Or(c.GiveUpAfter, DefaultGiveUpAfter)
 }
 
 // ReplicationOrDefault is Replication, or DefaultReplication when unset.
 func (c *Config) ReplicationOrDefault() int {
-	if c.Replication == 0 {
-		return DefaultReplication
-	}
-	return c.Replication
+	return cmp.Or(c.Replication, DefaultReplication)
 }
 
 // MessagesRetentionOrDefault is MessagesRetention, or its default when
 // unset.
 func (c *Config) MessagesRetentionOrDefault() time.Duration {
-	if c.MessagesRetention == 0 {
-		return DefaultMessagesRetention
-	}
-	return c.MessagesRetention
+	return cmp.Or(c.MessagesRetention, DefaultMessagesRetention)
 }
 
 // CommitIntervalOrDefault is CommitInterval, or its default when unset.
 func (c *Config) CommitIntervalOrDefault() time.Duration {
-	if c.CommitInterval == 0 {
-		return DefaultCommitInterval
-	}
-	return c.CommitInterval
+	return cmp.Or(c.CommitInterval, DefaultCommitInterval)
 }
 
 // maxIDLen is the longest application id: its longest topic name,

@@ -169,6 +169,17 @@ func (dt *detectorTest) start(t *testing.T, id string) *Detector {
 	return d
 }
 
+// wantNoneRemoved lets the detectors run for d and checks that nobody was
+// fenced or removed, for the reason why.
+func (dt *detectorTest) wantNoneRemoved(t *testing.T, d time.Duration, why string) {
+	t.Helper()
+	time.Sleep(d)
+	synctest.Wait()
+	if fenced, left := dt.g.result(); len(fenced)+len(left) > 0 {
+		t.Errorf("fenced %v, left %v; want %s", fenced, left, why)
+	}
+}
+
 // A node killed (its admin URL refuses connections) is removed after the
 // down-after time and one probe interval at most: its open transaction is
 // aborted, it leaves the group under the member id it had, and this node
@@ -257,11 +268,7 @@ func TestDetectorSparesANodeWorkingInKafka(t *testing.T) {
 		dt.g.working["c"] = true
 		dt.g.mu.Unlock()
 		dt.net.set("http://c", "refused")
-		time.Sleep(20 * time.Second)
-		synctest.Wait()
-		if fenced, left := dt.g.result(); len(fenced)+len(left) > 0 {
-			t.Errorf("fenced %v, left %v; want c left alone: its transactions progress", fenced, left)
-		}
+		dt.wantNoneRemoved(t, 20*time.Second, "c left alone: its transactions progress")
 		// It stops working: now it is removed.
 		dt.g.mu.Lock()
 		dt.g.working["c"] = false
@@ -283,11 +290,7 @@ func TestDetectorSparesANodeThatReturns(t *testing.T) {
 		dt.net.set("http://c", "refused")
 		time.Sleep(1500 * time.Millisecond)
 		dt.net.set("http://c", "")
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
-		if fenced, left := dt.g.result(); len(fenced)+len(left) > 0 {
-			t.Errorf("fenced %v, left %v; want c left alone: it answered again", fenced, left)
-		}
+		dt.wantNoneRemoved(t, 5*time.Second, "c left alone: it answered again")
 
 		dt.net.set("http://b", "refused")
 		time.Sleep(1500 * time.Millisecond)
@@ -295,11 +298,7 @@ func TestDetectorSparesANodeThatReturns(t *testing.T) {
 		dt.g.members["b"] = "b-2" // a new process joined under b's node id
 		dt.g.txns["b"] = txnState{producerID: 7, epoch: 1, state: "Empty", start: -1}
 		dt.g.mu.Unlock()
-		time.Sleep(1 * time.Second)
-		synctest.Wait()
-		if fenced, left := dt.g.result(); len(fenced)+len(left) > 0 {
-			t.Errorf("fenced %v, left %v; want b's new process left alone at the old run's end", fenced, left)
-		}
+		dt.wantNoneRemoved(t, time.Second, "b's new process left alone at the old run's end")
 	})
 }
 
@@ -310,11 +309,7 @@ func TestDetectorCutOffRemovesNobody(t *testing.T) {
 		dt := newDetectorTest(t)
 		dt.net.set("http://b", "refused")
 		dt.net.set("http://c", "refused")
-		time.Sleep(20 * time.Second)
-		synctest.Wait()
-		if fenced, left := dt.g.result(); len(fenced)+len(left) > 0 {
-			t.Errorf("fenced %v, left %v; want nobody removed by a node cut off from all its peers", fenced, left)
-		}
+		dt.wantNoneRemoved(t, 20*time.Second, "nobody removed by a node cut off from all its peers")
 	})
 }
 
@@ -325,10 +320,6 @@ func TestDetectorLeavesAWithdrawnNodeAlone(t *testing.T) {
 		dt := newDetectorTest(t)
 		dt.withdraw("c")
 		dt.net.set("http://c", "refused")
-		time.Sleep(20 * time.Second)
-		synctest.Wait()
-		if fenced, left := dt.g.result(); len(fenced)+len(left) > 0 {
-			t.Errorf("fenced %v, left %v; want c, which withdrew its record, left alone", fenced, left)
-		}
+		dt.wantNoneRemoved(t, 20*time.Second, "c, which withdrew its record, left alone")
 	})
 }

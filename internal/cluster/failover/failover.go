@@ -97,7 +97,7 @@ type Detector struct {
 	inflight map[string]bool
 	owners   map[string]string // node id → member id, from the last look at the group
 	urls     map[string]string // node id → admin URL of the peers probed
-	cutOff   bool              // reported that this node reaches no peer
+	cutLog   bool              // logged that this node reaches no peer
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -253,8 +253,8 @@ func (d *Detector) tick(ctx context.Context, results chan<- probeResult, probes 
 		}()
 	}
 	d.m.failing.Set(float64(d.j.failing()))
-	if cut := d.j.cutOff(); cut != d.cutOff {
-		d.cutOff = cut
+	if cut := d.j.cutOff(); cut != d.cutLog {
+		d.cutLog = cut
 		if cut {
 			d.log.Warn("cluster: failover: this node reaches none of its peers' admin URLs; it removes none of them from the group, since the fault is more likely on its side", "peers", len(urls))
 		}

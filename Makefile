@@ -85,9 +85,10 @@ fuzz:
 		.ci/fuzz $$pkg $$fn $(FUZZTIME); \
 	done
 
-# The long budget: fuzzing for minutes per target, and the deterministic
+# The long budget: fuzzing for minutes per target, the deterministic
 # simulation over a thousand seeds, embedded and in cluster mode (a failing
-# seed prints the command that replays it).
+# seed prints the command that replays it), and the process tests' longer
+# variants (crashes under Kafka traffic, nine failovers in a row).
 soak:
 	$(MAKE) fuzz FUZZTIME=5m
 	@# A seed whose disk fails abandons its store, whose goroutines Pebble
@@ -97,3 +98,4 @@ soak:
 		go test ./internal/sim -run 'TestSimulation(Cluster)?$$' -sim.first=$$first -sim.seeds=100 -sim.steps=1200 -timeout 1h; \
 	done
 	STATEFUN_KAFKA_SOAK=1 go test -race ./e2e -run 'TestKafkaCrashExactlyOnce$$' -timeout 30m
+	STATEFUN_CLUSTER_SOAK=1 go test -race ./e2e -run 'TestClusterFailover$$' -timeout 30m

@@ -61,6 +61,9 @@ type clusterNode struct {
 	id, app, brokers string
 	// sessionTimeout is the group's session.timeout.ms for this node.
 	sessionTimeout int
+	// defaults runs the node with Kafka's own session, heartbeat and
+	// transaction timeouts instead of the tests' short ones.
+	defaults bool
 	// extra are flags added to the node's command line.
 	extra []string
 }
@@ -77,11 +80,14 @@ func newClusterNode(t *testing.T, brokers, app, id, fnURL string) *clusterNode {
 // node's partitions move within the test's time (the defaults are 45 s
 // and 40 s).
 func (n *clusterNode) args() []string {
-	return append([]string{"run", "--module", n.module, "--data-dir", filepath.Join(n.dir, "data"), "--admin-addr", n.admin,
+	args := []string{"run", "--module", n.module, "--data-dir", filepath.Join(n.dir, "data"), "--admin-addr", n.admin,
 		"--cluster-brokers", n.brokers, "--cluster-app-id", n.app, "--cluster-node-id", n.id,
-		"--cluster-advertise", "http://" + n.admin, "--cluster-partitions", "8",
-		"--cluster-property", "session.timeout.ms=" + strconv.Itoa(n.sessionTimeout), "--cluster-property", "heartbeat.interval.ms=500",
-		"--cluster-property", "transaction.timeout.ms=10000"}, n.extra...)
+		"--cluster-advertise", "http://" + n.admin, "--cluster-partitions", "8"}
+	if !n.defaults {
+		args = append(args, "--cluster-property", "session.timeout.ms="+strconv.Itoa(n.sessionTimeout), "--cluster-property", "heartbeat.interval.ms=500",
+			"--cluster-property", "transaction.timeout.ms=10000")
+	}
+	return append(args, n.extra...)
 }
 
 // sumMetric is a metric's value summed over nodes.

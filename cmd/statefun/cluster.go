@@ -22,6 +22,8 @@ type clusterFlags struct {
 	brokers, appID, nodeID, adv *string
 	partitions, replication     *int
 	retention, commitInterval   *time.Duration
+	probeInterval, downAfter    *time.Duration
+	giveUpAfter                 *time.Duration
 	propsFile, secretFile       *string
 	leave                       *bool
 	props                       []module.KafkaProperty
@@ -41,6 +43,9 @@ func registerClusterFlags(fs *flag.FlagSet) *clusterFlags {
 	c.retention = fs.Duration("cluster-messages-retention", envDuration("STATEFUN_CLUSTER_MESSAGES_RETENTION", clusterconfig.DefaultMessagesRetention), "cluster mode: retention of the messages topic when this node creates it; -1s keeps records forever (env STATEFUN_CLUSTER_MESSAGES_RETENTION)")
 	c.commitInterval = fs.Duration("cluster-commit-interval", envDuration("STATEFUN_CLUSTER_COMMIT_INTERVAL", clusterconfig.DefaultCommitInterval), "cluster mode: how often a node commits its Kafka transaction (env STATEFUN_CLUSTER_COMMIT_INTERVAL)")
 	c.leave = fs.Bool("cluster-leave-on-stop", envBool("STATEFUN_CLUSTER_LEAVE_ON_STOP", false), "cluster mode: a clean stop (SIGTERM) removes this node from the group at once, so its partitions move without waiting for the session timeout; for a node stopped for good (env STATEFUN_CLUSTER_LEAVE_ON_STOP)")
+	c.probeInterval = fs.Duration("cluster-peer-probe-interval", envDuration("STATEFUN_CLUSTER_PEER_PROBE_INTERVAL", clusterconfig.DefaultPeerProbeInterval), "cluster mode: how often this node probes the admin URL of each other node that owns partitions (env STATEFUN_CLUSTER_PEER_PROBE_INTERVAL)")
+	c.downAfter = fs.Duration("cluster-peer-down-after", envDuration("STATEFUN_CLUSTER_PEER_DOWN_AFTER", clusterconfig.DefaultPeerDownAfter), "cluster mode: how long another node may answer no probe, with no progress in Kafka, before this node removes it from the group so that its partitions move at once; a negative duration turns the probing off (env STATEFUN_CLUSTER_PEER_DOWN_AFTER)")
+	c.giveUpAfter = fs.Duration("cluster-give-up-after", envDuration("STATEFUN_CLUSTER_GIVE_UP_AFTER", clusterconfig.DefaultGiveUpAfter), "cluster mode: how long Kafka may refuse this node's commits, none committing, before it leaves the group and stops with an error; a negative duration never gives up (env STATEFUN_CLUSTER_GIVE_UP_AFTER)")
 	c.propsFile = fs.String("cluster-properties", env("STATEFUN_CLUSTER_PROPERTIES", ""), "cluster mode: a Kafka client properties file (key=value lines, as client.properties); --cluster-property overrides it (env STATEFUN_CLUSTER_PROPERTIES)")
 	c.secretFile = fs.String("cluster-secret-file", env("STATEFUN_CLUSTER_SECRET_FILE", ""), "cluster mode: a file holding the cluster secret every node shares (at least 32 characters); nodes trust only member records and requests authenticated with it. STATEFUN_CLUSTER_SECRET may give the secret itself instead. Required with --api-tokens (env STATEFUN_CLUSTER_SECRET_FILE; docs/cluster.md, \"Trust between nodes\")")
 	fs.Func("cluster-property", "cluster mode: one Kafka client property key=value, e.g. security.protocol=SASL_SSL; repeatable (docs/kafka.md, client properties)", func(v string) error {
@@ -91,6 +96,18 @@ func (c *clusterFlags) config() (*clusterconfig.Config, error) {
 	if *c.commitInterval == 0 {
 		return nil, fmt.Errorf("--cluster-commit-interval 0: want a duration from 1ms to %v, like 100ms", clusterconfig.MaxCommitInterval)
 	}
+	for _, f := range []struct {
+		flag      string
+		got, like time.Duration
+	}{
+		{"cluster-peer-probe-interval", *c.probeInterval, clusterconfig.DefaultPeerProbeInterval},
+		{"cluster-peer-down-after", *c.downAfter, clusterconfig.DefaultPeerDownAfter},
+		{"cluster-give-up-after", *c.giveUpAfter, clusterconfig.DefaultGiveUpAfter},
+	} {
+		if f.got == 0 {
+			return nil, fmt.Errorf("--%s 0: want a duration like %v", f.flag, f.like)
+		}
+	}
 	var props []module.KafkaProperty
 	if *c.propsFile != "" {
 		data, err := os.ReadFile(*c.propsFile)
@@ -123,6 +140,9 @@ func (c *clusterFlags) config() (*clusterconfig.Config, error) {
 		MessagesRetention: *c.retention,
 		CommitInterval:    *c.commitInterval,
 		LeaveOnStop:       *c.leave,
+		PeerProbeInterval: *c.probeInterval,
+		PeerDownAfter:     *c.downAfter,
+		GiveUpAfter:       *c.giveUpAfter,
 		Properties:        props,
 	}
 	if err := cfg.Validate(); err != nil {

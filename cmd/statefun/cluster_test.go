@@ -62,6 +62,9 @@ func TestRunRefusesBadClusterSettings(t *testing.T) {
 		{"retention 0", with(clusterArgs, "--cluster-messages-retention", "0s"), [2]string{}, []string{"statefun run: --cluster-messages-retention 0: want a duration like 168h, or -1s to keep records forever"}},
 		{"commit interval", with(clusterArgs, "--cluster-commit-interval", "2m"), [2]string{}, []string{"statefun run: --cluster-commit-interval: 2m0s: want from 1ms to 30s (default 100ms)"}},
 		{"commit interval env", clusterArgs, [2]string{"STATEFUN_CLUSTER_COMMIT_INTERVAL", "fast"}, []string{`statefun run: STATEFUN_CLUSTER_COMMIT_INTERVAL="fast" is not a duration`}},
+		{"down after 0", with(clusterArgs, "--cluster-peer-down-after", "0s"), [2]string{}, []string{"statefun run: --cluster-peer-down-after 0: want a duration like 2s"}},
+		{"down after short", with(clusterArgs, "--cluster-peer-down-after", "100ms"), [2]string{}, []string{"statefun run: --cluster-peer-down-after: 100ms: want at least two probe intervals (1s)"}},
+		{"give up env", clusterArgs, [2]string{"STATEFUN_CLUSTER_GIVE_UP_AFTER", "0s"}, []string{"statefun run: --cluster-give-up-after 0: want a duration like 30s"}},
 		{"property form", with(clusterArgs, "--cluster-property", "acks"), [2]string{}, []string{`invalid value "acks" for flag -cluster-property: "acks": want key=value`}},
 		{"property refused", with(clusterArgs, "--cluster-property", "acks=1"), [2]string{}, []string{`statefun run: --cluster-property: acks: cannot be set in cluster mode (got "1"): cluster mode writes with acks=all`}},
 		{"property twice", with(clusterArgs, "--cluster-property", "linger.ms=1", "--cluster-property", "linger.ms=2"), [2]string{}, []string{"statefun run: --cluster-property linger.ms: set twice"}},
@@ -216,13 +219,15 @@ func TestClusterFlagsToConfig(t *testing.T) {
 	t.Setenv("STATEFUN_CLUSTER_SECRET", " "+testSecret+"\n")
 	cfg, err := parse("--cluster-brokers", "a:1, b:2", "--cluster-app-id", "shop", "--cluster-advertise", "http://a:8070",
 		"--cluster-partitions", "12", "--cluster-messages-retention", "-1s", "--cluster-commit-interval", "250ms",
+		"--cluster-peer-probe-interval", "200ms", "--cluster-peer-down-after", "-1s", "--cluster-give-up-after", "1m",
 		"--cluster-property", "client.id=from-flag", "--cluster-property", "sasl.jaas.config=x=y").config()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(cfg.Brokers, "|") != "a:1|b:2" || cfg.AppID != "shop" || cfg.NodeID != "env-node" || cfg.Advertise != "http://a:8070" ||
 		cfg.Partitions != 12 || cfg.Replication != 2 || cfg.MessagesRetention != -time.Second || cfg.CommitInterval != 250*time.Millisecond ||
-		string(cfg.Secret) != testSecret {
+		string(cfg.Secret) != testSecret ||
+		cfg.PeerProbeInterval != 200*time.Millisecond || cfg.PeerDownAfter != -time.Second || cfg.GiveUpAfter != time.Minute {
 		t.Errorf("config %+v", cfg)
 	}
 	props := map[string]string{}
@@ -238,7 +243,8 @@ func TestClusterFlagsToConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.AppID != "env-app" || cfg.Replication != 0 || cfg.MessagesRetention != 7*24*time.Hour || cfg.CommitInterval != 100*time.Millisecond || cfg.Partitions != 0 {
+	if cfg.AppID != "env-app" || cfg.Replication != 0 || cfg.MessagesRetention != 7*24*time.Hour || cfg.CommitInterval != 100*time.Millisecond || cfg.Partitions != 0 ||
+		cfg.PeerProbeInterval != 500*time.Millisecond || cfg.PeerDownAfter != 2*time.Second || cfg.GiveUpAfter != 30*time.Second {
 		t.Errorf("defaults %+v", cfg)
 	}
 }

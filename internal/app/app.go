@@ -25,6 +25,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/cluster/node"
+	"github.com/statefun-go/statefun/internal/cluster/session"
 	"github.com/statefun-go/statefun/internal/cluster/topics"
 	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/connlimit"
@@ -446,6 +447,15 @@ func (a *App) Close() error {
 		if !errors.Is(dead, store.ErrFailed) {
 			dead = nil
 		}
+		if a.node != nil && dead == nil && a.eng.Err() == nil {
+			// First, so that no node names this one as an owner while it
+			// stops, and no node takes it for dead while its listeners
+			// finish their requests: a node that withdrew its record is
+			// not probed, and keeps its partitions for its restart. A node
+			// stopping on a failure keeps its record, as a crash does: the
+			// others find it down and take its partitions.
+			a.node.Withdraw()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var wg sync.WaitGroup
@@ -462,11 +472,6 @@ func (a *App) Close() error {
 		}
 		wg.Wait()
 		a.wg.Wait()
-		if a.node != nil {
-			// First, so that no node names this one as an owner while it
-			// stops.
-			a.node.Withdraw()
-		}
 		a.guard.Stop()
 		a.kafka.close()
 		if dead != nil {
@@ -479,8 +484,13 @@ func (a *App) Close() error {
 		}
 		a.eng.Close() // in cluster mode, stops the session too
 		if a.node != nil {
-			if a.cfg.Cluster.LeaveOnStop {
-				a.node.Leave()
+			switch {
+			case a.cfg.Cluster.LeaveOnStop:
+				a.node.Leave("stopped for good (--cluster-leave-on-stop)")
+			case errors.Is(a.eng.Err(), session.ErrGaveUp):
+				// Its partitions are served by the others at once, not
+				// after the session timeout.
+				a.node.Leave("gave up: Kafka refused its commits")
 			}
 			a.node.Close()
 		}

@@ -11,6 +11,7 @@
 package clusterconfig
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -47,6 +48,18 @@ const (
 	// MaxCommitInterval bounds the cadence well inside Kafka's default
 	// transaction timeout (60 s).
 	MaxCommitInterval = 30 * time.Second
+	// DefaultPeerProbeInterval is how often a node asks each other node
+	// that owns partitions whether it is alive (docs/cluster.md, "Failure
+	// detection").
+	DefaultPeerProbeInterval = 500 * time.Millisecond
+	// DefaultPeerDownAfter is how long a node that owns partitions may
+	// leave every probe unanswered, without progress in Kafka, before the
+	// others remove it from the group: well inside the failover budget of
+	// 5 s, well beyond a healthy node's answer (milliseconds).
+	DefaultPeerDownAfter = 2 * time.Second
+	// DefaultGiveUpAfter is how long a node's commits may keep being
+	// refused, none committing, before it gives its partitions up.
+	DefaultGiveUpAfter = 30 * time.Second
 )
 
 // Topic name suffixes of an application's internal topics.
@@ -98,6 +111,23 @@ type Config struct {
 	// session timeout, which a restart within it finds again
 	// (--cluster-leave-on-stop).
 	LeaveOnStop bool
+	// PeerProbeInterval is how often this node probes the admin URL of
+	// each other node that owns partitions; 0 means
+	// DefaultPeerProbeInterval (--cluster-peer-probe-interval).
+	PeerProbeInterval time.Duration
+	// PeerDownAfter is how long such a node may answer no probe, and show
+	// no progress in Kafka, before this node removes it from the consumer
+	// group (and aborts its open transaction) so that its partitions move
+	// at once instead of after the session timeout; 0 means
+	// DefaultPeerDownAfter, negative turns the probing off
+	// (--cluster-peer-down-after).
+	PeerDownAfter time.Duration
+	// GiveUpAfter is how long this node's transactions may keep being
+	// refused by Kafka (aborted for a group or fencing reason), none
+	// committing, before the node leaves the group and stops with an error,
+	// so that other nodes serve its partitions; 0 means DefaultGiveUpAfter,
+	// negative never gives up (--cluster-give-up-after).
+	GiveUpAfter time.Duration
 	// Properties are Kafka client properties (security, timeouts, tuning)
 	// with the Java client's names, mapped by kafkaclient.ForCluster
 	// (--cluster-property, --cluster-properties).
@@ -128,31 +158,44 @@ func (c *Config) MetaTopic() string { return c.AppID + metaSuffix }
 func (c *Config) Group() string { return c.AppID }
 
 // TransactionalID is this node's transactional id.
-func (c *Config) TransactionalID() string { return c.AppID + "-" + c.NodeID }
+func (c *Config) TransactionalID() string { return c.TransactionalIDOf(c.NodeID) }
+
+// TransactionalIDOf is the transactional id of node id node of this
+// application.
+func (c *Config) TransactionalIDOf(node string) string { return c.AppID + "-" + node }
+
+// PeerProbeIntervalOrDefault is PeerProbeInterval, or its default when
+// unset.
+func (c *Config) PeerProbeIntervalOrDefault() time.Duration {
+	return cmp.Or(c.PeerProbeInterval, DefaultPeerProbeInterval)
+}
+
+// PeerDownAfterOrDefault is PeerDownAfter, or its default when unset;
+// negative when the probing is off.
+func (c *Config) PeerDownAfterOrDefault() time.Duration {
+	return cmp.Or(c.PeerDownAfter, DefaultPeerDownAfter)
+}
+
+// GiveUpAfterOrDefault is GiveUpAfter, or its default when unset; negative
+// when the node never gives up.
+func (c *Config) GiveUpAfterOrDefault() time.Duration {
+	return cmp.Or(c.GiveUpAfter, DefaultGiveUpAfter)
+}
 
 // ReplicationOrDefault is Replication, or DefaultReplication when unset.
 func (c *Config) ReplicationOrDefault() int {
-	if c.Replication == 0 {
-		return DefaultReplication
-	}
-	return c.Replication
+	return cmp.Or(c.Replication, DefaultReplication)
 }
 
 // MessagesRetentionOrDefault is MessagesRetention, or its default when
 // unset.
 func (c *Config) MessagesRetentionOrDefault() time.Duration {
-	if c.MessagesRetention == 0 {
-		return DefaultMessagesRetention
-	}
-	return c.MessagesRetention
+	return cmp.Or(c.MessagesRetention, DefaultMessagesRetention)
 }
 
 // CommitIntervalOrDefault is CommitInterval, or its default when unset.
 func (c *Config) CommitIntervalOrDefault() time.Duration {
-	if c.CommitInterval == 0 {
-		return DefaultCommitInterval
-	}
-	return c.CommitInterval
+	return cmp.Or(c.CommitInterval, DefaultCommitInterval)
 }
 
 // maxIDLen is the longest application id: its longest topic name,
@@ -213,6 +256,16 @@ func (c *Config) Validate() error {
 	}
 	if ci := c.CommitInterval; ci < 0 || ci > MaxCommitInterval || (ci > 0 && ci < time.Millisecond) {
 		bad("cluster-commit-interval", "%v: want from 1ms to %v (default %v)", ci, MaxCommitInterval, DefaultCommitInterval)
+	}
+	if pi := c.PeerProbeInterval; pi < 0 || (pi > 0 && pi < 10*time.Millisecond) || pi > time.Minute {
+		bad("cluster-peer-probe-interval", "%v: want from 10ms to 1m (default %v)", pi, DefaultPeerProbeInterval)
+	}
+	if d := c.PeerDownAfter; d > 0 && d < 2*c.PeerProbeIntervalOrDefault() {
+		bad("cluster-peer-down-after", "%v: want at least two probe intervals (%v), so that one lost probe does not remove a node; or a negative duration to turn the probing off (default %v)",
+			d, 2*c.PeerProbeIntervalOrDefault(), DefaultPeerDownAfter)
+	}
+	if g := c.GiveUpAfter; g > 0 && g < time.Second {
+		bad("cluster-give-up-after", "%v: want at least 1s, or a negative duration never to give up (default %v)", g, DefaultGiveUpAfter)
 	}
 	if _, err := kafkaclient.ForCluster(c.Brokers, c.Properties, nil); err != nil {
 		errs = append(errs, err)

@@ -25,6 +25,12 @@ func TestValidConfigAndDerivedNames(t *testing.T) {
 	if c.ReplicationOrDefault() != 3 || c.MessagesRetentionOrDefault() != 7*24*time.Hour || c.CommitIntervalOrDefault() != 100*time.Millisecond {
 		t.Errorf("defaults: %d %v %v", c.ReplicationOrDefault(), c.MessagesRetentionOrDefault(), c.CommitIntervalOrDefault())
 	}
+	if c.PeerProbeIntervalOrDefault() != 500*time.Millisecond || c.PeerDownAfterOrDefault() != 2*time.Second || c.GiveUpAfterOrDefault() != 30*time.Second {
+		t.Errorf("failure detection defaults: %v %v %v", c.PeerProbeIntervalOrDefault(), c.PeerDownAfterOrDefault(), c.GiveUpAfterOrDefault())
+	}
+	if c.TransactionalIDOf("statefun-2") != "shop.orders_v2-statefun-2" {
+		t.Errorf("another node's transactional id: %s", c.TransactionalIDOf("statefun-2"))
+	}
 	// An application id as long as allowed makes a changelog topic name
 	// Kafka still accepts.
 	c.AppID = strings.Repeat("a", maxIDLen)
@@ -62,6 +68,10 @@ func TestValidateExplains(t *testing.T) {
 		{"replication", func(c *Config) { c.Replication = -3 }, "cluster: --cluster-replication: -3: want 0 (the default, 3, or fewer on a smaller Kafka)"},
 		{"retention", func(c *Config) { c.MessagesRetention = time.Microsecond }, "cluster: --cluster-messages-retention: 1µs: want at least 1ms"},
 		{"commit interval", func(c *Config) { c.CommitInterval = time.Minute }, "cluster: --cluster-commit-interval: 1m0s: want from 1ms to 30s (default 100ms)"},
+		{"probe interval", func(c *Config) { c.PeerProbeInterval = time.Millisecond }, "cluster: --cluster-peer-probe-interval: 1ms: want from 10ms to 1m (default 500ms)"},
+		{"down after", func(c *Config) { c.PeerDownAfter = 700 * time.Millisecond }, "cluster: --cluster-peer-down-after: 700ms: want at least two probe intervals (1s), so that one lost probe does not remove a node; or a negative duration to turn the probing off"},
+		{"down after, probe interval", func(c *Config) { c.PeerProbeInterval, c.PeerDownAfter = 2*time.Second, 3*time.Second }, "--cluster-peer-down-after: 3s: want at least two probe intervals (4s)"},
+		{"give up", func(c *Config) { c.GiveUpAfter = time.Millisecond }, "cluster: --cluster-give-up-after: 1ms: want at least 1s, or a negative duration never to give up (default 30s)"},
 		{"property", func(c *Config) {
 			c.Properties = []module.KafkaProperty{{Key: "acks", Value: "1", Pos: module.Position{File: PropertyFlag}}}
 		}, `--cluster-property: acks: cannot be set in cluster mode (got "1"): cluster mode writes with acks=all`},

@@ -448,6 +448,10 @@ type Ownership struct {
 	// partition that is not in it has no owner at the moment (a
 	// cooperative rebalance is moving it, or no node runs).
 	Owners map[int32]string
+	// MemberIDs maps the node id of each member that owns a partition to
+	// its member id in the group's current generation (a restarted node
+	// joins with a new one).
+	MemberIDs map[string]string
 }
 
 // Owners reads which node owns each partition of the messages topic from
@@ -459,7 +463,7 @@ func Owners(ctx context.Context, adm *kadm.Client, cfg *clusterconfig.Config) (*
 	gs, err := adm.DescribeGroups(ctx, cfg.Group())
 	if g, ok := gs[cfg.Group()]; errors.Is(err, kerr.GroupIDNotFound) || ok && errors.Is(g.Err, kerr.GroupIDNotFound) {
 		// No node has joined yet (or the group expired after all left).
-		return &Ownership{State: "Dead", Owners: map[int32]string{}}, nil
+		return &Ownership{State: "Dead", Owners: map[int32]string{}, MemberIDs: map[string]string{}}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("members: describing group %s: %w", cfg.Group(), err)
@@ -471,7 +475,7 @@ func Owners(ctx context.Context, adm *kadm.Client, cfg *clusterconfig.Config) (*
 	if g.Err != nil {
 		return nil, fmt.Errorf("members: describing group %s: %w", cfg.Group(), g.Err)
 	}
-	o := &Ownership{State: g.State, Owners: map[int32]string{}}
+	o := &Ownership{State: g.State, Owners: map[int32]string{}, MemberIDs: map[string]string{}}
 	topic := cfg.MessagesTopic()
 	for _, m := range g.Members {
 		as, ok := m.Assigned.AsConsumer()
@@ -491,6 +495,7 @@ func Owners(ctx context.Context, adm *kadm.Client, cfg *clusterconfig.Config) (*
 			for _, p := range t.Partitions {
 				o.Owners[p] = *m.InstanceID
 			}
+			o.MemberIDs[*m.InstanceID] = m.MemberID
 		}
 	}
 	return o, nil

@@ -28,6 +28,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/cluster/failover"
 	"github.com/statefun-go/statefun/internal/cluster/members"
 	"github.com/statefun-go/statefun/internal/cluster/refusals"
 	"github.com/statefun-go/statefun/internal/cluster/session"
@@ -91,6 +92,7 @@ type Node struct {
 	watcher     atomic.Pointer[members.Watcher] // set by Start, read by the API's handlers, which serve before it
 	published   atomic.Bool                     // read by /readyz
 	stopKeep    func()                          // stops keeping the member record published (members.Keep) and waits
+	detector    *failover.Detector              // nil when the probing is off
 	skipped     *prometheus.CounterVec
 	refusals    *refusals.Guard
 }
@@ -190,7 +192,8 @@ func (n *Node) Bind(e *engine.Engine) {
 
 // Start reads the member records (for Owner) and publishes this node's,
 // with its advertised admin URL, and keeps it published until Withdraw or
-// Close (members.Watcher.Keep). Call it once the admin listener serves.
+// Close (members.Watcher.Keep); it starts probing the other nodes
+// (internal/cluster/failover). Call it once the admin listener serves.
 func (n *Node) Start(ctx context.Context) error {
 	w, err := members.Watch(ctx, n.cfg.Cluster, n.log)
 	if err != nil {
@@ -209,17 +212,41 @@ func (n *Node) Start(ctx context.Context) error {
 		w.Keep(kctx, n.cfg.Cluster, started, n.incarnation)
 	}()
 	n.stopKeep = func() { cancel(); <-done }
+	d, err := failover.New(failover.Config{Cluster: n.cfg.Cluster, Members: w.All, Client: n.producer,
+		Rejoin: n.sess.Rejoin, Logger: n.cfg.Logger, Metrics: n.cfg.Metrics})
+	if err != nil {
+		return fmt.Errorf("cluster: node: %w", err)
+	}
+	if d != nil {
+		d.Start()
+		n.detector = d
+	}
 	return nil
 }
 
-// Ready is nil once the node joined the group and serves every partition
-// assigned to it (for /readyz).
+// Ready is nil once the node is assigned partitions, has restored them and
+// serves them (for /readyz). A node the group assigns none is ready only
+// when the group is stable and every partition has another owner (more
+// nodes than partitions): right after it joined, the cooperative protocol
+// gives it nothing in its first rebalance, and it must not report ready
+// before the second one gives it its share.
 func (n *Node) Ready() error {
 	if !n.sess.Ready() {
 		return fmt.Errorf("cluster: node %s: not serving every partition assigned to it yet (joining the group, or restoring)", n.cfg.Cluster.NodeID)
 	}
 	if !n.published.Load() {
 		return fmt.Errorf("cluster: node %s: its member record is not published yet", n.cfg.Cluster.NodeID)
+	}
+	if n.sess.Owned() == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		o, err := members.Owners(ctx, n.adm, n.cfg.Cluster)
+		if err != nil {
+			return fmt.Errorf("cluster: node %s: assigned no partition, and the group cannot be read: %w", n.cfg.Cluster.NodeID, err)
+		}
+		if o.State != "Stable" || len(o.Owners) < n.p {
+			return fmt.Errorf("cluster: node %s: assigned no partition yet (the group is %s, %d of %d partitions assigned)", n.cfg.Cluster.NodeID, o.State, len(o.Owners), n.p)
+		}
 	}
 	return nil
 }
@@ -281,8 +308,10 @@ func (n *Node) Assignment(ctx context.Context) (map[int]string, map[string]strin
 	return owners, urls, nil
 }
 
-// Withdraw deletes this node's member record, on a clean shutdown.
+// Withdraw stops probing the other nodes (a node that stops removes
+// nobody) and deletes this node's member record, on a clean shutdown.
 func (n *Node) Withdraw() {
+	n.detector.Stop()
 	if !n.published.Load() {
 		return
 	}
@@ -299,16 +328,18 @@ func (n *Node) Withdraw() {
 // Leave removes this node from the application's consumer group at once,
 // by its static-membership instance id, so that its partitions move now
 // rather than after the session timeout: a permanent stop (scaling down,
-// --cluster-leave-on-stop). Call it after the engine, and with it the
-// session, stopped: a node that left must commit nothing more. A failure
-// is logged; the partitions then move after the session timeout, as
+// --cluster-leave-on-stop), or a node that gave up because Kafka refused
+// its commits; why says which, for the group's log. Call it after the
+// engine, and with it the session, stopped: a node that left must commit
+// nothing more. A failure is logged; the partitions then move after the
+// session timeout (or when the other nodes find this one down), as
 // without it.
-func (n *Node) Leave() {
+func (n *Node) Leave(why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c := n.cfg.Cluster
 	resps, err := n.adm.LeaveGroup(ctx, kadm.LeaveGroup(c.AppID).InstanceIDs(c.NodeID).
-		Reason("statefun: node "+c.NodeID+" stopped for good (--cluster-leave-on-stop)"))
+		Reason("statefun: node "+c.NodeID+" "+why))
 	if err == nil {
 		err = resps.Error()
 	}
@@ -319,9 +350,10 @@ func (n *Node) Leave() {
 	n.log.Info("cluster: the node left the group; its partitions move to the other nodes now")
 }
 
-// Close stops the member watcher and the ingress producer; the session
-// stops with the engine.
+// Close stops the detector, the member watcher and the ingress producer;
+// the session stops with the engine.
 func (n *Node) Close() {
+	n.detector.Stop()
 	if n.stopKeep != nil {
 		n.stopKeep()
 	}

@@ -123,6 +123,7 @@ func (s *Session) handleEvents(rctx context.Context) error {
 					s.drop(p, "reassigned")
 				}
 				s.parts[p] = &part{}
+				s.owned.Add(1)
 				s.m.owned.Inc()
 				s.m.restoring.Inc()
 				s.startRestore(rctx, p, false)
@@ -194,6 +195,7 @@ func (s *Session) drop(p int32, why string) {
 		s.restoring.Add(-1)
 		s.m.restoring.Dec()
 	}
+	s.owned.Add(-1)
 	s.m.owned.Dec()
 	s.m.lag.DeleteLabelValues(label(p))
 	s.m.restoreRem.DeleteLabelValues(label(p))

@@ -267,7 +267,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 			s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
 			return nil
 		}
-		err = fmt.Errorf("cluster: session: ending a transaction of %s failed, so this node stops (a newer process with node id %q fenced it; or this node stalled past transaction.timeout.ms, so the coordinator aborted the transaction and its partitions moved; or the brokers refused the transaction): %w",
+		err = fmt.Errorf("cluster: session: ending a transaction of %s failed, so this node stops (a newer process with node id %q fenced it; or this node stalled past transaction.timeout.ms, or long enough for the other nodes to remove it from the group, so its transaction was aborted and its partitions moved; or the brokers refused the transaction): %w",
 			s.cfg.Cluster.TransactionalID(), s.cfg.Cluster.NodeID, err)
 		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
 		return err
@@ -293,13 +293,13 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		s.m.aborts.WithLabelValues(abort).Inc()
 		if abort == "group" {
 			// The other causes were logged where they arose.
-			s.log.Info("cluster: the transaction was aborted by the group (a rebalance, or an offset commit the coordinator refused); its work is redone", "partitions", sortedKeys(touched))
+			s.log.Info("cluster: the transaction was not committed (a rebalance revoked partitions, or Kafka refused its offset commit or EndTxn); its work is redone", "partitions", sortedKeys(touched))
 		}
 		for _, p := range sortedKeys(touched) {
 			s.rebuild(rctx, p, cause, culprits[p])
 		}
 		s.reseek()
-		return nil
+		return s.refused(abort)
 	}
 	for p := range touched {
 		if pt := s.parts[p]; pt != nil {
@@ -315,6 +315,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		s.cfg.Ingress.Committed(r, skipped[i])
 	}
 	s.m.commits.Inc()
+	s.giveUp.committed()
 	s.m.txnDur.Observe(time.Since(start).Seconds())
 	s.m.txnRecords.Observe(float64(t.records))
 	s.m.txnBytes.Observe(float64(t.bytes))

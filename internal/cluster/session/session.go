@@ -217,6 +217,7 @@ type Session struct {
 
 	// Readiness, read from any goroutine.
 	joined    atomic.Bool
+	owned     atomic.Int64 // partitions assigned, restored or restoring
 	restoring atomic.Int64
 	running   atomic.Bool
 
@@ -225,6 +226,7 @@ type Session struct {
 	parts      map[int32]*part
 	gen        uint64
 	rearm      bool // a revocation was heard: End must run before the next one can be
+	giveUp     giveUp
 	restoreSem chan struct{}
 	restoreWG  sync.WaitGroup
 	txn        atomic.Pointer[txn] // the open transaction, while requests encode
@@ -291,6 +293,7 @@ func New(cfg Config) (*Session, error) {
 		restoreSem: make(chan struct{}, cfg.RestoreConcurrency),
 		ingress:    map[string]bool{},
 		built:      make(chan struct{}),
+		giveUp:     giveUp{after: cfg.Cluster.GiveUpAfterOrDefault()},
 	}
 	if cfg.Ingress != nil {
 		for _, t := range cfg.Ingress.Topics() {
@@ -348,9 +351,26 @@ func (s *Session) Pending() int {
 func (s *Session) Close() { s.stop(committer.ErrStopped) }
 
 // Ready reports whether the node serves every partition the group assigned
-// to it: it joined the group and no partition is restoring (for /readyz).
+// to it: it joined the group and no partition is restoring (for /readyz;
+// see Owned for a node assigned none).
 func (s *Session) Ready() bool {
 	return s.running.Load() && s.joined.Load() && s.restoring.Load() == 0
+}
+
+// Owned returns the number of partitions the group assigned to this node,
+// restored or restoring.
+func (s *Session) Owned() int { return int(s.owned.Load()) }
+
+// Rejoin makes the node's group member rejoin the group now rather than at
+// its next heartbeat: another member was removed (internal/cluster/failover),
+// and the rebalance completes only once every member has rejoined. A no-op
+// before Run built the client.
+func (s *Session) Rejoin() {
+	select {
+	case <-s.built:
+		s.gts.Client().ForceRebalance()
+	default:
+	}
 }
 
 // stop refuses later Submits with err (the first one wins) and fails the

@@ -31,7 +31,7 @@ type clusterSim struct {
 	// open: its commit must be fenced.
 	zombie *zombie
 
-	aborts, moves, wipes, zombies int
+	aborts, moves, wipes, zombies, rewinds int
 }
 
 type zombie struct {
@@ -193,6 +193,14 @@ func (w *world) move() {
 	}
 	w.cl.moves++
 	w.logf("move partition %d (fresh store %v)", p, fresh)
+	if w.rng.IntN(3) == 0 {
+		// The group's offsets were moved back meanwhile: the next owner
+		// polls records the partition applied before.
+		n := int64(w.rng.IntN(20) + 1)
+		w.cl.rewinds++
+		w.logf("rewind the group's offset of partition %d by %d", p, n)
+		w.cl.k.Rewind(p, n)
+	}
 	w.eng.Revoke(p)
 	w.cl.s.Forget(p)
 	if fresh {
@@ -212,6 +220,15 @@ func (w *world) crashCluster() {
 	pct := w.rng.IntN(101)
 	wipe := w.rng.IntN(3) == 0
 	w.logf("crash (unsynced data kept: %d%%, store wiped %v)", pct, wipe)
+	if w.rng.IntN(4) == 0 {
+		// Down long enough for Kafka to expire the group's offsets: the
+		// next process polls every partition from the start.
+		w.cl.rewinds++
+		w.logf("the group's offsets expired")
+		for p := range partitions {
+			w.cl.k.Rewind(p, 1<<62)
+		}
+	}
 	next := w.nextDisk(pct, wipe)
 	w.eng.Close()
 	_ = w.db.Close()

@@ -112,8 +112,8 @@ func runSeeds(t *testing.T, cluster bool) {
 			t.Logf("seed %d: %d trace lines, %d restarts (%d after a disk error), %d messages, %d mutations",
 				seed, len(w.trace), w.epoch, w.leaked, len(w.m.sent), len(w.m.muts))
 			if w.cl != nil {
-				t.Logf("seed %d: %d aborted cycles, %d moves, %d wiped stores, %d fenced zombies",
-					seed, w.cl.aborts, w.cl.moves, w.cl.wipes, w.cl.zombies)
+				t.Logf("seed %d: %d aborted cycles, %d moves, %d wiped stores, %d fenced zombies, %d rewinds of the group's offsets",
+					seed, w.cl.aborts, w.cl.moves, w.cl.wipes, w.cl.zombies, w.cl.rewinds)
 			}
 		})
 	}

@@ -104,6 +104,17 @@ func (k *Kafka) Committed(p int) int64 {
 	return k.committed[p]
 }
 
+// Rewind moves the group's committed offset of partition p back by n (not
+// below 0), as an operator's offset reset does, or Kafka's offset expiry
+// after every node was down (to 0): the next consumer of p polls records
+// the partition applied before, which it must skip (its read position,
+// engine readpos.go).
+func (k *Kafka) Rewind(p int, n int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.committed[p] = max(k.committed[p]-n, 0)
+}
+
 // Restore applies partition p's changelog from the store's position to its
 // end, as the session's restore does before it assigns p to the engine.
 func (k *Kafka) Restore(db *store.DB, p int) error {

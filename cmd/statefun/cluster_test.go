@@ -53,6 +53,7 @@ func TestRunRefusesBadClusterSettings(t *testing.T) {
 		{"properties file", with(clusterArgs, "--cluster-properties", file), [2]string{}, []string{"statefun run: " + file + ":2:1: sasl.mechanism: sasl.mechanism GSSAPI is not supported"}},
 		{"properties file missing", with(clusterArgs, "--cluster-properties", filepath.Join(dir, "nope")), [2]string{}, []string{"statefun run: --cluster-properties: open " + filepath.Join(dir, "nope")}},
 		{"embedded partitions", with(clusterArgs, "--partitions", "8"), [2]string{}, []string{"statefun run: --partitions is the embedded store's; in cluster mode P is the application's: use --cluster-partitions"}},
+		{"embedded ingress membership", with(clusterArgs, "--kafka-ingress-keep-membership"), [2]string{}, []string{"statefun run: --kafka-ingress-keep-membership is the embedded Kafka ingress's; in cluster mode the node's session consumes the ingress topics, and --cluster-leave-on-stop decides whether it leaves the group"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.env[0] != "" {

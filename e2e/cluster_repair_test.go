@@ -246,16 +246,6 @@ func TestClusterRevertAndResendFromAnyNode(t *testing.T) {
 	}
 	everyNodeReads(2)
 	resend := "/dead-letters/messages/" + url.PathEscape(skip.DeadLetter) + "/resend"
-	// A target in another partition is refused (docs/cluster.md says why);
-	// the dead letter stays.
-	far := idsOwnedBy(own, others[1].id, "far", 1)
-	if len(far) == 0 {
-		t.Fatalf("no id owned by %s", others[1].id)
-	}
-	r = others[0].api(t, http.MethodPost, resend, `{"target":{"namespace":"kc","type":"counter","id":"`+far[0]+`"}}`, "Content-Type", "application/json")
-	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "own partition") {
-		t.Errorf("re-send to %s, of another partition: %d %s; want 400", far[0], r.status, r.body)
-	}
 	r = others[0].api(t, http.MethodPost, resend, `{"reason":"now"}`, "Content-Type", "application/json")
 	var sent struct {
 		Mutation string `json:"mutation"`

@@ -237,31 +237,10 @@ func TestClusterResendToAnotherPartition(t *testing.T) {
 	}
 
 	// A message to id, paused, skipped: a dead letter on the holder.
-	if r := asker.api(t, http.MethodPost, "/pause/kc/counter/"+id[0], `{"reason":"hold"}`, "Content-Type", "application/json"); r.status != http.StatusOK {
-		t.Fatalf("pause: %d %s", r.status, r.body)
-	}
-	if status, err := asker.send("/kc/counter/"+id[0], "kc/text", "x"); err != nil || status != http.StatusOK {
-		t.Fatalf("message: %d %v", status, err)
-	}
-	waitFor(t, 30*time.Second, "the message queued behind the pause", func() bool {
-		r := asker.api(t, http.MethodGet, "/inbox/kc/counter/"+id[0], "")
-		var in struct {
-			Queued struct {
-				Count int `json:"count"`
-			} `json:"queued"`
-		}
-		return r.status == 200 && json.Unmarshal(r.body, &in) == nil && in.Queued.Count == 1
-	})
-	r := asker.api(t, http.MethodPost, "/inbox/kc/counter/"+id[0]+"/skip", `{"reason":"wrong address"}`, "Content-Type", "application/json")
-	var skip struct {
-		DeadLetter string `json:"deadLetter"`
-	}
-	if err := json.Unmarshal(r.body, &skip); err != nil || r.status != http.StatusOK || skip.DeadLetter == "" {
-		t.Fatalf("skip: %d %s", r.status, r.body)
-	}
+	deadLetter := skipBehindPause(t, asker, asker, id[0])
 
-	resend := "/dead-letters/messages/" + url.PathEscape(skip.DeadLetter) + "/resend"
-	r = asker.api(t, http.MethodPost, resend, `{"target":{"namespace":"kc","type":"counter","id":"`+far[0]+`"},"reason":"to the right one"}`,
+	resend := "/dead-letters/messages/" + url.PathEscape(deadLetter) + "/resend"
+	r := asker.api(t, http.MethodPost, resend, `{"target":{"namespace":"kc","type":"counter","id":"`+far[0]+`"},"reason":"to the right one"}`,
 		"Content-Type", "application/json")
 	var sent struct {
 		Mutation string `json:"mutation"`
@@ -283,19 +262,11 @@ func TestClusterResendToAnotherPartition(t *testing.T) {
 			t.Errorf("the re-send's receipt from %s: %d %+v", n.id, status, rc)
 		}
 		recs := auditOf(t, n, sent.Mutation)
-		if len(recs) != 1 || recs[0]["op"] != "resend" || recs[0]["reverts"] != skip.DeadLetter || recs[0]["reason"] != "to the right one" {
+		if len(recs) != 1 || recs[0]["op"] != "resend" || recs[0]["reverts"] != deadLetter || recs[0]["reason"] != "to the right one" {
 			t.Errorf("the re-send's audit record, from %s: %v", n.id, recs)
 		}
 	}
-	egress := func(key string) []string {
-		var out []string
-		for _, rec := range kcatRead(t, brokers, "counts") {
-			if rec.Key != nil && *rec.Key == key && rec.Payload != nil {
-				out = append(out, *rec.Payload)
-			}
-		}
-		return out
-	}
+	egress := func(key string) []string { return countsOf(t, brokers, key) }
 	waitFor(t, 30*time.Second, "the count of "+far[0]+" on the egress", func() bool { return len(egress(far[0])) >= 1 })
 	if got := egress(far[0]); len(got) != 1 || got[0] != far[0]+"=1" {
 		t.Errorf("egress records of %s: %v; want [%s=1]", far[0], got, far[0])
@@ -310,7 +281,7 @@ func TestClusterResendToAnotherPartition(t *testing.T) {
 	survivors := []*clusterNode{targetOwner, asker}
 	waitServing(t, 90*time.Second, survivors...)
 	for _, n := range survivors {
-		if r := n.api(t, http.MethodGet, "/dead-letters/messages/"+url.PathEscape(skip.DeadLetter), ""); r.status != http.StatusNotFound {
+		if r := n.api(t, http.MethodGet, "/dead-letters/messages/"+url.PathEscape(deadLetter), ""); r.status != http.StatusNotFound {
 			t.Errorf("the dead letter read from %s after %s was killed: %d %s; want 404", n.id, holder.id, r.status, r.body)
 		}
 		if r := n.api(t, http.MethodPost, resend, ""); r.status != http.StatusNotFound {

@@ -101,7 +101,8 @@ func TestClusterResendToAnotherPartition(t *testing.T) {
 	if got := len(k.Messages(1)); got != 2 {
 		t.Errorf("partition 1 of the messages topic holds %d records, want the command and its duplicate only", got)
 	}
-	if c := countOf(fn.messages(), b+":skip me"); c != 1 {
+	got := fn.messages()
+	if c := len(got) - len(slices.DeleteFunc(slices.Clone(got), func(m string) bool { return m == b+":skip me" })); c != 1 {
 		t.Errorf("%s got the message %d times, want once", b, c)
 	}
 
@@ -122,14 +123,4 @@ func TestClusterResendToAnotherPartition(t *testing.T) {
 			t.Errorf("partition %d restored alone: receipt of r1 %v (there: %v), want there: %v", p, rc, ok, want.r1)
 		}
 	}
-}
-
-func countOf(ss []string, s string) int {
-	n := 0
-	for _, x := range ss {
-		if x == s {
-			n++
-		}
-	}
-	return n
 }

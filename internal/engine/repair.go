@@ -246,19 +246,25 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 		deadLetter: r.DeadLetter,
 		audit: auditToProto(partition.AuditRecord{Mutation: r.Mutation, At: now, Principal: r.Principal, Reason: r.Reason,
 			Reverts: r.DeadLetter, Addr: target, Op: partition.OpResendMessage, Messages: []*protocol.Envelope{env}})}
-	if err := e.submit(req); err != nil {
+	if err := e.submitAndWait(ctx, req, req.done); err != nil {
 		return partition.Receipt{}, partition.InboxKey{}, err
 	}
-	select {
-	case err := <-req.done:
-		if err != nil {
-			return partition.Receipt{}, partition.InboxKey{}, err
-		}
-	case <-ctx.Done():
-		// Durable or not, the batch is on its way; the caller stops waiting.
-		return partition.Receipt{}, partition.InboxKey{}, ctx.Err()
-	}
 	return rc, key, nil
+}
+
+// submitAndWait submits req and returns its outcome (done gets it), or
+// ctx's error when ctx ends first: durable or not, the request is then on
+// its way, and only the caller stops waiting.
+func (e *Engine) submitAndWait(ctx context.Context, req Request, done <-chan error) error {
+	if err := e.submit(req); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // resendReq is a message dead letter sent again: the message, the removal

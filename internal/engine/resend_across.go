@@ -39,17 +39,8 @@ func (e *Engine) resendAcross(ctx context.Context, r ResendRequest, from address
 		Reverts: r.DeadLetter, Repair: &partition.MessageRepair{Messages: []*protocol.Envelope{env}}}
 	req := &resendAcrossReq{reqOf: reqOf{p: p}, e: e, deadLetter: r.DeadLetter, to: address.Partition(target.ID, e.n),
 		cmd: Command(m), done: make(chan error, 1)}
-	if err := e.submit(req); err != nil {
+	if err := e.submitAndWait(ctx, req, req.done); err != nil {
 		return partition.Receipt{}, partition.InboxKey{}, err
-	}
-	select {
-	case err := <-req.done:
-		if err != nil {
-			return partition.Receipt{}, partition.InboxKey{}, err
-		}
-	case <-ctx.Done():
-		// Durable or not, the commit is on its way; the caller stops waiting.
-		return partition.Receipt{}, partition.InboxKey{}, ctx.Err()
 	}
 	return partition.Receipt{Mutation: r.Mutation, Addr: target, Ack: AckAccepted, At: e.opts.Now().UnixMilli()}, partition.InboxKey{}, nil
 }

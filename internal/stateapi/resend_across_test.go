@@ -26,6 +26,25 @@ func (e acrossEngine) Resend(_ context.Context, r engine.ResendRequest) (partiti
 	return partition.Receipt{Mutation: r.Mutation, Addr: *r.Target, Ack: engine.AckAccepted}, partition.InboxKey{}, nil
 }
 
+// skipQueued sends a message to test/fn/<id>, which must be paused,
+// waits until it is queued, skips it through the API at base and returns
+// the dead letter's id.
+func skipQueued(t *testing.T, base string, eng *engine.Engine, id string) string {
+	t.Helper()
+	ingest(t, eng, id)
+	waitFor(t, "the message queued behind the pause", func() bool {
+		var in inboxJSON
+		send(t, base, "GET", "/inbox/test/fn/"+id, nil).json(t, &in)
+		return in.Queued.Count == 1
+	})
+	var rc repairReceiptJSON
+	send(t, base, "POST", "/inbox/test/fn/"+id+"/skip", []byte(`{"reason":"skip it"}`)).json(t, &rc)
+	if rc.DeadLetter == "" {
+		t.Fatal("the skip named no dead letter")
+	}
+	return rc.DeadLetter
+}
+
 // serveOn serves an API over eng, any Engine, on httptest.
 func serveOn(t testing.TB, eng Engine, opts Options) string {
 	srv := httptest.NewServer(New(eng, opts).Handler(http.NotFoundHandler()))
@@ -67,18 +86,7 @@ func TestResendAcrossAnswersTheOwnersReceipt(t *testing.T) {
 	}
 	skip := func() string {
 		t.Helper()
-		ingest(t, eng, "z")
-		waitFor(t, "the message queued behind the pause", func() bool {
-			var in inboxJSON
-			send(t, direct, "GET", "/inbox/test/fn/z", nil).json(t, &in)
-			return in.Queued.Count == 1
-		})
-		var rc repairReceiptJSON
-		send(t, direct, "POST", "/inbox/test/fn/z/skip", []byte(`{"reason":"skip it"}`)).json(t, &rc)
-		if rc.DeadLetter == "" {
-			t.Fatal("the skip named no dead letter")
-		}
-		return "/dead-letters/messages/" + url.PathEscape(rc.DeadLetter) + "/resend"
+		return "/dead-letters/messages/" + url.PathEscape(skipQueued(t, direct, eng, "z")) + "/resend"
 	}
 	body := []byte(`{"target":{"namespace":"test","type":"fn","id":"far"}}`)
 	type resent struct {

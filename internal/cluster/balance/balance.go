@@ -80,7 +80,7 @@ func (b perTopic) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.Gr
 // gave them, fewest first (ties in the group's order: by instance id): the
 // sticky balancer hands a partition nobody owns to the first of the
 // members that have fewest of the topic, so the remainders of several
-// topics land on different members and the totals stay even too. The
+// topics tend to land on different members and the totals stay close. The
 // order decides only such ties; a partition a member owns stays with it
 // unless its topic's balance needs it elsewhere.
 func (b perTopic) Balance(cb *kgo.ConsumerBalancer, topics map[string]int32) kgo.IntoSyncAssignment {

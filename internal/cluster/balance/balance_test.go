@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 const (
@@ -310,4 +311,71 @@ func TestSharesAGroupWithTheTotalCountBalancer(t *testing.T) {
 	g.settled()
 	g.leave("node-a") // the first to join, likely the leader
 	g.settled()
+}
+
+// member is a group member as JoinGroup hands it to the leader: the
+// cooperative-sticky metadata of what it consumes and owns.
+func member(t *testing.T, id string, gen int32, topics []string, owned map[string][]int32) kmsg.JoinGroupResponseMember {
+	t.Helper()
+	m := kmsg.NewJoinGroupResponseMember()
+	m.MemberID, m.InstanceID = id, kmsg.StringPtr(id)
+	m.ProtocolMetadata = CooperativeSticky().JoinGroupMetadata(topics, owned, gen)
+	return m
+}
+
+// TestBalanceNarrowsEachTopic balances a plan without Kafka: a member not
+// interested in a topic gets none of it, a member that owns more than its
+// share of a topic keeps the rest of it, and a partition still owned by
+// the member it moves from is held back for the cooperative second round.
+func TestBalanceNarrowsEachTopic(t *testing.T) {
+	members := []kmsg.JoinGroupResponseMember{
+		member(t, "a", 5, []string{messages}, map[string][]int32{messages: {0, 1, 2, 3, 4, 5, 6, 7}}),
+		member(t, "b", 5, []string{messages, "orders"}, map[string][]int32{messages: {8, 9, 10, 11}, "orders": {0, 1, 2}}),
+		member(t, "c", -1, []string{messages, "orders"}, nil),
+	}
+	mb, topics, err := CooperativeSticky().MemberBalancer(members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := topics["orders"]; !ok || len(topics) != 2 {
+		t.Fatalf("member topics %v; want %s and orders", topics, messages)
+	}
+	into, err := mb.(kgo.GroupMemberBalancerOrError).BalanceOrError(map[string]int32{messages: 12, "orders": 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := into.(*kgo.BalancePlan).AsMemberIDMap()
+	if got := plan["a"]["orders"]; len(got) != 0 {
+		t.Errorf("a, not interested in orders, was given %v", got)
+	}
+	// a keeps 4 of its 8 (the other 4 go to c in the second round), b its
+	// 4; c gets nothing of messages yet: every partition it will take is
+	// still owned by a.
+	if a := plan["a"][messages]; len(a) != 4 || !subset(a, []int32{0, 1, 2, 3, 4, 5, 6, 7}) {
+		t.Errorf("a's messages partitions %v; want 4 of those it owned", a)
+	}
+	if b := plan["b"][messages]; !slices.Equal(sorted(b), []int32{8, 9, 10, 11}) {
+		t.Errorf("b's messages partitions %v; want the 4 it owned", b)
+	}
+	if c := plan["c"][messages]; len(c) != 0 {
+		t.Errorf("c was given %v of messages in the first round; want none until a gives them up", c)
+	}
+	if b, c := plan["b"]["orders"], plan["c"]["orders"]; len(b) != 2 || len(c) != 0 {
+		t.Errorf("orders: b %v, c %v; want b to keep 2 and give 1 up for c's second round", b, c)
+	}
+}
+
+func subset(xs, of []int32) bool {
+	for _, x := range xs {
+		if !slices.Contains(of, x) {
+			return false
+		}
+	}
+	return true
+}
+
+func sorted(xs []int32) []int32 {
+	out := slices.Clone(xs)
+	slices.Sort(out)
+	return out
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/pkg/stateclient"
 )
 
@@ -203,4 +206,83 @@ func TestClusterKafkaIngressDeadLetters(t *testing.T) {
 			t.Errorf("the dead letter of in/%d@%d was stored at %v before the kill and at %v after: not the same record", d.Partition, d.Offset, at, d.StoredAt)
 		}
 	}
+}
+
+// TestClusterResendToAnotherPartition re-sends a message dead letter to an
+// address of another partition, from the third node (neither the dead
+// letter's holder nor the target's owner): the holder removes the dead
+// letter and sends the re-send, in the same transaction, as a command to
+// the target's owner, which applies it once. The answer is the committed
+// re-send; the target counts the message once on every node and on the
+// Kafka egress; the receipt and the audit record (op resend, reverting
+// the skip) are read from every node; a second re-send is a 404. The
+// holder is then killed with SIGKILL: the node that restores its
+// partitions from their changelogs does not bring the dead letter back.
+func TestClusterResendToAnotherPartition(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test skipped in -short mode")
+	}
+	t.Parallel()
+	needKcat(t)
+	brokers, nodes := startWriteCluster(t, "resendx")
+	own := owners(t, brokers, "resendx")
+	holder, targetOwner, asker := nodes[0], nodes[1], nodes[2]
+	id, far := idsOwnedBy(own, holder.id, "dl", 1), idsOwnedBy(own, targetOwner.id, "far", 1)
+	if len(id) == 0 || len(far) == 0 {
+		t.Fatalf("no ids owned by %s and %s in %v", holder.id, targetOwner.id, own)
+	}
+
+	// A message to id, paused, skipped: a dead letter on the holder.
+	deadLetter := skipBehindPause(t, asker, asker, id[0])
+
+	resend := "/dead-letters/messages/" + url.PathEscape(deadLetter) + "/resend"
+	r := asker.api(t, http.MethodPost, resend, `{"target":{"namespace":"kc","type":"counter","id":"`+far[0]+`"},"reason":"to the right one"}`,
+		"Content-Type", "application/json")
+	var sent struct {
+		Mutation string `json:"mutation"`
+		Status   string `json:"status"`
+		Address  struct {
+			ID string `json:"id"`
+		} `json:"address"`
+	}
+	if err := json.Unmarshal(r.body, &sent); err != nil || r.status != http.StatusOK || sent.Status != "committed" || sent.Address.ID != far[0] {
+		t.Fatalf("re-send of %s's dead letter to %s (partition %d) from %s: %d %s; want 200 committed",
+			id[0], far[0], address.Partition(far[0], 8), asker.id, r.status, r.body)
+	}
+	waitCounts(t, nodes, map[string]int{far[0]: 1}, 30*time.Second)
+	if r := targetOwner.api(t, http.MethodPost, resend, ""); r.status != http.StatusNotFound {
+		t.Errorf("second re-send from %s: %d %s; want 404", targetOwner.id, r.status, r.body)
+	}
+	for _, n := range nodes {
+		if rc, status := storedReceipt(t, n, sent.Mutation); status != 200 || rc.Status != "committed" {
+			t.Errorf("the re-send's receipt from %s: %d %+v", n.id, status, rc)
+		}
+		recs := auditOf(t, n, sent.Mutation)
+		if len(recs) != 1 || recs[0]["op"] != "resend" || recs[0]["reverts"] != deadLetter || recs[0]["reason"] != "to the right one" {
+			t.Errorf("the re-send's audit record, from %s: %v", n.id, recs)
+		}
+	}
+	egress := func(key string) []string { return countsOf(t, brokers, key) }
+	waitFor(t, 30*time.Second, "the count of "+far[0]+" on the egress", func() bool { return len(egress(far[0])) >= 1 })
+	if got := egress(far[0]); len(got) != 1 || got[0] != far[0]+"=1" {
+		t.Errorf("egress records of %s: %v; want [%s=1]", far[0], got, far[0])
+	}
+	if got := egress(id[0]); len(got) != 0 {
+		t.Errorf("egress records of %s, whose message was re-sent elsewhere: %v; want none", id[0], got)
+	}
+
+	// The holder dies; its partitions are restored elsewhere, and the
+	// dead letter is not among what comes back.
+	holder.kill()
+	survivors := []*clusterNode{targetOwner, asker}
+	waitServing(t, 90*time.Second, survivors...)
+	for _, n := range survivors {
+		if r := n.api(t, http.MethodGet, "/dead-letters/messages/"+url.PathEscape(deadLetter), ""); r.status != http.StatusNotFound {
+			t.Errorf("the dead letter read from %s after %s was killed: %d %s; want 404", n.id, holder.id, r.status, r.body)
+		}
+		if r := n.api(t, http.MethodPost, resend, ""); r.status != http.StatusNotFound {
+			t.Errorf("a re-send from %s after %s was killed: %d %s; want 404", n.id, holder.id, r.status, r.body)
+		}
+	}
+	waitCounts(t, survivors, map[string]int{far[0]: 1}, 30*time.Second)
 }

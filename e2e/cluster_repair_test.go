@@ -141,6 +141,50 @@ func TestClusterRepairFromAnyNode(t *testing.T) {
 	}
 }
 
+// countsOf returns the values of the records keyed key in the Kafka
+// egress topic "counts", read_committed, in offset order.
+func countsOf(t *testing.T, brokers, key string) []string {
+	t.Helper()
+	var out []string
+	for _, rec := range kcatRead(t, brokers, "counts") {
+		if rec.Key != nil && *rec.Key == key && rec.Payload != nil {
+			out = append(out, *rec.Payload)
+		}
+	}
+	return out
+}
+
+// skipBehindPause pauses kc/counter/<id> through node n, sends it a
+// message through node via, waits until the message is queued and skips
+// it through via: it returns the dead letter's id. The address stays
+// paused.
+func skipBehindPause(t *testing.T, n, via *clusterNode, id string) string {
+	t.Helper()
+	if r := n.api(t, http.MethodPost, "/pause/kc/counter/"+id, `{"reason":"hold"}`, "Content-Type", "application/json"); r.status != http.StatusOK {
+		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	if status, err := via.send("/kc/counter/"+id, "kc/text", "x"); err != nil || status != http.StatusOK {
+		t.Fatalf("message: %d %v", status, err)
+	}
+	waitFor(t, 30*time.Second, "the message queued behind the pause", func() bool {
+		r := n.api(t, http.MethodGet, "/inbox/kc/counter/"+id, "")
+		var in struct {
+			Queued struct {
+				Count int `json:"count"`
+			} `json:"queued"`
+		}
+		return r.status == 200 && json.Unmarshal(r.body, &in) == nil && in.Queued.Count == 1
+	})
+	r := via.api(t, http.MethodPost, "/inbox/kc/counter/"+id+"/skip", `{"reason":"later"}`, "Content-Type", "application/json")
+	var skip struct {
+		DeadLetter string `json:"deadLetter"`
+	}
+	if err := json.Unmarshal(r.body, &skip); err != nil || r.status != http.StatusOK || skip.DeadLetter == "" {
+		t.Fatalf("skip: %d %s", r.status, r.body)
+	}
+	return skip.DeadLetter
+}
+
 // A revert and a re-send of a message dead letter work from any node in
 // cluster mode: the mutation id names no address, so a node that does not
 // hold the receipt or dead letter finds the node that does (it reads it
@@ -219,43 +263,12 @@ func TestClusterRevertAndResendFromAnyNode(t *testing.T) {
 
 	// A dead letter: pause, a message queued behind the pause, skipped,
 	// resumed; then re-sent from a node that does not own the address.
-	if r := others[0].api(t, http.MethodPost, "/pause/kc/counter/"+id, `{"reason":"hold"}`, "Content-Type", "application/json"); r.status != http.StatusOK {
-		t.Fatalf("pause: %d %s", r.status, r.body)
-	}
-	if status, err := others[1].send("/kc/counter/"+id, "kc/text", "x"); err != nil || status != http.StatusOK {
-		t.Fatalf("message: %d %v", status, err)
-	}
-	waitFor(t, 30*time.Second, "the message queued behind the pause", func() bool {
-		r := others[0].api(t, http.MethodGet, "/inbox/kc/counter/"+id, "")
-		var in struct {
-			Queued struct {
-				Count int `json:"count"`
-			} `json:"queued"`
-		}
-		return r.status == 200 && json.Unmarshal(r.body, &in) == nil && in.Queued.Count == 1
-	})
-	r = others[1].api(t, http.MethodPost, "/inbox/kc/counter/"+id+"/skip", `{"reason":"later"}`, "Content-Type", "application/json")
-	var skip struct {
-		DeadLetter string `json:"deadLetter"`
-	}
-	if err := json.Unmarshal(r.body, &skip); err != nil || r.status != http.StatusOK || skip.DeadLetter == "" {
-		t.Fatalf("skip: %d %s", r.status, r.body)
-	}
+	deadLetter := skipBehindPause(t, others[0], others[1], id)
 	if r := others[0].api(t, http.MethodPost, "/resume/kc/counter/"+id, ""); r.status != http.StatusOK {
 		t.Fatalf("resume: %d %s", r.status, r.body)
 	}
 	everyNodeReads(2)
-	resend := "/dead-letters/messages/" + url.PathEscape(skip.DeadLetter) + "/resend"
-	// A target in another partition is refused (docs/cluster.md says why);
-	// the dead letter stays.
-	far := idsOwnedBy(own, others[1].id, "far", 1)
-	if len(far) == 0 {
-		t.Fatalf("no id owned by %s", others[1].id)
-	}
-	r = others[0].api(t, http.MethodPost, resend, `{"target":{"namespace":"kc","type":"counter","id":"`+far[0]+`"}}`, "Content-Type", "application/json")
-	if r.status != http.StatusBadRequest || !strings.Contains(string(r.body), "own partition") {
-		t.Errorf("re-send to %s, of another partition: %d %s; want 400", far[0], r.status, r.body)
-	}
+	resend := "/dead-letters/messages/" + url.PathEscape(deadLetter) + "/resend"
 	r = others[0].api(t, http.MethodPost, resend, `{"reason":"now"}`, "Content-Type", "application/json")
 	var sent struct {
 		Mutation string `json:"mutation"`
@@ -276,20 +289,12 @@ func TestClusterRevertAndResendFromAnyNode(t *testing.T) {
 		t.Errorf("re-send of an unknown dead letter from %s: %d %s; want 404", others[1].id, r.status, r.body)
 	}
 	recs = auditOf(t, others[1], sent.Mutation)
-	if len(recs) != 1 || recs[0]["op"] != "resend" || recs[0]["reverts"] != skip.DeadLetter || recs[0]["reason"] != "now" {
+	if len(recs) != 1 || recs[0]["op"] != "resend" || recs[0]["reverts"] != deadLetter || recs[0]["reason"] != "now" {
 		t.Errorf("the re-send's audit record, from %s: %v", others[1].id, recs)
 	}
 	// Each count of id on the egress once: the two messages and the
 	// re-sent one (the write and its revert send nothing).
-	egress := func() []string {
-		var out []string
-		for _, rec := range kcatRead(t, brokers, "counts") {
-			if rec.Key != nil && *rec.Key == id && rec.Payload != nil {
-				out = append(out, *rec.Payload)
-			}
-		}
-		return out
-	}
+	egress := func() []string { return countsOf(t, brokers, id) }
 	waitFor(t, 30*time.Second, "three counts of "+id+" on the egress", func() bool { return len(egress()) >= 3 })
 	// A second run of the message would show by now: a count of 4.
 	time.Sleep(2 * time.Second)

@@ -79,6 +79,7 @@ func TestRunRefusesBadClusterSettings(t *testing.T) {
 		{"secret file others write", with(clusterArgs, "--cluster-secret-file", looseSecret), [2]string{}, []string{"statefun run: --cluster-secret-file: cluster secret file: " + looseSecret + " is writable by its group or by others (mode 0666); run chmod 600"}},
 		{"tokens without a secret", with(clusterArgs, "--api-tokens", tokens), [2]string{}, []string{
 			"statefun run: the state API has bearer tokens (--api-tokens), so cluster mode needs a cluster secret shared by every node of shop (--cluster-secret-file or STATEFUN_CLUSTER_SECRET"}},
+		{"embedded ingress membership", with(clusterArgs, "--kafka-ingress-keep-membership"), [2]string{}, []string{"statefun run: --kafka-ingress-keep-membership is the embedded Kafka ingress's; in cluster mode the node's session consumes the ingress topics, and --cluster-leave-on-stop decides whether it leaves the group"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if c.env[0] != "" {

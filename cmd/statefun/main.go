@@ -233,6 +233,7 @@ func run(args []string, stderr io.Writer) int {
 	adminLane := fs.Bool("admin-lane", envBool("STATEFUN_ADMIN_LANE", true), "serve admin requests (state API, metrics, console) ahead of the load: the runtime's busy goroutines look for them every 100µs while an admin client is active; false serves them like any other connection (env STATEFUN_ADMIN_LANE; docs/limits.md)")
 	ingressAnswers := fs.Int("ingress-answers", envInt("STATEFUN_INGRESS_ANSWERS", 0), "playground ingress requests woken with their answer at once after a group commit, the rest in turn; 0 means two per processor (env STATEFUN_INGRESS_ANSWERS; docs/limits.md)")
 	pauseAfter := fs.String("pause-after", env("STATEFUN_PAUSE_AFTER", ""), "poison policy: pause an address after this many failed attempts of one batch, per function type: \"ns/type=5,ns/*=3,*=10\"; a type no rule names retries until it succeeds (env STATEFUN_PAUSE_AFTER; docs/partition.md)")
+	keepIngressMembership := fs.Bool("kafka-ingress-keep-membership", envBool("STATEFUN_KAFKA_INGRESS_KEEP_MEMBERSHIP", false), "embedded mode: a clean stop keeps each Kafka ingress a member of its consumer group instead of leaving it; a restart within the session timeout keeps its partitions without a rebalance, but any other consumer joining the group meanwhile waits for that timeout (env STATEFUN_KAFKA_INGRESS_KEEP_MEMBERSHIP; docs/kafka-ingress.md)")
 	pauseOnViolation := fs.Bool("pause-on-violation", env("STATEFUN_PAUSE_ON_VIOLATION", "") == "true", "poison policy: pause an address at once when its function breaks the protocol (env STATEFUN_PAUSE_ON_VIOLATION=true)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -248,6 +249,10 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if clusterCfg != nil && *partitions != 0 {
 		fmt.Fprintf(stderr, "statefun run: --partitions is the embedded store's; in cluster mode P is the application's: use --cluster-partitions\n")
+		return 2
+	}
+	if clusterCfg != nil && *keepIngressMembership {
+		fmt.Fprintf(stderr, "statefun run: --kafka-ingress-keep-membership is the embedded Kafka ingress's; in cluster mode the node's session consumes the ingress topics, and --cluster-leave-on-stop decides whether it leaves the group\n")
 		return 2
 	}
 	pausePolicy, err := engine.ParsePauseAfter(*pauseAfter)
@@ -362,6 +367,8 @@ func run(args []string, stderr io.Writer) int {
 		NoAdminLane:     !*adminLane,
 		IngressAnswers:  *ingressAnswers,
 		Cluster:         clusterCfg,
+
+		KafkaIngressKeepMembership: *keepIngressMembership,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "statefun: %v\n", err)

@@ -96,6 +96,12 @@ type Config struct {
 	// Listeners bounds the connections and timeouts of every listener
 	// (docs/limits.md).
 	Listeners ListenerLimits
+	// KafkaIngressKeepMembership makes each Kafka ingress keep its static
+	// membership of its consumer group when the runtime stops, instead of
+	// leaving the group (kafkaingress.Config.KeepMembership). Embedded
+	// mode only: a cluster node's ingress topics are consumed by its
+	// session.
+	KafkaIngressKeepMembership bool
 	// Cluster, when set, runs the application in cluster mode on Kafka
 	// (docs/cluster.md); nil runs it embedded. Partitions must then be 0:
 	// P is the application's.
@@ -280,7 +286,7 @@ func Start(cfg Config) (*App, error) {
 	if cn != nil {
 		cn.Bind(eng)
 	}
-	if err := kafka.addIngresses(kplan, fns, eng, reg); err != nil {
+	if err := kafka.addIngresses(kplan, fns, eng, reg, cfg.KafkaIngressKeepMembership); err != nil {
 		kafka.close()
 		eng.Close()
 		guard.Stop()

@@ -157,7 +157,8 @@ func planKafka(mod *module.Module, fns *functions.Router) (*kafkaPlan, error) {
 // addIngresses creates a consumer per io.statefun.kafka.v1/ingress on eng
 // (planned by planKafka). A record's value larger than the
 // smallest payload limit of its targets' endpoints becomes a dead letter.
-func (k *kafkaEdges) addIngresses(plan *kafkaPlan, fns *functions.Router, eng *engine.Engine, reg prometheus.Registerer) error {
+// keepMembership is kafkaingress.Config.KeepMembership of each.
+func (k *kafkaEdges) addIngresses(plan *kafkaPlan, fns *functions.Router, eng *engine.Engine, reg prometheus.Registerer, keepMembership bool) error {
 	var im *kafkaingress.Metrics
 	if len(plan.ingresses) > 0 {
 		im = kafkaingress.NewMetrics(reg)
@@ -165,7 +166,9 @@ func (k *kafkaEdges) addIngresses(plan *kafkaPlan, fns *functions.Router, eng *e
 	for _, ip := range plan.ingresses {
 		in, c := ip.spec, ip.consumer
 		warn(k.log, c.Warnings)
-		consumer, err := kafkaingress.New(ingressConfig(ip, fns, k.log, im), eng)
+		cfg := ingressConfig(ip, fns, k.log, im)
+		cfg.KeepMembership = keepMembership
+		consumer, err := kafkaingress.New(cfg, eng)
 		if err != nil {
 			return at(in.Pos, module.KindKafkaIngress, "", err)
 		}

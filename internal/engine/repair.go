@@ -179,18 +179,6 @@ var ErrNotRoutable = errors.New("engine: no endpoint serves the target's functio
 // be delivered (partition.CheckDeliverable).
 var ErrTooLarge = errors.New("engine: the message is too large for its target's endpoint")
 
-// ErrResendAcross is returned by Resend in cluster mode for a target in
-// another partition than the dead letter's address. The dead letter is a
-// key its address's partition wrote, so that partition's changelog must
-// carry its removal, with the re-send's receipt and audit record, in the
-// commit that sends the message; a commit of the target's partition would
-// leave the dead letter in the other changelog, and a restore of that
-// partition elsewhere would bring it back, to be sent again. Sending it
-// through the messages topic from the dead letter's partition instead
-// would leave the receipt and audit record, which name the target, where
-// the reads of the target's partition do not look.
-var ErrResendAcross = errors.New("engine: in cluster mode a message dead letter is re-sent only to an address of its own partition")
-
 // ResendRequest re-sends a message dead letter.
 type ResendRequest struct {
 	// Mutation names the re-send: its receipt and audit record.
@@ -208,6 +196,13 @@ type ResendRequest struct {
 // argument. One store batch writes the message, removes the dead letter
 // and writes the audit record and receipt, so it is sent once. It returns
 // once that batch is durable, with the message's new inbox key.
+//
+// In cluster mode a target in another partition than the dead letter's
+// address is sent to through the messages topic (resendAcross): Resend
+// then returns once the dead letter's removal and the command are
+// committed, with a receipt whose Ack is AckAccepted and no inbox key; the
+// target's owner applies the command and writes the receipt and audit
+// record.
 func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt, partition.InboxKey, error) {
 	if e.closed.Load() {
 		return partition.Receipt{}, partition.InboxKey{}, ErrClosed
@@ -237,11 +232,8 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 	if err := partition.CheckDeliverable(e.opts.MaxBatchBytes, target.Type, env.Caller, env.Argument); err != nil {
 		return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: the message %v", ErrTooLarge, err)
 	}
-	if e.opts.Outbound != nil {
-		from, to := address.Partition(d.GetEnvelope().GetTarget().GetId(), e.n), address.Partition(target.ID, e.n)
-		if from != to {
-			return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: the target is in partition %d, the dead letter's address in partition %d", ErrResendAcross, to, from)
-		}
+	if e.opts.Outbound != nil && address.Partition(d.GetEnvelope().GetTarget().GetId(), e.n) != address.Partition(target.ID, e.n) {
+		return e.resendAcross(ctx, r, fromProtoAddr(d.GetEnvelope().GetTarget()), env)
 	}
 	p, err := e.partOf(target)
 	if err != nil {
@@ -254,19 +246,25 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 		deadLetter: r.DeadLetter,
 		audit: auditToProto(partition.AuditRecord{Mutation: r.Mutation, At: now, Principal: r.Principal, Reason: r.Reason,
 			Reverts: r.DeadLetter, Addr: target, Op: partition.OpResendMessage, Messages: []*protocol.Envelope{env}})}
-	if err := e.submit(req); err != nil {
+	if err := e.submitAndWait(ctx, req, req.done); err != nil {
 		return partition.Receipt{}, partition.InboxKey{}, err
 	}
-	select {
-	case err := <-req.done:
-		if err != nil {
-			return partition.Receipt{}, partition.InboxKey{}, err
-		}
-	case <-ctx.Done():
-		// Durable or not, the batch is on its way; the caller stops waiting.
-		return partition.Receipt{}, partition.InboxKey{}, ctx.Err()
-	}
 	return rc, key, nil
+}
+
+// submitAndWait submits req and returns its outcome (done gets it), or
+// ctx's error when ctx ends first: durable or not, the request is then on
+// its way, and only the caller stops waiting.
+func (e *Engine) submitAndWait(ctx context.Context, req Request, done <-chan error) error {
+	if err := e.submit(req); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // resendReq is a message dead letter sent again: the message, the removal

@@ -92,6 +92,20 @@ type Config struct {
 	// with an error instead of silently taking partitions. A
 	// group.instance.id client property (in ClientOpts) wins.
 	InstanceID string
+	// KeepMembership, when true, makes Close keep the consumer a static
+	// member of its group instead of leaving it: a restart within the
+	// session timeout gets its partitions back without a rebalance, but
+	// any other consumer joining the group meanwhile (another application
+	// given the same consumerGroupId) waits until that session times out.
+	// False, the default, leaves the group on Close (by instance id), so
+	// the next consumer to join — this runtime restarted, or another —
+	// is assigned the partitions at once.
+	KeepMembership bool
+	// JoinReportInterval is how long the consumer waits to join its group
+	// before it logs, at WARN, what the group waits for (its members and
+	// the partitions they hold), and again after each further interval
+	// until it joins. Zero means 5s; a negative value never reports.
+	JoinReportInterval time.Duration
 	// MaxBatchRecords bounds the records of one Kafka partition made
 	// durable in one engine commit. Default 500.
 	MaxBatchRecords int
@@ -112,6 +126,12 @@ type Config struct {
 	// time.Now.
 	Now func() time.Time
 }
+
+// DefaultJoinReportInterval is Config.JoinReportInterval's default: longer
+// than a join usually takes (a Kafka broker delays the first join of an
+// empty group by group.initial.rebalance.delay.ms, 3 s by default), so a
+// normal start logs no warning.
+const DefaultJoinReportInterval = 5 * time.Second
 
 // ErrConfig is wrapped by every error New returns for a bad Config.
 var ErrConfig = errors.New("kafkaingress: bad configuration")
@@ -187,6 +207,9 @@ func (c *Config) check() error {
 	}
 	if c.CommitInterval <= 0 {
 		c.CommitInterval = time.Second
+	}
+	if c.JoinReportInterval == 0 {
+		c.JoinReportInterval = DefaultJoinReportInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

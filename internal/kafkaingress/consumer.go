@@ -60,6 +60,14 @@ type Consumer struct {
 
 	reseeked map[tp]int64 // partition → offset last re-seeked to (poll goroutine only)
 
+	// The group membership (join.go): the instance id the client joins
+	// with, closed once it joined its group, and the limiter of group
+	// error lines.
+	instance  string
+	joined    chan struct{}
+	joinOnce  sync.Once
+	groupErrs *limiter
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	built  chan struct{} // closed once New has set cl and adm
@@ -85,7 +93,7 @@ func New(cfg Config, eng Engine) (*Consumer, error) {
 	}
 	c := &Consumer{cfg: cfg, eng: eng, mp: newMapping(cfg), log: cfg.Logger.With("ingress", cfg.ID), m: cfg.Metrics,
 		workers: map[tp]*worker{}, durable: map[tp]int64{}, wakeCommit: make(chan struct{}, 1),
-		reseeked: map[tp]int64{}}
+		reseeked: map[tp]int64{}, joined: make(chan struct{}), groupErrs: newLimiter(cfg.Now, 10*time.Second)}
 	topics := c.mp.Topics()
 	reset := kgo.NewOffset().AtEnd()
 	if cfg.AutoOffsetReset == "earliest" {
@@ -127,6 +135,7 @@ func New(cfg Config, eng Engine) (*Consumer, error) {
 	}
 	c.cl = cl
 	c.adm = kadm.NewClient(cl)
+	c.instance, _ = cl.OptValue(kgo.InstanceID).(string)
 	close(c.built)
 	c.m.connected.WithLabelValues(cfg.ID).Set(0)
 	return c, nil
@@ -134,14 +143,16 @@ func New(cfg Config, eng Engine) (*Consumer, error) {
 
 // Start joins the group and consumes until Close.
 func (c *Consumer) Start() {
-	c.wg.Add(2)
+	c.wg.Add(3)
 	go func() { defer c.wg.Done(); c.poll() }()
 	go func() { defer c.wg.Done(); c.commitLoop() }()
+	go func() { defer c.wg.Done(); c.joinLoop() }()
 }
 
 // Close stops consuming: each partition's batch in flight is finished or
 // abandoned (its stored position says which), the durable positions are
-// committed to the group (best effort) and the group is left.
+// committed to the group (best effort) and, unless Config.KeepMembership,
+// the group is left.
 func (c *Consumer) Close() {
 	if c.closed.Swap(true) {
 		return
@@ -149,7 +160,10 @@ func (c *Consumer) Close() {
 	c.cancel()
 	c.wg.Wait()
 	c.cl.AllowRebalance()
-	c.cl.Close() // leaves the group: revoked stops every worker
+	if !c.cfg.KeepMembership {
+		c.leave()
+	}
+	c.cl.Close() // revoked stops every worker (a static member does not leave here)
 	c.stopWorkers(nil)
 	c.m.connected.WithLabelValues(c.cfg.ID).Set(0)
 }
@@ -271,6 +285,7 @@ func (c *Consumer) assigned(ctx context.Context, offsets map[string]map[int32]kg
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	c.markJoined()
 	stored, err := c.eng.SourcePositions(c.cfg.ID)
 	if err != nil {
 		return nil, fmt.Errorf("kafkaingress: reading stored positions: %w", err)

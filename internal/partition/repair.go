@@ -38,7 +38,10 @@ const (
 	// away (the revert of one).
 	OpReinstate MutationOp = 25
 	// OpResendMessage is a message dead letter sent again, as a new
-	// message (written by the shell, not the core).
+	// message: written by the shell when the target is in the dead
+	// letter's partition, applied by the target's core (Repair.Messages,
+	// Reverts the dead letter's id) when a cluster node sends it to
+	// another partition's owner as a command.
 	OpResendMessage MutationOp = 26
 )
 
@@ -112,6 +115,11 @@ func (c *Core) applyRepair(m *Mutation) error {
 		return c.deleteAddress(m, rc)
 	case OpReinstate:
 		return c.reinstate(m, rc)
+	case OpResendMessage:
+		rec := AuditRecord{Mutation: m.ID, At: c.now, Principal: m.Principal, Reason: m.Reason, Reverts: m.Reverts, Addr: m.Addr, Op: m.Op,
+			Messages: c.queueAgain(m.Addr, m.Repair.Messages)}
+		c.pending.Audit = append(c.pending.Audit, rec)
+		c.settle(rc)
 	default:
 		rc.Reject, rc.Reason = RejectConflict, "unknown repair operation"
 		c.settle(rc)
@@ -338,28 +346,36 @@ func (c *Core) reinstate(m *Mutation, rc Receipt) error {
 		c.write(m.Addr, e.State, ne, false)
 		c.audit(m, e.State, nil, ne.Version, ne.Typename)
 	}
-	rec := AuditRecord{Mutation: m.ID, At: c.now, Principal: m.Principal, Reason: m.Reason, Reverts: m.Reverts, Addr: m.Addr, Op: m.Op}
-	if len(r.Messages) > 0 {
-		mb := c.mailbox(m.Addr)
-		for _, env := range r.Messages {
-			// A new message at the end of the inbox: the messages behind
-			// its old place may have run since, and the durable arrival
-			// order is the order a restart replays.
-			key := InboxKey{Partition: c.cfg.ID, Source: uint32(c.cfg.ID), Seq: c.outSeq}
-			c.outSeq++
-			e := &protocol.Envelope{Target: toProto(m.Addr), Caller: env.GetCaller(), Argument: env.GetArgument()}
-			c.pending.Produced = append(c.pending.Produced, Produced{Key: key, Env: e})
-			mb.queue = append(mb.queue, queued{key: key, at: c.now, inv: &protocol.ToFunction_Invocation{Caller: e.Caller, Argument: e.Argument}})
-			c.backlog++
-			rec.Messages = append(rec.Messages, e)
-		}
-	}
+	rec := AuditRecord{Mutation: m.ID, At: c.now, Principal: m.Principal, Reason: m.Reason, Reverts: m.Reverts, Addr: m.Addr, Op: m.Op,
+		Messages: c.queueAgain(m.Addr, r.Messages)}
 	rec.Timers = c.addTimersBack(r.Timers)
 	if len(rec.Messages) > 0 || len(rec.Timers) > 0 {
 		c.pending.Audit = append(c.pending.Audit, rec)
 	}
 	c.settle(rc)
 	return nil
+}
+
+// queueAgain queues msgs (their callers and arguments) for a as new
+// messages at the end of its inbox, and returns them as queued. A new
+// message, not the old place: the messages behind that place may have run
+// since, and the durable arrival order is the order a restart replays.
+func (c *Core) queueAgain(a address.Address, msgs []*protocol.Envelope) []*protocol.Envelope {
+	if len(msgs) == 0 {
+		return nil
+	}
+	mb := c.mailbox(a)
+	out := make([]*protocol.Envelope, 0, len(msgs))
+	for _, env := range msgs {
+		key := InboxKey{Partition: c.cfg.ID, Source: uint32(c.cfg.ID), Seq: c.outSeq}
+		c.outSeq++
+		e := &protocol.Envelope{Target: toProto(a), Caller: env.GetCaller(), Argument: env.GetArgument()}
+		c.pending.Produced = append(c.pending.Produced, Produced{Key: key, Env: e})
+		mb.queue = append(mb.queue, queued{key: key, at: c.now, inv: &protocol.ToFunction_Invocation{Caller: e.Caller, Argument: e.Argument}})
+		c.backlog++
+		out = append(out, e)
+	}
+	return out
 }
 
 // tokensTaken says which cancellation token of timers is pending again.

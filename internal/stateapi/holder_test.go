@@ -212,18 +212,11 @@ func TestResendFromANodeThatDoesNotHoldIt(t *testing.T) {
 	if r := send(t, b, "POST", "/pause/test/fn/z", nil); r.StatusCode != 200 {
 		t.Fatalf("pause: %s %s", r.Status, r.body)
 	}
-	ingest(t, eng, "z")
-	waitFor(t, "the message queued behind the pause", func() bool {
-		var in inboxJSON
-		send(t, b, "GET", "/inbox/test/fn/z", nil).json(t, &in)
-		return in.Queued.Count == 1
-	})
-	var skip repairReceiptJSON
-	send(t, b, "POST", "/inbox/test/fn/z/skip", []byte(`{"reason":"skip it"}`)).json(t, &skip)
-	if r := send(t, b, "POST", "/resume/test/fn/z", nil); skip.DeadLetter == "" || r.StatusCode != 200 {
-		t.Fatalf("skip %+v, resume %s %s", skip, r.Status, r.body)
+	deadLetter := skipQueued(t, b, eng, "z")
+	if r := send(t, b, "POST", "/resume/test/fn/z", nil); r.StatusCode != 200 {
+		t.Fatalf("resume %s %s", r.Status, r.body)
 	}
-	path := "/dead-letters/messages/" + url.PathEscape(skip.DeadLetter) + "/resend"
+	path := "/dead-letters/messages/" + url.PathEscape(deadLetter) + "/resend"
 
 	if r := send(t, a, "POST", path, []byte(`{"key":"1/ingress/1"}`)); r.StatusCode != 400 || c.gathered != nil || c.sent != nil {
 		t.Errorf("a re-send with a field it does not take: %s %s, looked up %q; want 400 before any lookup", r.Status, r.body, c.gathered)
@@ -240,7 +233,7 @@ func TestResendFromANodeThatDoesNotHoldIt(t *testing.T) {
 		t.Fatalf("re-send from a node that does not hold it: %s %s", r.Status, r.body)
 	}
 	wantSent := fmt.Sprintf("POST %s p=%d %d %s", path, p, p, body)
-	if !slices.Equal(c.gathered, []string{"GET /dead-letters/messages/" + skip.DeadLetter}) || !slices.Equal(c.sent, []string{wantSent}) {
+	if !slices.Equal(c.gathered, []string{"GET /dead-letters/messages/" + deadLetter}) || !slices.Equal(c.sent, []string{wantSent}) {
 		t.Fatalf("looked up %q, sent %q; want the dead letter looked up and %q sent once", c.gathered, c.sent, wantSent)
 	}
 	waitFor(t, "the re-sent message to run", func() bool {
@@ -248,12 +241,12 @@ func TestResendFromANodeThatDoesNotHoldIt(t *testing.T) {
 	})
 	var audit struct{ Records []auditJSON }
 	send(t, b, "GET", "/audit?mutation="+out.Mutation, nil, forward.Header, "test").json(t, &audit)
-	if len(audit.Records) != 1 || audit.Records[0].Op != "resend" || audit.Records[0].Reverts != skip.DeadLetter || audit.Records[0].Reason != "fixed" {
+	if len(audit.Records) != 1 || audit.Records[0].Op != "resend" || audit.Records[0].Reverts != deadLetter || audit.Records[0].Reason != "fixed" {
 		t.Errorf("the re-send's audit record: %+v", audit.Records)
 	}
 
 	c.sent = nil
-	if r := send(t, a, "POST", path, nil); r.StatusCode != 404 || r.problem(t).Detail != noDeadLetter(skip.DeadLetter) || c.sent != nil {
+	if r := send(t, a, "POST", path, nil); r.StatusCode != 404 || r.problem(t).Detail != noDeadLetter(deadLetter) || c.sent != nil {
 		t.Errorf("a second re-send: %s %s, sent %q; want embedded mode's 404, nothing sent", r.Status, r.body, c.sent)
 	}
 	if got := string(send(t, b, "GET", "/state/test/fn/z/i64", nil, "Accept", "text/plain").body); got != "1" {

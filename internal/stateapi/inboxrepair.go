@@ -578,21 +578,25 @@ func (s *Server) resend(w http.ResponseWriter, r *http.Request, principal, id st
 	case errors.Is(err, engine.ErrNotRoutable):
 		fail(w, r, http.StatusBadRequest, "target: no endpoint in module.yaml serves "+req.Target.Type.String())
 		return
-	case errors.Is(err, engine.ErrResendAcross):
-		fail(w, r, http.StatusBadRequest, "target: "+strings.TrimPrefix(err.Error(), "engine: ")+
-			"; re-send it to its own address (or another of its partition), or send its value to the target through an ingress")
-		return
 	case err != nil:
 		s.engineError(w, r, err)
 		return
 	}
-	out := struct {
-		Mutation string      `json:"mutation"`
-		Status   string      `json:"status"`
-		Address  addressJSON `json:"address"`
-		InboxKey string      `json:"inboxKey"`
-	}{Mutation: rc.Mutation, Status: "committed", Address: addressOf(rc.Addr), InboxKey: engine.FormatInboxKey(key)}
-	writeJSON(w, http.StatusOK, out)
+	if rc.Ack == engine.AckAccepted {
+		s.resentAcross(w, r, rc)
+		return
+	}
+	writeJSON(w, http.StatusOK, resentJSON{Mutation: rc.Mutation, Status: "committed", Address: addressOf(rc.Addr), InboxKey: engine.FormatInboxKey(key)})
+}
+
+// resentJSON is the answer to a re-send.
+type resentJSON struct {
+	Mutation string      `json:"mutation"`
+	Status   string      `json:"status"`
+	Address  addressJSON `json:"address"`
+	// InboxKey is the new message's; absent when another node's partition
+	// took the message in (resentAcross).
+	InboxKey string `json:"inboxKey,omitempty"`
 }
 
 // repairOpNames are the audit log's names of the inbox repairs.

@@ -50,12 +50,16 @@ type MessageDeadLetterPage struct {
 }
 
 // Resent is the answer of a re-send: the new message's address and inbox
-// key.
+// key. In cluster mode, a re-send to an address of another partition than
+// the dead letter's is applied by that partition's owner: InboxKey is then
+// empty, and Status is "accepted" when the owner's receipt was not final
+// within the server's wait (the re-send applies all the same; read the
+// receipt of Mutation).
 type Resent struct {
 	Mutation string      `json:"mutation"`
 	Status   string      `json:"status"`
 	Address  JSONAddress `json:"address"`
-	InboxKey string      `json:"inboxKey"`
+	InboxKey string      `json:"inboxKey,omitempty"`
 }
 
 // DelayedRef names a pending delayed message: by Timer ("<partition>/<id>"

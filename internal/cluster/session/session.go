@@ -34,6 +34,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/statefun-go/statefun/internal/cluster/balance"
 	"github.com/statefun-go/statefun/internal/cluster/changelog"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/cluster/refusals"
@@ -543,7 +544,9 @@ func (s *Session) clientOpts() []kgo.Opt {
 		// this is where one resumes whose offset fell out of retention.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.RequireStableFetchOffsets(),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		// Cooperative-sticky, each topic balanced on its own: runtime
+		// partitions spread evenly beside ingress topics.
+		kgo.Balancers(balance.CooperativeSticky()),
 		kgo.RecordPartitioner(newPartitioner(s.msgs, s.clog)),
 		kgo.OnPartitionsAssigned(s.onAssigned),
 		kgo.OnPartitionsRevoked(s.onRevoked),

@@ -258,11 +258,15 @@ func (s *Session) Pending() int {
 // CommitGroup is one committed cycle, for engine.Driver.Commit.
 func (s *Session) CommitGroup() (int, error) { return s.Cycle(true) }
 
-// Message stages a message for another partition in the open transaction
-// (engine.Outbound).
+// Message stages a message (or a command) for another partition in the
+// open transaction (engine.Outbound).
 func (s *Session) Message(key partition.InboxKey, env *protocol.Envelope) error {
-	if want := address.Partition(env.GetTarget().GetId(), s.db.Partitions()); key.Partition != want {
-		s.opts.Errorf("Outbound.Message for partition %d of a message to %s (partition %d)", key.Partition, env.GetTarget().GetId(), want)
+	target := env.GetTarget()
+	if m := env.GetMutation(); m != nil {
+		target = m.GetTarget()
+	}
+	if want := address.Partition(target.GetId(), s.db.Partitions()); key.Partition != want {
+		s.opts.Errorf("Outbound.Message for partition %d of a message to %s (partition %d)", key.Partition, target.GetId(), want)
 	}
 	s.msgs = append(s.msgs, staged{key.Partition, env})
 	return nil

@@ -23,6 +23,7 @@ import (
 	"github.com/statefun-go/statefun/internal/kafkaingress"
 	"github.com/statefun-go/statefun/internal/module"
 	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -192,10 +193,13 @@ func newNode(cfg Config, db *store.DB, reg prometheus.Registerer, plan *kafkaPla
 		MaxMessageBytes: limit, MaxMessageBytesOf: from})
 }
 
+// The cluster's command sender is the state API's Commands.
+var _ stateapi.Commands = (*command.Sender)(nil)
+
 // newCommands makes what sends the state API's writes about addresses
 // owned elsewhere to their owner, through the messages topic; auth (nil
 // without a cluster secret) signs its receipt reads.
 func newCommands(cfg Config, cn *node.Node, eng *engine.Engine, partitions int, auth *trust.NodeAuth) (*command.Sender, error) {
 	return command.New(command.Config{Produce: cn.Ingest, Owner: cn.Owner, Self: cfg.Cluster.NodeID,
-		Local: eng.WaitReceipt, Partitions: partitions, Budget: cfg.API.MaxWait, Logger: cfg.Logger, Auth: auth})
+		Local: eng.WaitReceipt, DecodeReceipt: stateapi.DecodeReceipt, Partitions: partitions, Budget: cfg.API.MaxWait, Logger: cfg.Logger, Auth: auth})
 }

@@ -26,22 +26,22 @@ type Commands interface {
 	// AckCommitted. The owner applies the id once, however often Send
 	// produces it. caller is who sent the write, as this node
 	// authenticated them: the owner's receipt is read on their behalf (with
-	// their scopes). An error that is a *CommandError says what to answer;
+	// their scopes). An error that is a CommandError says what to answer;
 	// ErrMoved and context errors are answered as the engine's.
 	Send(ctx context.Context, m partition.Mutation, caller trust.Caller) (partition.Receipt, error)
 }
 
-// CommandError is a Commands failure with its answer: the status, a detail
-// for the problem, and the mutation id when the command may be in Kafka
-// (the answer then names its receipt, so the client can follow it instead
-// of sending the write again under a new id).
-type CommandError struct {
-	Status   int
-	Detail   string
-	Mutation string
+// CommandError is a Commands failure that says how to answer it: its
+// Error is the problem's detail, HTTPStatus the status, and MutationID the
+// mutation id when the command may be in Kafka (the answer then names its
+// receipt, so the client can follow it instead of sending the write again
+// under a new id), or "". An interface, so that the sender (the cluster's
+// command package) need not import this one.
+type CommandError interface {
+	error
+	HTTPStatus() int
+	MutationID() string
 }
-
-func (e *CommandError) Error() string { return e.Detail }
 
 // commandOps are the mutations that travel as commands: those whose
 // request carries everything the owner needs. A restore reads its image
@@ -67,17 +67,18 @@ func (s *Server) mutate(r *http.Request, m partition.Mutation) (partition.Receip
 
 // commandError answers a Commands failure; false when err is not one.
 func commandError(w http.ResponseWriter, r *http.Request, err error) bool {
-	var ce *CommandError
+	var ce CommandError
 	if !errors.As(err, &ce) {
 		return false
 	}
-	if ce.Mutation != "" {
-		w.Header().Set("Location", "/mutations/"+ce.Mutation)
+	if id := ce.MutationID(); id != "" {
+		w.Header().Set("Location", "/mutations/"+id)
 	}
-	if ce.Status == http.StatusServiceUnavailable {
+	status := ce.HTTPStatus()
+	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
-	fail(w, r, ce.Status, ce.Detail)
+	fail(w, r, status, ce.Error())
 	return true
 }
 
@@ -112,8 +113,9 @@ func rejectionName(c partition.RejectCode) string {
 
 // DecodeReceipt reads a receipt as GET /mutations/<id> answers it
 // (receiptJSON) back into its stored form. The cluster's command sender
-// reads the owner's receipts with it, so that the format is read where it
-// is written.
+// reads the owner's receipts with it (handed to it as a function, so that
+// the format is read where it is written without the sender importing
+// this package).
 func DecodeReceipt(body []byte) (*protocol.Receipt, error) {
 	var rj receiptJSON
 	if err := json.Unmarshal(body, &rj); err != nil {

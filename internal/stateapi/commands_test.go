@@ -166,7 +166,7 @@ func TestCommandsOwnedElsewhere(t *testing.T) {
 	}
 
 	// A Commands failure answers its status and names the receipt.
-	cmds.err = &CommandError{Status: 503, Detail: "not final in time", Mutation: "m-1"}
+	cmds.err = commandErr{status: 503, detail: "not final in time", id: "m-1"}
 	r = send(t, base, "PUT", entry, []byte("x"), "Content-Type", "text/plain", "Statefun-Type", "io.statefun.types/string", "Authorization", "Bearer abc")
 	if r.StatusCode != 503 || r.Header.Get("Location") != "/mutations/m-1" || r.Header.Get("Retry-After") == "" || r.problem(t).Detail != "not final in time" {
 		t.Errorf("a Commands failure: %s %s, Location %q", r.Status, r.body, r.Header.Get("Location"))
@@ -211,3 +211,14 @@ func TestReceiptRejection(t *testing.T) {
 		t.Errorf("the stored receipt: %s", g.body)
 	}
 }
+
+// commandErr is a Commands failure, as the cluster's command sender makes
+// them.
+type commandErr struct {
+	status     int
+	detail, id string
+}
+
+func (e commandErr) Error() string      { return e.detail }
+func (e commandErr) HTTPStatus() int    { return e.status }
+func (e commandErr) MutationID() string { return e.id }

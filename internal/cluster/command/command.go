@@ -30,7 +30,6 @@ import (
 	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
-	"github.com/statefun-go/statefun/internal/stateapi"
 )
 
 // Config configures a Sender.
@@ -57,11 +56,32 @@ type Config struct {
 	Client *http.Client
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// DecodeReceipt reads a receipt as the owner's GET /mutations/<id>
+	// answers it (stateapi.DecodeReceipt).
+	DecodeReceipt func(body []byte) (*protocol.Receipt, error)
+
 	// Auth signs the receipt reads sent to owners with the cluster
 	// secret, vouching for the caller; nil (no secret): they go unsigned.
 	// The caller's own token is never sent.
 	Auth *trust.NodeAuth
 }
+
+// Error is a Sender failure with the answer the state API gives it
+// (stateapi.CommandError): the status, a detail for the problem, and the
+// mutation id when the command may be in Kafka.
+type Error struct {
+	Status   int
+	Detail   string
+	Mutation string
+}
+
+func (e *Error) Error() string { return e.Detail }
+
+// HTTPStatus is the status to answer.
+func (e *Error) HTTPStatus() int { return e.Status }
+
+// MutationID is the id of a command that may be in Kafka, or "".
+func (e *Error) MutationID() string { return e.Mutation }
 
 // Sender implements stateapi.Commands.
 type Sender struct {
@@ -70,8 +90,8 @@ type Sender struct {
 
 // New returns a Sender.
 func New(cfg Config) (*Sender, error) {
-	if cfg.Produce == nil || cfg.Owner == nil || cfg.Local == nil || cfg.Partitions <= 0 {
-		return nil, errors.New("cluster: command: Config.Produce, Owner, Local and Partitions are required")
+	if cfg.Produce == nil || cfg.Owner == nil || cfg.Local == nil || cfg.DecodeReceipt == nil || cfg.Partitions <= 0 {
+		return nil, errors.New("cluster: command: Config.Produce, Owner, Local, DecodeReceipt and Partitions are required")
 	}
 	if cfg.Budget <= 0 {
 		cfg.Budget = time.Minute
@@ -133,7 +153,7 @@ func (s *Sender) Send(ctx context.Context, m partition.Mutation, caller trust.Ca
 		if rc != nil && (rc.GetStatus() == "committed" || rc.GetStatus() == "rejected") {
 			return s.receiptOf(rc, m), nil
 		}
-		var ce *stateapi.CommandError
+		var ce *Error
 		if errors.As(err, &ce) {
 			return partition.Receipt{}, err
 		}
@@ -144,7 +164,7 @@ func (s *Sender) Send(ctx context.Context, m partition.Mutation, caller trust.Ca
 			sleep(ctx, 200*time.Millisecond)
 		}
 		if ctx.Err() != nil {
-			return partition.Receipt{}, &stateapi.CommandError{Status: http.StatusServiceUnavailable, Mutation: m.ID,
+			return partition.Receipt{}, &Error{Status: http.StatusServiceUnavailable, Mutation: m.ID,
 				Detail: fmt.Sprintf("mutation %s is in Kafka as a command for partition %d, but its owner's receipt was not final within %v (the partition may be moving); it will apply once when the owner takes it: read its receipt at /mutations/%s on the owner rather than sending the write again under a new id",
 					m.ID, p, s.cfg.Budget, m.ID)}
 		}
@@ -163,12 +183,12 @@ func (s *Sender) produce(ctx context.Context, env *protocol.Envelope, id string,
 		if errors.Is(err, ingress.ErrTooLarge) {
 			// Kafka would refuse it on every retry, and the owner could
 			// not log it in its changelog either.
-			return &stateapi.CommandError{Status: http.StatusRequestEntityTooLarge, Mutation: id,
+			return &Error{Status: http.StatusRequestEntityTooLarge, Mutation: id,
 				Detail: fmt.Sprintf("mutation %s was not applied and cannot be in cluster mode: %v", id, err)}
 		}
 		s.cfg.Logger.Warn("cluster: producing a state mutation's command", "mutation", id, "partition", p, "err", err)
 		if sleep(ctx, 200*time.Millisecond) != nil {
-			return &stateapi.CommandError{Status: http.StatusServiceUnavailable, Mutation: id,
+			return &Error{Status: http.StatusServiceUnavailable, Mutation: id,
 				Detail: fmt.Sprintf("Kafka did not acknowledge the command of mutation %s (partition %d) in time: %v; it may still apply, once: read its receipt at /mutations/%s on the owner before sending the write again", id, p, err, id)}
 		}
 	}
@@ -204,10 +224,10 @@ func (s *Sender) fetch(ctx context.Context, node, adminURL, id string, caller tr
 	case http.StatusNotFound:
 		return nil, nil // not taken in yet
 	case http.StatusForbidden:
-		return nil, &stateapi.CommandError{Status: http.StatusForbidden, Mutation: id,
+		return nil, &Error{Status: http.StatusForbidden, Mutation: id,
 			Detail: fmt.Sprintf("mutation %s was sent to the owner as a command, but its receipt cannot be read there with this token (%s): a write through a node that does not own the address reads the owner's receipt on the caller's behalf, which needs the read scope; use ?ack=accepted, or give the token the read scope", id, resp.Status)}
 	case http.StatusUnauthorized:
-		return nil, &stateapi.CommandError{Status: http.StatusBadGateway, Mutation: id,
+		return nil, &Error{Status: http.StatusBadGateway, Mutation: id,
 			Detail: fmt.Sprintf("mutation %s was sent to the owner as a command, but node %s refused this node's request for its receipt (%s: %s); the write applies once regardless: read its receipt at /mutations/%s on the owner",
 				id, node, resp.Status, strings.TrimSpace(string(body)), id)}
 	default:
@@ -217,11 +237,11 @@ func (s *Sender) fetch(ctx context.Context, node, adminURL, id string, caller tr
 		}
 		// Asking again would get the same answer (a Host the owner does
 		// not allow, say): say what the owner said.
-		return nil, &stateapi.CommandError{Status: http.StatusBadGateway, Mutation: id,
+		return nil, &Error{Status: http.StatusBadGateway, Mutation: id,
 			Detail: fmt.Sprintf("mutation %s was sent to the owner as a command, but the owner refused to give its receipt (GET %s: %s: %s); the write applies once regardless",
 				id, u, resp.Status, strings.TrimSpace(string(body)))}
 	}
-	rc, err := stateapi.DecodeReceipt(body)
+	rc, err := s.cfg.DecodeReceipt(body)
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", u, err)
 	}
@@ -248,4 +268,3 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-var _ stateapi.Commands = (*Sender)(nil)

@@ -115,7 +115,8 @@ func newSender(t *testing.T, tp *topic, m partition.Mutation, owner func(ctx con
 		Local: func(ctx context.Context, id string) (*protocol.Receipt, bool, error) {
 			return tp.owner.WaitReceipt(ctx, id)
 		},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: trust.NewNodeAuth(secret, "shop", "me")})
+		DecodeReceipt: stateapi.DecodeReceipt,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)), Auth: trust.NewNodeAuth(secret, "shop", "me")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestSendFailsClearly(t *testing.T) {
 	m := put("m-1", "v")
 	s := newSender(t, tp, m, func(context.Context, int) (string, string, bool) { return "owner", url, true }, 500*time.Millisecond)
 	_, err := s.Send(context.Background(), m, trust.Caller{})
-	var ce *stateapi.CommandError
+	var ce *Error
 	if !errors.As(err, &ce) || ce.Status != 503 || ce.Mutation != "m-1" {
 		t.Errorf("Kafka down: %v", err)
 	}

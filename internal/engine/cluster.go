@@ -87,13 +87,14 @@ type Outbound interface {
 // Callers waiting on a partition when it is revoked get it too; the
 // outcome of a mutation they were waiting for is then unknown (its receipt
 // tells, once the partition's next owner runs). The state API answers 503
-// with Retry-After.
-var ErrMoved = errors.New("engine: the partition is not owned by this process (it moved, or is moving); retry")
+// with Retry-After. It is committer.ErrMoved, which the cluster session
+// fails requests with.
+var ErrMoved = committer.ErrMoved
 
 // ErrAborted is wrapped by the error the cluster session fails requests
 // with when their transaction was aborted (a revocation, a fence, a broker
-// error). It is not fatal: see Durability.
-var ErrAborted = errors.New("engine: the transaction was aborted")
+// error). It is not fatal: see Durability. It is committer.ErrAborted.
+var ErrAborted = committer.ErrAborted
 
 // ErrPlaygroundEgress is returned by the playground egress's pops, reads
 // and acknowledgements in cluster mode, where that egress is refused.

@@ -237,7 +237,7 @@ func TestClusterPauseTypeInEveryPartition(t *testing.T) {
 // id, whose session runs beside the other nodes' on k.
 func newClusterNodeOf(t *testing.T, id string, k *clustertest.Kafka, db *store.DB, fn Functions) *clusterNode {
 	t.Helper()
-	s := clustertest.NewSession(k, db, clustertest.Options{Auto: true, Aborted: ErrAborted, Errorf: t.Errorf, Node: id})
+	s := clustertest.NewSession(k, db, clustertest.Options{Auto: true, Errorf: t.Errorf, Node: id})
 	e := newEngine(t, db, fn, func(o *Options) {
 		o.Owned, o.Durability, o.Outbound = true, s, s
 	})

@@ -125,7 +125,7 @@ type clusterNode struct {
 // (auto-committing unless driven), with nothing assigned.
 func newClusterNode(t *testing.T, k *clustertest.Kafka, db *store.DB, fn Functions, driven bool, mod func(*Options)) *clusterNode {
 	t.Helper()
-	s := clustertest.NewSession(k, db, clustertest.Options{Auto: !driven, Aborted: ErrAborted, Errorf: t.Errorf})
+	s := clustertest.NewSession(k, db, clustertest.Options{Auto: !driven, Errorf: t.Errorf})
 	e := newEngine(t, db, fn, func(o *Options) {
 		o.Owned, o.Durability, o.Outbound, o.Driven = true, s, s, driven
 		o.Egress = func(namespace, typ string, arg *protocol.TypedValue) (string, error) { return "route", nil }

@@ -45,8 +45,7 @@ type zombie struct {
 // InitProducerID); assignAll then gives it every partition.
 func (w *world) clusterOptions(o *engine.Options, db *store.DB) {
 	s := clustertest.NewSession(w.cl.k, db, clustertest.Options{
-		Aborted: engine.ErrAborted,
-		Errorf:  func(f string, args ...any) { w.fail("the cluster session: "+f, args...) },
+		Errorf: func(f string, args ...any) { w.fail("the cluster session: "+f, args...) },
 	})
 	w.cl.s = s
 	o.Owned, o.Durability, o.Outbound = true, s, s

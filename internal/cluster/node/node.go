@@ -108,8 +108,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Cluster.NodeID), p: cfg.DB.Partitions(), incarnation: members.NewIncarnation()}
 	n.refusals = refusals.New(refusals.Config{Now: cfg.Now})
-	scfg := session.Config{Cluster: cfg.Cluster, DB: cfg.DB, Metrics: cfg.Metrics, Logger: cfg.Logger,
-		Aborted: engine.ErrAborted, Moved: engine.ErrMoved, Refusals: n.refusals}
+	scfg := session.Config{Cluster: cfg.Cluster, DB: cfg.DB, Metrics: cfg.Metrics, Logger: cfg.Logger, Refusals: n.refusals}
 	if len(cfg.Ingresses) > 0 {
 		in, err := newIngresses(n, cfg.Ingresses)
 		if err != nil {

@@ -116,15 +116,16 @@ type Request interface {
 
 // ErrAborted is wrapped by the error a request's Fail gets when the
 // transaction that carried it was aborted (a rebalance, a fence, a broker
-// error), or when it was queued for a partition the session rebuilds
-// after such an abort. Not fatal: the partition is rebuilt from the store,
-// which never saw the aborted work.
-var ErrAborted = errors.New("cluster: transaction aborted")
+// error, an unknown outcome), or when it was queued for a partition the
+// session rebuilds after such an abort. Not fatal: the partition is
+// rebuilt from the store, which never saw the aborted work. It is
+// committer.ErrAborted, the engine's too.
+var ErrAborted = committer.ErrAborted
 
 // ErrMoved is wrapped by the error a request's Fail gets when its
 // partition is not served by this node (any more): revoked, lost, or not
-// restored yet.
-var ErrMoved = errors.New("cluster: partition not served by this node")
+// restored yet. It is committer.ErrMoved, the engine's too.
+var ErrMoved = committer.ErrMoved
 
 // Defaults of Config's zero values.
 const (
@@ -169,11 +170,6 @@ type Config struct {
 	// Kafka refused); it doubles with each such abort in a row, up to
 	// MaxRebuildBackoff. Zero means DefaultRebuildBackoff.
 	RebuildBackoff time.Duration
-
-	// Aborted and Moved, if not nil, are wrapped too by the errors of
-	// Fail alongside ErrAborted and ErrMoved, so that the engine can
-	// test them with its own sentinels.
-	Aborted, Moved error
 
 	// Ingress, if not nil, is the module's Kafka ingresses: the session
 	// consumes their topics too.
@@ -429,16 +425,10 @@ func (s *Session) purge(p int32, err error) {
 }
 
 func (s *Session) aborted(cause error) error {
-	if s.cfg.Aborted != nil {
-		return fmt.Errorf("%w: %w: %w", ErrAborted, s.cfg.Aborted, cause)
-	}
 	return fmt.Errorf("%w: %w", ErrAborted, cause)
 }
 
 func (s *Session) moved(p int32, why string) error {
-	if s.cfg.Moved != nil {
-		return fmt.Errorf("%w: %w: partition %d %s", ErrMoved, s.cfg.Moved, p, why)
-	}
 	return fmt.Errorf("%w: partition %d %s", ErrMoved, p, why)
 }
 

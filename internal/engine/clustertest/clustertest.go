@@ -145,10 +145,6 @@ type Options struct {
 	// Auto makes Run commit whatever is submitted (an engine that runs on
 	// its own goroutines); without it the caller cycles (a driven engine).
 	Auto bool
-	// Aborted is wrapped by the error aborted requests fail with:
-	// engine.ErrAborted (this package cannot import the engine, whose own
-	// tests use it).
-	Aborted error
 	// Errorf reports a broken contract of the engine (a request that does
 	// not name its partition, a message handed out for the wrong
 	// partition): testing.T.Errorf.
@@ -194,9 +190,6 @@ type staged struct {
 func NewSession(k *Kafka, db *store.DB, opts Options) *Session {
 	if opts.Errorf == nil {
 		opts.Errorf = func(f string, args ...any) { panic(fmt.Sprintf(f, args...)) }
-	}
-	if opts.Aborted == nil {
-		opts.Aborted = errors.New("clustertest: the transaction was aborted")
 	}
 	k.mu.Lock()
 	k.epoch[opts.Node]++
@@ -319,7 +312,7 @@ func (s *Session) Encode() int {
 // records become visible, the consumed offsets are committed, and the
 // requests hear Durable and AfterGroup. Otherwise all of it is dropped,
 // the consumer rewinds to the committed offsets, the requests hear Fail
-// (wrapping Options.Aborted, or committer.ErrStopped when fenced) and the
+// (wrapping committer.ErrAborted, or committer.ErrStopped when fenced) and the
 // partitions the transaction touched are listed for Rebuild. Finish
 // returns ErrFenced when a newer session fenced this one.
 func (s *Session) Finish(commit bool) error {
@@ -345,12 +338,12 @@ func (s *Session) Finish(commit bool) error {
 		for p := range overlays {
 			s.rebuild[p] = true
 		}
-		cause := fmt.Errorf("%w: the test aborted it", s.opts.Aborted)
+		cause := fmt.Errorf("%w: the test aborted it", committer.ErrAborted)
 		switch {
 		case fenced:
 			cause = fmt.Errorf("%w: %w", committer.ErrStopped, ErrFenced)
 		case commit:
-			cause = fmt.Errorf("%w: a request of the transaction failed to encode", s.opts.Aborted)
+			cause = fmt.Errorf("%w: a request of the transaction failed to encode", committer.ErrAborted)
 		}
 		for i, r := range open {
 			if !bad[i] {

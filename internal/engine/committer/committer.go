@@ -73,6 +73,24 @@ type Urgent interface {
 // after Close.
 var ErrStopped = errors.New("committer: stopped")
 
+// The errors a request fails with in cluster mode, where the cluster
+// session makes the engine's requests durable in Kafka transactions
+// (internal/cluster/session). They are defined here, with the contract
+// of Request, because both sides of that seam use them: the session fails
+// requests with them, the engine and its callers test for them.
+var (
+	// ErrAborted is wrapped by the error a request's Fail gets when the
+	// transaction that carried it was aborted (a rebalance, a fence, a
+	// broker error, an unknown outcome), or it was queued for a partition
+	// that is rebuilt after such an abort. Not fatal: the partition is
+	// rebuilt from the store, which never saw the aborted work.
+	ErrAborted = errors.New("the transaction was aborted")
+	// ErrMoved is wrapped by the error a request's Fail gets, and by the
+	// engine's answers, when its partition is not served by this process
+	// (any more): revoked, lost, not restored yet, or rebuilt.
+	ErrMoved = errors.New("the partition is not served by this process (it moved, or is moving); retry")
+)
+
 // DefaultMaxGroupOps bounds one group commit, so one sync never grows
 // without end while requests keep arriving.
 const DefaultMaxGroupOps = 50_000

@@ -20,10 +20,9 @@ import (
 
 // Functions sends one request to the endpoint that serves a function type.
 // Implementations are safe for concurrent use; one attempt per call (the
-// partition core owns retries).
-type Functions interface {
-	Call(ctx context.Context, t address.TypeName, req *protocol.ToFunction) (*protocol.FromFunction, error)
-}
+// partition core owns retries). It is the dispatcher's interface, which
+// the engine hands its Functions to.
+type Functions = dispatch.Functions
 
 // Options configure an Engine. Store and Functions are required.
 type Options struct {

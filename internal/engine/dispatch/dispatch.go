@@ -13,8 +13,9 @@ import (
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
-// Functions sends one request to the endpoint that serves a function type
-// (engine.Functions is the same interface).
+// Functions sends one request to the endpoint that serves a function type.
+// Implementations are safe for concurrent use; one attempt per call (the
+// partition core owns retries). engine.Functions is an alias of it.
 type Functions interface {
 	Call(ctx context.Context, t address.TypeName, req *protocol.ToFunction) (*protocol.FromFunction, error)
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,6 +43,12 @@ func TestClusterLeaveOnStop(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("node-a stopped %v after its SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	// A clean stop is not a fault: nothing at ERROR.
+	for line := range strings.SplitSeq(badFullLog(a.runtime), "\n") {
+		if strings.Contains(line, "level=ERROR") {
+			t.Errorf("node-a logged an ERROR on a clean stop: %s", line)
+		}
+	}
 	// Well within the session timeout, so only the leave can explain it.
 	waitFor(t, 25*time.Second, "node-b owns and serves all 8 partitions", func() bool {
 		v, _ := b.metric("statefun_cluster_owned_partitions")

@@ -471,7 +471,14 @@ func (e *Engine) callDone(p *part) dispatch.Done {
 func (e *Engine) fatal(err error) {
 	e.errOnce.Do(func() {
 		e.err = err
-		e.log.Error("engine stopped", "error", err)
+		if err == committer.ErrStopped || errors.Is(err, committer.ErrStopped) && errors.Is(err, context.Canceled) {
+			// Durability was closed with no cause but the process's
+			// stop: a clean stop (the cluster session ends before the
+			// engine does), not a fault.
+			e.log.Info("engine stopped: its durability was closed (the process is stopping)")
+		} else {
+			e.log.Error("engine stopped", "error", err)
+		}
 		close(e.failed)
 		e.cancel()
 	})

@@ -109,3 +109,30 @@ func TestKillBetweenReadAndAck(t *testing.T) {
 		t.Fatalf("after the acknowledged kill the oldest is %q at %s, want c:2 after %s", rec, p, pos)
 	}
 }
+
+// The playground egress refuses a query parameter it does not take, and a
+// repeated one, with a 400 that names it, as the state API does: a
+// misspelt ?after= must not pop (remove) the record it meant to read.
+func TestEgressRefusesUnknownAndRepeatedParameters(t *testing.T) {
+	fn := crashFunction(t, &sdktest.EgressSender{})
+	rt := newRuntime(t, fn, []string{"crash"}, []string{"counts", "ticks"})
+	rt.start()
+	if status, _ := rt.sendKeyed("/crash/counter/c", "crash/inc", "inc-1", "{}"); status != 200 {
+		t.Fatalf("send: %d", status)
+	}
+	pos, rec := rt.readFirst("counts")
+	for _, c := range []struct{ method, path, says string }{
+		{http.MethodGet, "/counts?aftr=0", `unknown query parameter "aftr"`},
+		{http.MethodGet, "/counts?after=0&after=" + pos, `"after" is repeated`},
+		{http.MethodPost, "/counts?ack=" + pos + "&ack=" + pos, `"ack" is repeated`},
+		{http.MethodPost, "/counts?ack=" + pos + "&after=0", `unknown query parameter "after"`},
+	} {
+		status, _, body := rt.egressDo(c.method, c.path)
+		if status != http.StatusBadRequest || !strings.Contains(body, c.says) {
+			t.Errorf("%s %s: %d %q; want 400 saying %s", c.method, c.path, status, body, c.says)
+		}
+	}
+	if p2, rec2 := rt.readFirst("counts"); p2 != pos || rec2 != rec {
+		t.Fatalf("after the refused requests the oldest record is %q at %s; want %q at %s still there", rec2, p2, rec, pos)
+	}
+}

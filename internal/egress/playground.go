@@ -152,6 +152,16 @@ func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
+	allowedParam := "after"
+	if r.Method == http.MethodPost {
+		allowedParam = "ack"
+	}
+	if err := checkQuery(q, allowedParam); err != nil {
+		// A misspelt ?after= would otherwise pop (remove) the record it
+		// meant to read, and a repeated one pick one of its values.
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
 	switch {
 	case r.Method == http.MethodPost:
 		p.ack(w, r, topic, q)
@@ -160,6 +170,20 @@ func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		p.pop(w, r, topic)
 	}
+}
+
+// checkQuery refuses a query parameter other than allowed, and a
+// repeated one, as the state API does.
+func checkQuery(q url.Values, allowed string) error {
+	for k, vs := range q {
+		if k != allowed {
+			return fmt.Errorf("egress: unknown query parameter %q; GET takes only after, POST only ack", k)
+		}
+		if len(vs) > 1 {
+			return fmt.Errorf("egress: query parameter %q is repeated", k)
+		}
+	}
+	return nil
 }
 
 // position parses a position parameter, naming it in the error.

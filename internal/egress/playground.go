@@ -198,7 +198,7 @@ func position(name, v string) (uint64, error) {
 func (p *Playground) pop(w http.ResponseWriter, r *http.Request, topic string) {
 	rec, ok, err := p.Source.PopEgress(r.Context(), PlaygroundID, topic)
 	if err != nil {
-		p.fail(w, "pop", topic, err)
+		p.fail(w, r, "pop", topic, err)
 		return
 	}
 	if !ok {
@@ -216,7 +216,7 @@ func (p *Playground) read(w http.ResponseWriter, r *http.Request, topic, after s
 	}
 	pos, rec, ok, err := p.Source.ReadEgress(r.Context(), PlaygroundID, topic, from)
 	if err != nil {
-		p.fail(w, "read", topic, err)
+		p.fail(w, r, "read", topic, err)
 		return
 	}
 	if !ok {
@@ -243,13 +243,23 @@ func (p *Playground) ack(w http.ResponseWriter, r *http.Request, topic string, q
 			http.Error(w, "egress: ack: "+err.Error(), http.StatusConflict)
 			return
 		}
-		p.fail(w, "ack", topic, err)
+		p.fail(w, r, "ack", topic, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (p *Playground) fail(w http.ResponseWriter, what, topic string, err error) {
+func (p *Playground) fail(w http.ResponseWriter, r *http.Request, what, topic string, err error) {
+	if r.Context().Err() != nil {
+		// The client went away (or its deadline passed): not a fault
+		// of the runtime; nobody reads the answer.
+		if p.Logger != nil {
+			p.Logger.Debug("egress: the request ended before its answer", "op", what, "topic", topic, "error", err)
+		}
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "egress: the request ended before its answer", http.StatusServiceUnavailable)
+		return
+	}
 	if p.Logger != nil {
 		p.Logger.Error("egress: "+what+" failed", "topic", topic, "error", err)
 	}

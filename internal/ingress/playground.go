@@ -141,6 +141,18 @@ func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
+		if r.Context().Err() != nil {
+			// The client went away (or its deadline passed) before the
+			// message was durable: not a fault of the runtime, and the
+			// outcome is unknown (the message may still become durable;
+			// a retry with an Idempotency-Key is safe).
+			if p.Logger != nil {
+				p.Logger.Debug("ingress: the request ended before the message was durable", "path", r.URL.Path, "error", err)
+			}
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "ingress: the request ended before the message was durable; its outcome is unknown (retry it with an Idempotency-Key)", http.StatusServiceUnavailable)
+			return
+		}
 		if p.Logger != nil {
 			p.Logger.Error("ingress: message not accepted", "path", r.URL.Path, "error", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -286,3 +287,54 @@ func TestPlaygroundTooLargeForTheSink(t *testing.T) {
 		t.Fatalf("status %d, Retry-After %q, body %q; want 413 naming the limit, no Retry-After", status, hdr.Get("Retry-After"), body)
 	}
 }
+
+// waitingSink holds every message until the request's context ends, as
+// the engine does while a message waits for its group commit.
+type waitingSink struct {
+	storeSink
+	entered chan struct{}
+}
+
+func (s *waitingSink) Ingest(ctx context.Context, _ *protocol.Envelope) error {
+	close(s.entered)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A client that goes away while its message waits for durability is not
+// a fault of the runtime: no ERROR line, and the answer (which nobody
+// reads) says the outcome is unknown rather than "not accepted".
+func TestPlaygroundClientGoneIsNoError(t *testing.T) {
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	sink := &waitingSink{entered: make(chan struct{})}
+	rec := httptest.NewRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequestWithContext(ctx, "PUT", "/example/greeter/a", strings.NewReader("x"))
+	req.Header.Set("Content-Type", "application/vnd.example/text")
+	done := make(chan struct{})
+	go func() {
+		(&Playground{Sink: sink, Logger: log}).ServeHTTP(rec, req)
+		close(done)
+	}()
+	<-sink.entered
+	cancel() // the client hangs up
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("a client that went away was logged at ERROR:\n%s", logs.String())
+	}
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "outcome is unknown") {
+		t.Errorf("answer %d %q; want 503 saying the outcome is unknown", rec.Code, rec.Body.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

@@ -670,7 +670,7 @@ func TestBadFunction(t *testing.T) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			io.WriteString(w, "hello")
 		}, want: []string{`function answered Content-Type \"text/plain; charset=utf-8\", want application/octet-stream`}},
-		{name: "garbage", broken: octet("\xff\xff\xff"), want: []string{"the 3-byte response is not a FromFunction"}},
+		{name: "garbage", viol: true, broken: octet("\xff\xff\xff"), want: []string{"the 3-byte response is not a FromFunction"}},
 		{name: "empty", broken: octet(""), want: []string{"function answered 200 OK with an empty body"}},
 		{name: "slow", broken: func(w http.ResponseWriter, r *http.Request) {
 			select {

@@ -42,6 +42,7 @@ import (
 	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/invoker"
 	"github.com/statefun-go/statefun/internal/module"
+	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -173,6 +174,11 @@ func (r *Router) Call(ctx context.Context, t address.TypeName, req *protocol.ToF
 	resp, err := ep.client.Invoke(ctx, mep.URL(t), req)
 	if err == nil {
 		done = len(req.GetInvocation().GetInvocations())
+	}
+	if invoker.KindOf(err) == invoker.KindDecode {
+		// The function answered 2xx with a body that is not a
+		// FromFunction: it broke the protocol, as an invalid effect does.
+		err = partition.AsViolation(err)
 	}
 	return resp, err
 }

@@ -505,7 +505,9 @@ func (c *Core) onResult(ev ResultArrived) error {
 // settleResult applies the outcome of a batch's request.
 func (c *Core) settleResult(ev ResultArrived, mb *mailbox) error {
 	if ev.Err != nil {
-		return c.fail(ev.Addr, mb, ev.Err, false)
+		// A call that failed is retried; one whose answer broke the
+		// protocol (AsViolation) counts as a violation too.
+		return c.fail(ev.Addr, mb, ev.Err, IsViolation(ev.Err))
 	}
 	switch r := ev.Response.GetResponse().(type) {
 	case *protocol.FromFunction_IncompleteInvocationContext_:

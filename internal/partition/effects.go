@@ -13,9 +13,24 @@ import (
 // refused as a whole and the batch is retried like a failed call: StateFun
 // would fail the whole job; we keep every other address running and let an
 // operator (or a redeployed function) fix it.
-type ViolationError struct{ Reason string }
+type ViolationError struct {
+	Reason string
+	// Err, if set, is the error the violation was found by (a response
+	// that does not decode).
+	Err error
+}
 
 func (e *ViolationError) Error() string { return "protocol violation: " + e.Reason }
+
+// Unwrap returns Err.
+func (e *ViolationError) Unwrap() error { return e.Err }
+
+// AsViolation makes err, a call's failure that is the function's breach of
+// the protocol (a 2xx body that is not a FromFunction), a protocol
+// violation: the poison policy's --pause-on-violation sees it.
+func AsViolation(err error) error {
+	return &ViolationError{Reason: err.Error(), Err: err}
+}
 
 func violation(format string, args ...any) error {
 	return &ViolationError{Reason: fmt.Sprintf(format, args...)}

@@ -536,6 +536,10 @@ func TestBadIngressRequest(t *testing.T) {
 		// sees it, with a bare "400 Bad Request" (docs/state-api.md).
 		{"invalid percent-encoding", "/good/counter/%zz", "application/vnd.good/inc", 2, 400, []string{"400 Bad Request"}},
 		{"id not UTF-8", "/good/counter/%ff", "application/vnd.good/inc", 2, 400, []string{"ingress: id is not valid UTF-8"}},
+		// "." and ".." sent percent-encoded: ids and types no URL can
+		// carry (clients resolve them away), so never readable after.
+		{"id %2E", "/good/counter/%2E", "application/vnd.good/inc", 2, 400, []string{`ingress: id "." is a dot segment`}},
+		{"function name %2E%2E", "/good/%2E%2E/a", "application/vnd.good/inc", 2, 400, []string{`ingress: function name ".." is a dot segment`}},
 		{"Content-Type without a slash", "/good/counter/a", "application/vnd.nonamespace", 2, 400, []string{`ingress: Content-Type "application/vnd.nonamespace" does not name a typename <namespace>/<name>`}},
 		{"Content-Type with an empty name", "/good/counter/a", "application/vnd.good/", 2, 400, []string{`ingress: Content-Type "application/vnd.good/" does not name a typename <namespace>/<name>`}},
 		{"body over 32 MiB", "/good/counter/big", "application/vnd.good/inc", 32<<20 + 1, 413, []string{"ingress: body over 33550336 bytes", "what the function's endpoint can carry"}},

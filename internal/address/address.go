@@ -119,8 +119,23 @@ func CheckSegment(field, s string) error {
 }
 
 // CheckID checks an instance id. Any UTF-8 is allowed (also '/' and
-// control characters, which the state API can address percent-encoded).
-func CheckID(id string) error { return CheckSegment("id", id) }
+// control characters, which the state API can address percent-encoded),
+// but "." and "..", which a URL path cannot carry as a segment: clients
+// and browsers resolve them away, so such an address could never be
+// opened or repaired (see IsDotSegment).
+func CheckID(id string) error {
+	if err := CheckSegment("id", id); err != nil {
+		return err
+	}
+	if IsDotSegment(id) {
+		return fieldErr("id", "%q is a dot segment, which a URL path cannot carry", id)
+	}
+	return nil
+}
+
+// IsDotSegment reports whether s is "." or "..": a path segment that URL
+// clients resolve away (RFC 3986 §5.2.4), even when sent as %2E.
+func IsDotSegment(s string) bool { return s == "." || s == ".." }
 
 // CheckStateName checks the name of a state, as a function declares it.
 func CheckStateName(name string) error { return CheckSegment("state name", name) }
@@ -135,6 +150,9 @@ func CheckFunctionType(t TypeName) error {
 		}
 		if strings.ContainsRune(p.s, '/') {
 			return fieldErr(p.field, "%q contains '/'", p.s)
+		}
+		if IsDotSegment(p.s) {
+			return fieldErr(p.field, "%q is a dot segment, which a URL path cannot carry", p.s)
 		}
 		if i := strings.IndexFunc(p.s, unicode.IsControl); i >= 0 {
 			return fieldErr(p.field, "contains the control character %U", []rune(p.s[i:])[0])

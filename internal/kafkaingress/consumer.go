@@ -30,9 +30,11 @@ type Engine interface {
 // Reasons a record becomes a dead letter (the reason label of
 // statefun_kafka_ingress_bad_records_total and DeadLetter.Reason).
 const (
-	ReasonNullKey       = "null-key"
-	ReasonEmptyKey      = "empty-key"
-	ReasonInvalidKey    = "invalid-utf8-key"
+	ReasonNullKey    = "null-key"
+	ReasonEmptyKey   = "empty-key"
+	ReasonInvalidKey = "invalid-utf8-key"
+	// ReasonDotKey is a key "." or "..": an id a URL path cannot carry.
+	ReasonDotKey        = "dot-key"
 	ReasonKeyTooLong    = "key-too-long"
 	ReasonValueTooLarge = "value-too-large"
 	ReasonNoRoute       = "no-route"

@@ -68,6 +68,9 @@ func (m *Mapping) Messages(r *kgo.Record) ([]*protocol.Envelope, string) {
 		return nil, ReasonEmptyKey
 	case !utf8.Valid(r.Key):
 		return nil, ReasonInvalidKey
+	case address.IsDotSegment(string(r.Key)):
+		// An id no URL can carry: it could never be read or repaired.
+		return nil, ReasonDotKey
 	case len(r.Key) > address.MaxSegmentBytes:
 		return nil, ReasonKeyTooLong
 	case m.cfg.MaxValueBytes > 0 && len(r.Value) > m.cfg.MaxValueBytes:

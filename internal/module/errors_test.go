@@ -104,6 +104,8 @@ func TestMalformedModules(t *testing.T) {
 			1, 1, "kind", "io.statefun.kinesis.v1/ingress is not supported yet"},
 		{"kinesis egress", greeterModule + "---\n\nkind: io.statefun.kinesis.v1/egress\nspec: {}\n",
 			4, 19, "kind", "io.statefun.kinesis.v1/egress is not supported yet"},
+		{"kinesis ingress without version", "kind: io.statefun.kinesis/ingress\nspec:\n  id: example/names\n",
+			1, 1, "kind", "io.statefun.kinesis.v1/ingress (legacy io.statefun.kinesis/ingress) is not supported yet"},
 		{"unknown kind", "kind: io.statefun.endpoints.v3/http\nspec: {}\n",
 			1, 1, "kind", `unknown kind "io.statefun.endpoints.v3/http"; supported kinds: io.statefun.endpoints.v2/http, io.statefun.endpoints.v1/http, io.statefun.playground.v1/ingress, io.statefun.playground.v1/egress, io.statefun.kafka.v1/ingress, io.statefun.kafka.v1/egress`},
 		{"missing kind", "# a comment\nspec:\n  port: 1\n",

@@ -366,3 +366,39 @@ func TestKafkaErrorsHideValues(t *testing.T) {
 		}
 	}
 }
+
+// StateFun's component binders take each v1 kind also without its
+// version (io.statefun.kafka/ingress, io.statefun.kafka/egress,
+// io.statefun.endpoints/http), and modules still use them: they load as
+// the v1 kinds.
+func TestKindsWithoutVersion(t *testing.T) {
+	m := mustParse(t, `kind: io.statefun.endpoints/http
+spec:
+  functions: example/*
+  urlPathTemplate: http://functions:8000/{function.name}
+---
+kind: io.statefun.kafka/ingress
+spec:
+  id: example/in
+  address: kafka:9092
+  consumerGroupId: g
+  topics:
+    - topic: names
+      valueType: example/Name
+      targets: [example/greeter]
+---
+kind: io.statefun.kafka/egress
+spec:
+  id: example/out
+  address: kafka:9092
+`)
+	if len(m.Endpoints) != 1 || m.Endpoints[0].Kind != KindHTTPEndpointV1 {
+		t.Errorf("endpoints %+v; want one of kind %s", m.Endpoints, KindHTTPEndpointV1)
+	}
+	if len(m.KafkaIngresses) != 1 || m.KafkaIngresses[0].ID != tn("example/in") {
+		t.Errorf("Kafka ingresses %+v; want example/in", m.KafkaIngresses)
+	}
+	if len(m.KafkaEgresses) != 1 || m.KafkaEgresses[0].ID != tn("example/out") {
+		t.Errorf("Kafka egresses %+v; want example/out", m.KafkaEgresses)
+	}
+}

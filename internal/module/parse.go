@@ -258,8 +258,24 @@ func (p *parser) component(num int, root *yaml.Node) {
 	if !ok {
 		return
 	}
+	if k, alt := alternativeKinds[kind]; alt {
+		kind = k
+	}
 	d.kind = kind
 	p.bind(d, kf, top.get("spec"), d.pos(root))
+}
+
+// alternativeKinds are the other names StateFun 3.x's component binders
+// take for a kind in a component document: each v1 kind without its
+// version. (The bare `http` is a kind of the legacy format alone, where
+// legacyKinds converts it; in a component document StateFun refuses it,
+// as a kind must be a typename.)
+var alternativeKinds = map[string]string{
+	"io.statefun.endpoints/http":  KindHTTPEndpointV1,
+	"io.statefun.kafka/ingress":   KindKafkaIngress,
+	"io.statefun.kafka/egress":    KindKafkaEgress,
+	"io.statefun.kinesis/ingress": KindKinesisIngress,
+	"io.statefun.kinesis/egress":  KindKinesisEgress,
 }
 
 // bind validates spec as a component of the kind in kf and adds it to the

@@ -2,7 +2,7 @@
 # Runs the greeter example: the functions (bin/greeter, serving :8000) and the
 # runtime (bin/statefun) with examples/greeter/module.yaml on the embedded
 # store in data/greeter. `make example` builds both and runs this script.
-# Ctrl-C stops both.
+# Ctrl-C stops both; so does either one stopping on its own.
 #
 # Environment: BIN_DIR (default bin), GREETER_ADDR (default :8000; keep it in
 # step with module.yaml), STATEFUN_DATA_DIR (default data/greeter).
@@ -17,8 +17,43 @@ for b in "$bin/greeter" "$bin/statefun"; do
   fi
 done
 
-GREETER_ADDR="${GREETER_ADDR:-:8000}" "$bin/greeter" &
+addr="${GREETER_ADDR:-:8000}"
+port="${addr##*:}"
+GREETER_ADDR="$addr" "$bin/greeter" &
 greeter=$!
-trap 'kill "$greeter" 2>/dev/null || true; wait "$greeter" 2>/dev/null || true' EXIT
+runtime=""
+stop() {
+  [ -n "$runtime" ] && kill "$runtime" 2>/dev/null || true
+  kill "$greeter" 2>/dev/null || true
+  wait 2>/dev/null || true
+}
+trap stop EXIT
 
-"$bin/statefun" run --module examples/greeter/module.yaml --data-dir "${STATEFUN_DATA_DIR:-data/greeter}"
+# The runtime starts only once the function server listens: if it cannot
+# (the port is taken), the runtime would call whatever holds the port.
+for _ in $(seq 50); do
+  if ! kill -0 "$greeter" 2>/dev/null; then
+    wait "$greeter" || true
+    echo "run.sh: the greeter function server did not start (is port $port taken?); not starting the runtime" >&2
+    exit 1
+  fi
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    break
+  fi
+  sleep 0.1
+done
+sleep 0.2 # a server that lost the race for the port exits at once
+if ! kill -0 "$greeter" 2>/dev/null; then
+  echo "run.sh: the greeter function server did not start (is port $port taken?); not starting the runtime" >&2
+  exit 1
+fi
+echo "run.sh: the greeter function serves on $addr; starting the runtime"
+
+"$bin/statefun" run --module examples/greeter/module.yaml --data-dir "${STATEFUN_DATA_DIR:-data/greeter}" &
+runtime=$!
+# Whichever stops first stops the other.
+set +e
+wait -n "$greeter" "$runtime"
+status=$?
+set -e
+exit "$status"

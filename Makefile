@@ -5,6 +5,7 @@
 .PHONY: example example-kafka test build bench bench-kafka bench-cluster bench-restate deps fuzz soak
 
 build:
+	@echo "building bin/statefun, bin/greeter, bin/kafka-greeter and bin/devkafka (the first build downloads and compiles the dependencies: a minute or two)"
 	go build -o bin/statefun ./cmd/statefun
 	go build -o bin/greeter ./examples/greeter
 	go build -o bin/kafka-greeter ./examples/kafka-greeter

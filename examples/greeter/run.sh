@@ -51,6 +51,28 @@ echo "run.sh: the greeter function serves on $addr; starting the runtime"
 
 "$bin/statefun" run --module examples/greeter/module.yaml --data-dir "${STATEFUN_DATA_DIR:-data/greeter}" &
 runtime=$!
+
+# Once the runtime is ready, say where to look and what to try.
+admin="${STATEFUN_ADMIN_ADDR:-127.0.0.1:8070}"
+if command -v curl >/dev/null; then
+  for _ in $(seq 100); do
+    kill -0 "$runtime" 2>/dev/null || break
+    if curl -sf "http://$admin/readyz" >/dev/null 2>&1; then
+      cat >&2 <<EOT
+
+run.sh: ready. The console: http://$admin/ui/
+Try, in another terminal:
+  curl -X PUT -H "Content-Type: application/vnd.example/GreetRequest" -d '{"name": "Bob"}' localhost:8090/example/person/Bob
+  curl localhost:8091/greetings
+  curl -H "Accept: text/plain" $admin/state/example/person/Bob/visits
+Ctrl-C stops both.
+
+EOT
+      break
+    fi
+    sleep 0.1
+  done
+fi
 # Whichever stops first stops the other.
 set +e
 wait -n "$greeter" "$runtime"

@@ -544,15 +544,15 @@ func (c *stateCLI) audit(args []string) error {
 		return writeJSON(c.stdout, recs)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tPRINCIPAL\tOP\tINSTANCE\tSTATE\tVERSION\tMUTATION\tREASON")
+	fmt.Fprintln(tw, "AT\tPRINCIPAL\tOP\tINSTANCE\tSTATE\tVERSION\tBEFORE\tMUTATION\tREASON")
 	for _, r := range recs {
 		state := shellQuote(r.State)
 		if r.Op == "delete-all" && r.State == "" {
 			state = "*"
 		}
-		before := "-"
+		before, was := "-", "-"
 		if r.Before != nil {
-			before = r.Before.Version
+			before, was = r.Before.Version, auditValue(r.Before)
 		}
 		after := r.Version
 		if after == "" {
@@ -562,10 +562,23 @@ func (c *stateCLI) audit(args []string) error {
 		if r.Reverts != "" && !strings.Contains(reason, r.Reverts) {
 			reason = strings.TrimSpace(reason + " (reverts " + r.Reverts + ")")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s %s\t%s\t%s→%s\t%s\t%s\n", r.At.Local().Format("2006-01-02 15:04:05.000"),
-			r.Principal, r.Op, r.Namespace, r.Type, shellQuote(r.ID), state, before, after, r.Mutation, oneLine(reason))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s %s\t%s\t%s→%s\t%s\t%s\t%s\n", r.At.Local().Format("2006-01-02 15:04:05.000"),
+			r.Principal, r.Op, r.Namespace, r.Type, shellQuote(r.ID), state, before, after, was, r.Mutation, oneLine(reason))
 	}
 	return tw.Flush()
+}
+
+// auditValue renders a before-image for the table: its JSON form, cut to
+// 40 characters, or the size of bytes that have none.
+func auditValue(img *stateclient.AuditImage) string {
+	if len(img.JSON) == 0 {
+		return fmt.Sprintf("<%d bytes %s>", len(img.Value), img.Typename)
+	}
+	s := oneLine(string(img.JSON))
+	if r := []rune(s); len(r) > 40 {
+		s = string(r[:39]) + "…"
+	}
+	return s
 }
 
 // parseWhen reads an RFC 3339 time, or a duration before now.

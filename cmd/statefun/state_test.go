@@ -355,9 +355,12 @@ func TestStateRevertAndAudit(t *testing.T) {
 		t.Fatalf("audit --since 1h --limit 2: %s", r)
 	}
 	r = rt.ok(t, "", "audit", "--id", "ann")
-	if !regexpLine(r.stdout, `^AT\s+PRINCIPAL\s+OP\s+INSTANCE\s+STATE\s+VERSION\s+MUTATION\s+REASON$`) ||
-		!regexpLine(r.stdout, `anonymous\s+put\s+example/person ann\s+visits\s+-→\d+\s+\S+\s+first$`) ||
-		!regexpLine(r.stdout, `anonymous\s+put\s+example/person ann\s+visits\s+\d+→\d+\s+\S+\s+undo \(reverts `+second.Mutation+`\)$`) {
+	// The BEFORE column shows the value the entry held, typed (visits is
+	// an int: 10 before the second fix, 20 before its undo).
+	if !regexpLine(r.stdout, `^AT\s+PRINCIPAL\s+OP\s+INSTANCE\s+STATE\s+VERSION\s+BEFORE\s+MUTATION\s+REASON$`) ||
+		!regexpLine(r.stdout, `anonymous\s+put\s+example/person ann\s+visits\s+-→\d+\s+-\s+\S+\s+first$`) ||
+		!regexpLine(r.stdout, `anonymous\s+put\s+example/person ann\s+visits\s+\d+→\d+\s+10\s+\S+\s+second fix$`) ||
+		!regexpLine(r.stdout, `anonymous\s+put\s+example/person ann\s+visits\s+\d+→\d+\s+20\s+\S+\s+undo \(reverts `+second.Mutation+`\)$`) {
 		t.Fatalf("audit table: %s", r)
 	}
 

@@ -14,6 +14,7 @@ import (
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
+	"github.com/statefun-go/statefun/internal/types"
 )
 
 type auditJSON struct {
@@ -38,9 +39,13 @@ type auditJSON struct {
 }
 
 type auditImage struct {
-	Typename    string `json:"typename"`
-	Version     string `json:"version"`
-	ValueBase64 string `json:"valueBase64"`
+	Typename string `json:"typename"`
+	Version  string `json:"version"`
+	// Value is the value as JSON when its type has a JSON form (the
+	// built-in scalars, JSON bytes), as a history record shows it;
+	// ValueBase64 is always the exact stored bytes.
+	Value       json.RawMessage `json:"value,omitempty"`
+	ValueBase64 string          `json:"valueBase64"`
 }
 
 var opNames = []string{"put", "delete", "delete-all", "restore"}
@@ -241,6 +246,9 @@ func auditOf(a *protocol.AuditRecord) auditJSON {
 	if a.GetHadBefore() {
 		out.Before = &auditImage{Typename: a.GetBeforeTypename(), Version: strconv.FormatUint(a.GetBeforeVersion(), 10),
 			ValueBase64: base64.StdEncoding.EncodeToString(a.GetBeforeValue())}
+		if v, ok, err := types.JSONValue(a.GetBeforeTypename(), a.GetBeforeValue()); err == nil && ok {
+			out.Before.Value = v
+		}
 	}
 	return out
 }

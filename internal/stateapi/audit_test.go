@@ -2,6 +2,7 @@ package stateapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -152,5 +153,52 @@ func TestAuditStreams(t *testing.T) {
 	}
 	if strings.Contains(body, `"next"`) {
 		t.Errorf("a page cut short ended like a whole one:\n%s", body)
+	}
+}
+
+// An audit record shows the before-image's value readably where its type
+// has a JSON form (a built-in scalar, JSON bytes), as history does, beside
+// the exact bytes; an opaque type has only the bytes.
+func TestAuditShowsTypedValues(t *testing.T) {
+	eng := startEngine(t, engineConfig{})
+	api := serve(t, eng, Options{})
+	const intType = "Statefun-Type"
+	mustPut(t, api, "/state/av/t/a/n", "text/plain", "41", intType, "io.statefun.types/int")
+	mustPut(t, api, "/state/av/t/a/n", "text/plain", "42", intType, "io.statefun.types/int")
+	mustPut(t, api, "/state/av/t/a/o", "application/octet-stream", "\x01\x02", intType, "x/Opaque")
+	mustPut(t, api, "/state/av/t/a/o", "application/octet-stream", "\x03", intType, "x/Opaque")
+	r := send(t, api, "GET", "/audit?namespace=av&limit=100", nil)
+	if r.StatusCode != 200 {
+		t.Fatalf("GET /audit: %s %s", r.Status, r.body)
+	}
+	var p struct {
+		Records []struct {
+			State  string `json:"state"`
+			Before *struct {
+				Value       json.RawMessage `json:"value"`
+				ValueBase64 string          `json:"valueBase64"`
+			} `json:"before"`
+		} `json:"records"`
+	}
+	r.json(t, &p)
+	seen := 0
+	for _, rec := range p.Records {
+		if rec.Before == nil {
+			continue
+		}
+		seen++
+		switch rec.State {
+		case "n":
+			if string(rec.Before.Value) != "41" || rec.Before.ValueBase64 == "" {
+				t.Errorf("int before-image: value %s, bytes %q; want 41 and the bytes", rec.Before.Value, rec.Before.ValueBase64)
+			}
+		case "o":
+			if rec.Before.Value != nil || rec.Before.ValueBase64 != "AQI=" {
+				t.Errorf("opaque before-image: value %s, bytes %q; want no value and AQI=", rec.Before.Value, rec.Before.ValueBase64)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Fatalf("%d records with a before-image; want 2 (%s)", seen, r.body)
 	}
 }

@@ -261,4 +261,7 @@ type AuditImage struct {
 	Version  string `json:"version"`
 	// Value is the exact stored bytes (valueBase64 on the wire).
 	Value []byte `json:"valueBase64"`
+	// JSON is the value as JSON when its type has a JSON form (the
+	// built-in scalar types, or bytes that are JSON); nil otherwise.
+	JSON json.RawMessage `json:"value,omitempty"`
 }

@@ -99,4 +99,4 @@ soak:
 		go test ./internal/sim -run 'TestSimulation(Cluster)?$$' -sim.first=$$first -sim.seeds=100 -sim.steps=1200 -timeout 1h; \
 	done
 	STATEFUN_KAFKA_SOAK=1 go test -race ./e2e -run 'TestKafkaCrashExactlyOnce$$' -timeout 30m
-	STATEFUN_CLUSTER_SOAK=1 go test -race ./e2e -run 'TestClusterFailover$$' -timeout 30m
+	STATEFUN_CLUSTER_SOAK=1 go test -race ./e2e -run 'TestClusterFailover$$|TestClusterBrokerRestart$$' -timeout 30m

@@ -109,6 +109,19 @@ func (s *Session) poll(ctx context.Context) (pl polled, err error) {
 	return pl, nil
 }
 
+// movesPending reports whether a revocation or loss of this node's
+// partitions is posted and not yet acted on.
+func (s *Session) movesPending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ev := range s.events {
+		if (ev.kind == evRevoked || ev.kind == evLost) && len(ev.parts) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *Session) hasEvents() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -131,6 +144,9 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		return err
 	}
 	t := &txn{ctx: ctx, from: -1}
+	// The member this node was when the transaction's work was taken:
+	// a transaction without offsets is fenced against it (checkMember).
+	t.member, t.gen = s.gts.Client().GroupMetadata()
 	s.txn.Store(t)
 	defer s.txn.Store(nil)
 
@@ -234,7 +250,7 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		// another node while this one stalled; so check membership now,
 		// after its records are in the log: from here on, a new owner's
 		// restore waits for this transaction to end (see restore).
-		if err := s.checkMember(ctx); err != nil {
+		if err := s.checkMember(ctx, t.member, t.gen); err != nil {
 			abort = "fence"
 			s.log.Warn("cluster: this node is no longer the group member it was; aborting the transaction", "err", err)
 		}
@@ -454,11 +470,23 @@ func (s *Session) failAll(reqs []Request, live []bool, err error) {
 // UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or FENCED_INSTANCE_ID; a group in a
 // rebalance answers REBALANCE_IN_PROGRESS, which aborts too (the
 // partitions may be moving).
-func (s *Session) checkMember(ctx context.Context) error {
+//
+// It checks the member and generation the node was when the transaction
+// began, not the ones it is now: a node whose partitions were lost (its
+// session expired, say after the brokers restarted) rejoins under a new
+// member id, and a heartbeat with that one passes while the transaction
+// carries work of partitions the group gave to another node meanwhile. So
+// a transaction whose member or generation changed since it began, or
+// during which the group revoked or lost partitions of this node, aborts.
+func (s *Session) checkMember(ctx context.Context, member string, gen int32) error {
 	cl := s.gts.Client()
-	member, gen := cl.GroupMetadata()
-	if member == "" || gen < 0 {
-		return errors.New("not a member of the group")
+	switch now, nowGen := cl.GroupMetadata(); {
+	case member == "" || gen < 0:
+		return errors.New("not a member of the group when the transaction began")
+	case now != member || nowGen != gen:
+		return fmt.Errorf("the group moved on since the transaction began (member %s generation %d, now %s generation %d)", member, gen, now, nowGen)
+	case s.movesPending():
+		return errors.New("the group revoked or lost partitions of this node during the transaction")
 	}
 	req := kmsg.NewPtrHeartbeatRequest()
 	req.Group = s.cfg.Cluster.Group()

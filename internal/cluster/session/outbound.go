@@ -16,6 +16,10 @@ type txn struct {
 	ctx     context.Context
 	records int // produced: changelog, messages, egress
 	bytes   int // their keys and values
+	// member and gen are this node's group member id and generation when
+	// the transaction began (checkMember).
+	member string
+	gen    int32
 	// from is the partition whose request (or changelog) is producing
 	// now, -1 for none (ingress routing): a refused record is that
 	// partition's.

@@ -15,7 +15,7 @@ import (
 // them — a state API request just read off the network — runs only once
 // they all have: under load that wait was the state API's latency (a GET's
 // p99 of 8–13 ms while its own work took 0.3 ms; docs/benchmarks.md,
-// "Session 7"). A parked caller costs nothing, so the pacer lets at most
+// "Fewer runnable goroutines"). A parked caller costs nothing, so the pacer lets at most
 // limit callers be woken and not yet done at once, in the order their
 // requests were settled, and each woken caller, once it has its outcome,
 // wakes the next. The answers come out as fast as before, one chain per
@@ -47,7 +47,7 @@ const (
 
 // defaultAnswerLimit is the limit when Options.IngressAnswers is zero: two
 // callers per processor keeps every processor busy answering while the
-// run queues hold only a handful of them (docs/benchmarks.md, "Session 7":
+// run queues hold only a handful of them (docs/benchmarks.md, "Fewer runnable goroutines":
 // 2, 4 and 8 on two cores were within the run-to-run spread).
 func defaultAnswerLimit() int { return 2 * runtime.GOMAXPROCS(0) }
 

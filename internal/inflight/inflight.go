@@ -6,7 +6,7 @@
 // a thousand) to a function that is the bottleneck gains nothing: the
 // function answers no faster, its queue grows, and every call in flight
 // costs the runtime goroutines, wake-ups and memory. On the two-core
-// machine of docs/benchmarks.md ("Session 7") that excess took the
+// machine of docs/benchmarks.md ("Fewer runnable goroutines") that excess took the
 // function load from 8,000 to 6,000 messages/s and kept hundreds of
 // goroutines runnable, ahead of every state API request. A fixed small
 // cap would starve a slow function that needs many calls in flight (one

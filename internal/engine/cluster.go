@@ -353,8 +353,8 @@ func (r *arrivalsReq) Encode(b *store.Batch) error {
 			r.skip.message(rec.Offset, pos.Offset)
 			continue
 		}
-		r.p.advance(b, msgs, rec.Offset, 0, &r.moves)
-		if r.routedBefore(b, rec.Env) {
+		r.p.advance(msgs, rec.Offset, 0, &r.moves)
+		if r.routedBefore(rec.Env) {
 			r.skip.ingress++
 			continue
 		}
@@ -393,6 +393,7 @@ func (r *arrivalsReq) Encode(b *store.Batch) error {
 		r.keep = append(r.keep, i)
 		r.keys = append(r.keys, k)
 	}
+	r.p.writeMoves(b, r.moves)
 	r.encoded()
 	return nil
 }

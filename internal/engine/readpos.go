@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -59,24 +61,32 @@ func (s *skipping) message(offset, stored int64) {
 }
 
 // advance moves the part's position of k to (offset, index) if that is
-// past it, writing it into b, and records the move in *moves.
-func (pt *part) advance(b *store.Batch, k readKey, offset int64, index uint32, moves *[]readMove) {
+// past it, and records in *moves what k was before its first move by this
+// request (writeMoves writes the positions once per key).
+func (pt *part) advance(k readKey, offset int64, index uint32, moves *[]readMove) {
 	prev, had := pt.readPos[k]
 	if had && prev.Before(offset, index) {
 		return
 	}
-	rp := store.ReadPosition{Topic: k.topic, Partition: k.partition, Offset: offset, Index: index}
-	b.PutReadPosition(pt.id, rp)
-	pt.readPos[k] = rp
-	*moves = append(*moves, readMove{key: k, prev: prev, had: had})
+	if !slices.ContainsFunc(*moves, func(m readMove) bool { return m.key == k }) {
+		*moves = append(*moves, readMove{key: k, prev: prev, had: had})
+	}
+	pt.readPos[k] = store.ReadPosition{Topic: k.topic, Partition: k.partition, Offset: offset, Index: index}
+}
+
+// writeMoves writes into b the positions a request moved, each once.
+func (pt *part) writeMoves(b *store.Batch, moves []readMove) {
+	for _, m := range moves {
+		b.PutReadPosition(pt.id, pt.readPos[m.key])
+	}
 }
 
 // routedBefore reports whether env is a message (or dead letter) of a
 // Kafka ingress record this partition applied before: the record was
 // routed again because the group's offsets of its topic were behind. If
 // not, the partition's position in the record's topic partition moves to
-// it, in b.
-func (r *arrivalsReq) routedBefore(b *store.Batch, env *protocol.Envelope) bool {
+// it (Encode writes it once, writeMoves).
+func (r *arrivalsReq) routedBefore(env *protocol.Envelope) bool {
 	var k readKey
 	var offset int64
 	var index uint32
@@ -93,7 +103,7 @@ func (r *arrivalsReq) routedBefore(b *store.Batch, env *protocol.Envelope) bool 
 	if pos, ok := r.p.readPos[k]; ok && pos.Before(offset, index) {
 		return true
 	}
-	r.p.advance(b, k, offset, index, &r.moves)
+	r.p.advance(k, offset, index, &r.moves)
 	return false
 }
 

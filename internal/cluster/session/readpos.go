@@ -34,13 +34,14 @@ type resume struct {
 }
 
 // resumeAt decides where partition p of the messages topic resumes,
-// given its stored read position (nil: none) and the partition's start
-// (the first offset Kafka keeps) and end (the next offset to be written).
-func resumeAt(p int32, stored *store.ReadPosition, start, end int64) resume {
-	if stored == nil {
+// given the offset after its stored read position (has false: it has
+// none) and the partition's start (the first offset Kafka keeps) and end
+// (the next offset to be written).
+func resumeAt(p int32, next int64, has bool, start, end int64) resume {
+	if !has {
 		return resume{at: -1}
 	}
-	next := stored.Offset + 1
+	applied := next - 1
 	switch {
 	case next > end:
 		// Kafka no longer has offsets the partition applied: the topic
@@ -48,11 +49,11 @@ func resumeAt(p int32, stored *store.ReadPosition, start, end int64) resume {
 		// truncated it. Records at offsets below the position now are
 		// new ones; skipping them would lose them.
 		return resume{at: -1, forget: true, kind: "past-end",
-			fault: fmt.Sprintf("partition %d applied the messages topic through offset %d, but the topic's partition ends at %d: it was recreated or truncated (an unclean leader election?); records from here on are taken as new, from the group's offset or the start", p, stored.Offset, end)}
+			fault: fmt.Sprintf("partition %d applied the messages topic through offset %d, but the topic's partition ends at %d: it was recreated or truncated (an unclean leader election?); records from here on are taken as new, from the group's offset or the start", p, applied, end)}
 	case next < start:
 		// Retention deleted records this partition never applied.
 		return resume{at: start, kind: "below-start",
-			fault: fmt.Sprintf("partition %d applied the messages topic through offset %d, but the topic's partition now starts at %d: %d records were deleted by retention before they were applied and are lost (was every node down for longer than --cluster-messages-retention?); resuming at %d", p, stored.Offset, start, start-next, start)}
+			fault: fmt.Sprintf("partition %d applied the messages topic through offset %d, but the topic's partition now starts at %d: %d records were deleted by retention before they were applied and are lost (was every node down for longer than --cluster-messages-retention?); resuming at %d", p, applied, start, start-next, start)}
 	}
 	return resume{at: next}
 }
@@ -113,7 +114,6 @@ func (s *Session) storedResume(ctx context.Context, p int32) (resume, error) {
 	if !ok {
 		return resume{at: -1}, nil
 	}
-	stored := &store.ReadPosition{Topic: store.MessagesTopic, Partition: p, Offset: next - 1}
 	adm := kadm.NewClient(s.gts.Client())
 	starts, err := adm.ListStartOffsets(ctx, s.msgs)
 	if err != nil {
@@ -133,7 +133,7 @@ func (s *Session) storedResume(ctx context.Context, p int32) (resume, error) {
 	case en.Err != nil:
 		return resume{}, fmt.Errorf("the end offset of partition %d of %s: %w", p, s.msgs, en.Err)
 	}
-	return resumeAt(p, stored, st.Offset, en.Offset), nil
+	return resumeAt(p, next, true, st.Offset, en.Offset), nil
 }
 
 // applyResume places partition p's fetching where r says, once the engine

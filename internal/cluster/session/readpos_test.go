@@ -3,8 +3,6 @@ package session
 import (
 	"strings"
 	"testing"
-
-	"github.com/statefun-go/statefun/internal/store"
 )
 
 // Where a restored partition resumes the messages topic: after its own
@@ -13,15 +11,20 @@ import (
 // the position dropped when the topic ends before it (recreated or
 // truncated), so that new records below it are not skipped as applied.
 func TestResumeAt(t *testing.T) {
-	at := func(off int64) *store.ReadPosition { return &store.ReadPosition{Offset: off} }
+	// at is a stored position: the last offset applied.
+	type position struct {
+		next int64
+		has  bool
+	}
+	at := func(applied int64) position { return position{applied + 1, true} }
 	for _, c := range []struct {
 		name       string
-		stored     *store.ReadPosition
+		stored     position
 		start, end int64
 		want       resume
 		fault      string
 	}{
-		{name: "none", stored: nil, start: 0, end: 50, want: resume{at: -1}},
+		{name: "none", stored: position{}, start: 0, end: 50, want: resume{at: -1}},
 		{name: "behind the end", stored: at(41), start: 0, end: 50, want: resume{at: 42}},
 		{name: "at the end", stored: at(49), start: 10, end: 50, want: resume{at: 50}},
 		{name: "the start at its next", stored: at(9), start: 10, end: 50, want: resume{at: 10}},
@@ -29,7 +32,7 @@ func TestResumeAt(t *testing.T) {
 		{name: "past the end", stored: at(60), start: 0, end: 50, want: resume{at: -1, forget: true, kind: "past-end"}, fault: "ends at 50: it was recreated or truncated"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got := resumeAt(3, c.stored, c.start, c.end)
+			got := resumeAt(3, c.stored.next, c.stored.has, c.start, c.end)
 			if !strings.Contains(got.fault, c.fault) || (got.fault == "") != (c.fault == "") {
 				t.Errorf("fault %q; want one saying %q", got.fault, c.fault)
 			}

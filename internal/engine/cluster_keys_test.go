@@ -7,7 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/statefun-go/statefun/internal/engine/clustertest"
+	"github.com/statefun-go/statefun/internal/cluster/sessiontest"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -26,10 +26,10 @@ func keyed(id, text, key, fingerprint string) *protocol.Envelope {
 // another fingerprint (the key reused for a different request) is not
 // delivered but kept as a message dead letter.
 func TestClusterIngressKeyDeliversOnce(t *testing.T) {
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, true, nil)
-	if err := n.e.Assign(0); err != nil {
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	d := n.e.Driver()
@@ -41,8 +41,8 @@ func TestClusterIngressKeyDeliversOnce(t *testing.T) {
 	k.Produce(0, keyed("a", "two", "k2", "f2"))
 	n.poll(0)
 	settle(t, d, 1)
-	n.e.Revoke(0)
-	if err := n.e.Assign(0); err != nil {
+	n.s.Revoke(0)
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	k.Produce(0, keyed("a", "two", "k2", "f2")) // after a move

@@ -10,7 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statefun-go/statefun/internal/address"
-	"github.com/statefun-go/statefun/internal/engine/clustertest"
+	"github.com/statefun-go/statefun/internal/cluster/sessiontest"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
@@ -25,7 +25,7 @@ import (
 func TestClusterPauseTypeInEveryPartition(t *testing.T) {
 	const parts = 4
 	ctx := context.Background()
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	owner := partition.TypeOwner(counterType, parts)
 	var others []int
 	for p := range parts {
@@ -39,12 +39,12 @@ func TestClusterPauseTypeInEveryPartition(t *testing.T) {
 	b := newClusterNodeOf(t, "b", k, openStore(t, vfs.NewMem(), parts), fnB)
 	c := newClusterNodeOf(t, "c", k, openStore(t, vfs.NewMem(), parts), fnC)
 	for _, p := range []int{owner, x} {
-		if err := a.e.Assign(p); err != nil {
+		if err := a.s.Assign(p); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, p := range []int{y, z} {
-		if err := b.e.Assign(p); err != nil {
+		if err := b.s.Assign(p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -148,9 +148,9 @@ func TestClusterPauseTypeInEveryPartition(t *testing.T) {
 
 	// y moves to c, whose store never held the type's owner: its own copy
 	// comes with its changelog, and the message stays held.
-	b.e.Revoke(y)
+	b.s.Revoke(y)
 	restoreFrom(t, k, c.db, y)
-	if err := c.e.Assign(y); err != nil {
+	if err := c.s.Assign(y); err != nil {
 		t.Fatal(err)
 	}
 	nodeOf[y] = c
@@ -235,12 +235,13 @@ func TestClusterPauseTypeInEveryPartition(t *testing.T) {
 
 // newClusterNodeOf is newClusterNode (auto-committing) of the node named
 // id, whose session runs beside the other nodes' on k.
-func newClusterNodeOf(t *testing.T, id string, k *clustertest.Kafka, db *store.DB, fn Functions) *clusterNode {
+func newClusterNodeOf(t *testing.T, id string, k *sessiontest.Kafka, db *store.DB, fn Functions) *clusterNode {
 	t.Helper()
-	s := clustertest.NewSession(k, db, clustertest.Options{Auto: true, Errorf: t.Errorf, Node: id})
+	s := sessiontest.NewSession(k, db, sessiontest.Options{Auto: true, Errorf: t.Errorf, Node: id})
 	e := newEngine(t, db, fn, func(o *Options) {
 		o.Owned, o.Durability, o.Outbound = true, s, s
 	})
+	s.Bind(e)
 	return &clusterNode{t: t, e: e, s: s, db: db}
 }
 
@@ -252,10 +253,10 @@ func newClusterNodeOf(t *testing.T, id string, k *clustertest.Kafka, db *store.D
 func TestClusterEnginePauseOfATypeOwnedHere(t *testing.T) {
 	const parts = 4
 	ctx := context.Background()
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	a := newClusterNodeOf(t, "a", k, openStore(t, vfs.NewMem(), parts), &relay{})
 	for p := range parts - 1 {
-		if err := a.e.Assign(p); err != nil {
+		if err := a.s.Assign(p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -267,7 +268,7 @@ func TestClusterEnginePauseOfATypeOwnedHere(t *testing.T) {
 	if n := countAudit(t, a.e, "m-early"); n != 0 {
 		t.Fatalf("%d audit records of the refused pause; want none", n)
 	}
-	if err := a.e.Assign(parts - 1); err != nil {
+	if err := a.s.Assign(parts - 1); err != nil {
 		t.Fatal(err)
 	}
 	owner := partition.TypeOwner(counterType, parts)

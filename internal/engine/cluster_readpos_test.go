@@ -7,7 +7,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/statefun-go/statefun/internal/engine/clustertest"
+	"github.com/statefun-go/statefun/internal/cluster/sessiontest"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -16,7 +16,7 @@ import (
 // messages topic to the engine again, as a consumer does whose group
 // offsets were moved back (an operator's reset, or offsets expired while
 // every node was down).
-func (n *clusterNode) resubmit(k *clustertest.Kafka, p int, from, to int64) {
+func (n *clusterNode) resubmit(k *sessiontest.Kafka, p int, from, to int64) {
 	n.t.Helper()
 	envs := k.Messages(p)
 	var arr []Arrival
@@ -37,10 +37,10 @@ func (n *clusterNode) resubmit(k *clustertest.Kafka, p int, from, to int64) {
 // survives a rebuild and a move to another process (it is in the
 // changelog).
 func TestClusterArrivalsAppliedBeforeAreSkipped(t *testing.T) {
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, true, nil)
-	if err := n.e.Assign(0); err != nil {
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	d := n.e.Driver()
@@ -79,8 +79,8 @@ func TestClusterArrivalsAppliedBeforeAreSkipped(t *testing.T) {
 
 	// Rebuilt from the store, and moved to another process from the
 	// changelog alone: the position comes with the data.
-	n.e.Revoke(0)
-	if err := n.e.Assign(0); err != nil {
+	n.s.Revoke(0)
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	n.resubmit(k, 0, 0, 5)
@@ -88,14 +88,14 @@ func TestClusterArrivalsAppliedBeforeAreSkipped(t *testing.T) {
 	if got := storedCount(t, n.db, "a"); got != "5" {
 		t.Fatalf("a = %q after a rebuild and offsets 0..4 again; want 5", got)
 	}
-	n.e.Revoke(0)
+	n.s.Revoke(0)
 	m := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, true, nil)
 	restoreFrom(t, k, m.db, 0)
 	rps, err := m.db.ReadPositions(0)
 	if err != nil || len(rps) != 1 || rps[0] != (store.ReadPosition{Topic: store.MessagesTopic, Partition: 0, Offset: 4}) {
 		t.Fatalf("the other process's restored read positions: %+v, %v; want the messages topic through offset 4", rps, err)
 	}
-	if err := m.e.Assign(0); err != nil {
+	if err := m.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	k.Produce(0, msg("a", "six"))
@@ -128,10 +128,10 @@ func from(env *protocol.Envelope, topic string, kp int32, offset int64, index ui
 // partition's position there; its origin tells the owner that it applied
 // the record's messages — and kept its dead letter — before.
 func TestClusterIngressRecordsRoutedAgainApplyOnce(t *testing.T) {
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, true, nil)
-	if err := n.e.Assign(0); err != nil {
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	d := n.e.Driver()

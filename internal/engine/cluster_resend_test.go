@@ -8,7 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/statefun-go/statefun/internal/engine/clustertest"
+	"github.com/statefun-go/statefun/internal/cluster/sessiontest"
 	"github.com/statefun-go/statefun/internal/partition"
 )
 
@@ -25,11 +25,11 @@ import (
 func TestClusterResendToAnotherPartition(t *testing.T) {
 	const parts = 2
 	ctx := context.Background()
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), parts), fn, false, nil)
 	for p := range parts {
-		if err := n.e.Assign(p); err != nil {
+		if err := n.s.Assign(p); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statefun-go/statefun/internal/address"
-	"github.com/statefun-go/statefun/internal/engine/clustertest"
+	"github.com/statefun-go/statefun/internal/cluster/sessiontest"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -24,12 +24,12 @@ func TestClusterRetentionSweepsThroughTheChangelog(t *testing.T) {
 	const parts = 2
 	var shift atomic.Int64 // how far the store's clock is ahead
 	open := skewedStores(t, parts, store.Retention{ReceiptAge: time.Hour, AuditAge: time.Hour}, &shift)
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	db := open(vfs.NewMem())
 	n := newClusterNode(t, k, db, &relay{}, true, nil)
 	own := address.Partition("a", parts)
 	other := 1 - own
-	if err := n.e.Assign(own); err != nil {
+	if err := n.s.Assign(own); err != nil {
 		t.Fatal(err)
 	}
 	d := n.e.Driver()

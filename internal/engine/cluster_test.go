@@ -14,21 +14,22 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statefun-go/statefun/internal/address"
-	"github.com/statefun-go/statefun/internal/engine/clustertest"
+	"github.com/statefun-go/statefun/internal/cluster/sessiontest"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
 // The tests of this file drive the cluster-mode seam (cluster.go) with its
-// own test double of the cluster session (package clustertest): the
+// own test double of the cluster session (package sessiontest, a shell
+// around the commit cycle's Machine as the real session is): the
 // topics in memory, and a session per engine that implements Durability
 // and Outbound on them the way docs/cluster.md's commit protocol says. The
 // real session is tested against Kafka in internal/cluster/session.
 
 // restoreFrom applies partition p's changelog from the store's position
 // to its end, as the session's restore does before Assign.
-func restoreFrom(t *testing.T, k *clustertest.Kafka, db *store.DB, p int) {
+func restoreFrom(t *testing.T, k *sessiontest.Kafka, db *store.DB, p int) {
 	t.Helper()
 	if err := k.Restore(db, p); err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func (f *relay) messages() []string {
 type clusterNode struct {
 	t  *testing.T
 	e  *Engine
-	s  *clustertest.Session
+	s  *sessiontest.Session
 	db *store.DB
 	// arrivalsDone is the channel of the last poll's SubmitArrivals.
 	arrivalsDone <-chan error
@@ -123,9 +124,9 @@ type clusterNode struct {
 
 // newClusterNode returns an owned engine over db with a session on k
 // (auto-committing unless driven), with nothing assigned.
-func newClusterNode(t *testing.T, k *clustertest.Kafka, db *store.DB, fn Functions, driven bool, mod func(*Options)) *clusterNode {
+func newClusterNode(t *testing.T, k *sessiontest.Kafka, db *store.DB, fn Functions, driven bool, mod func(*Options)) *clusterNode {
 	t.Helper()
-	s := clustertest.NewSession(k, db, clustertest.Options{Auto: !driven, Errorf: t.Errorf})
+	s := sessiontest.NewSession(k, db, sessiontest.Options{Auto: !driven, Errorf: t.Errorf})
 	e := newEngine(t, db, fn, func(o *Options) {
 		o.Owned, o.Durability, o.Outbound, o.Driven = true, s, s, driven
 		o.Egress = func(namespace, typ string, arg *protocol.TypedValue) (string, error) { return "route", nil }
@@ -133,6 +134,7 @@ func newClusterNode(t *testing.T, k *clustertest.Kafka, db *store.DB, fn Functio
 			mod(o)
 		}
 	})
+	s.Bind(e)
 	return &clusterNode{t: t, e: e, s: s, db: db}
 }
 
@@ -168,7 +170,7 @@ func inboxPartitions(ops []store.Op) map[int]bool {
 
 func TestClusterOptionsGoTogether(t *testing.T) {
 	db := openStore(t, vfs.NewMem(), 2)
-	s := clustertest.NewSession(clustertest.NewKafka(), db, clustertest.Options{Errorf: t.Errorf})
+	s := sessiontest.NewSession(sessiontest.NewKafka(), db, sessiontest.Options{Errorf: t.Errorf})
 	for name, o := range map[string]Options{
 		"owned without outbound":   {Owned: true, Durability: s},
 		"outbound without owned":   {Outbound: s, Durability: s},
@@ -187,11 +189,11 @@ func TestClusterOptionsGoTogether(t *testing.T) {
 // the same partition stays local: in the batch, and delivered here.
 func TestClusterMessagesToOtherPartitionsGoOutbound(t *testing.T) {
 	const parts = 2
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), parts), fn, false, nil)
 	for p := range parts {
-		if err := n.e.Assign(p); err != nil {
+		if err := n.s.Assign(p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -276,12 +278,12 @@ func viewInbox(t *testing.T, e *Engine, id string) inboxView {
 // Meanwhile the partition answers ErrMoved instead of blocking.
 func TestClusterAssignRevokeAssignRebuildsFromTheStore(t *testing.T) {
 	const parts = 2
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	fn := &relay{}
 	clock := &simClock{now: time.UnixMilli(1_000_000)}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), parts), fn, false, func(o *Options) { o.Now = clock.Now })
 	for p := range parts {
-		if err := n.e.Assign(p); err != nil {
+		if err := n.s.Assign(p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -306,7 +308,7 @@ func TestClusterAssignRevokeAssignRebuildsFromTheStore(t *testing.T) {
 		t.Fatalf("before: c %+v, b %+v; want c paused, one delayed message for b", before.c, before.b)
 	}
 
-	n.e.Revoke(0)
+	n.s.Revoke(0)
 	if got := n.e.Owned(); len(got) != 1 || got[0] != 1 {
 		t.Fatalf("Owned after revoking 0: %v", got)
 	}
@@ -327,7 +329,7 @@ func TestClusterAssignRevokeAssignRebuildsFromTheStore(t *testing.T) {
 		t.Errorf("b's delayed message (held by revoked partition 0) still listed: %+v", got)
 	}
 
-	if err := n.e.Assign(0); err != nil {
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	after := struct{ c, b inboxView }{viewInbox(t, n.e, c), viewInbox(t, n.e, b)}
@@ -339,10 +341,10 @@ func TestClusterAssignRevokeAssignRebuildsFromTheStore(t *testing.T) {
 	}
 
 	// Another process takes partition 0 over from the changelog alone.
-	n.e.Revoke(0)
+	n.s.Revoke(0)
 	m := newClusterNode(t, k, openStore(t, vfs.NewMem(), parts), fn, false, func(o *Options) { o.Now = clock.Now })
 	restoreFrom(t, k, m.db, 0)
-	if err := m.e.Assign(0); err != nil {
+	if err := m.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	m.e.Start()
@@ -395,11 +397,11 @@ func runUntilCommit(t *testing.T, d *Driver, p int) {
 // the message come out once.
 func TestClusterAbortThenReassignRerunsOnce(t *testing.T) {
 	const parts = 2
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), parts), fn, true, nil)
 	for p := range parts {
-		if err := n.e.Assign(p); err != nil {
+		if err := n.s.Assign(p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -428,8 +430,8 @@ func TestClusterAbortThenReassignRerunsOnce(t *testing.T) {
 		t.Fatalf("a read of the aborted partition: %v; want ErrMoved", err)
 	}
 
-	n.e.Revoke(0)
-	if err := n.e.Assign(0); err != nil {
+	n.s.Revoke(0)
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, d, parts)
@@ -453,22 +455,22 @@ func TestClusterAbortThenReassignRerunsOnce(t *testing.T) {
 // it). A request of a revoked assignment that was not encoded yet is
 // refused at Encode without stopping the engine.
 func TestClusterRequestsOfARevokedAssignment(t *testing.T) {
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, true, nil)
-	if err := n.e.Assign(0); err != nil {
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	d := n.e.Driver()
 	k.Produce(0, msg("a", "x"))
 	n.poll(0)
 	n.s.Encode() // in the open transaction
-	n.e.Revoke(0)
-	if err := n.e.Assign(0); err == nil || !strings.Contains(err.Error(), "neither Durable nor Fail") {
+	n.s.Revoke(0)
+	if err := n.s.Assign(0); err == nil || !strings.Contains(err.Error(), "neither Durable nor Fail") {
 		t.Fatalf("Assign with an unsettled request of the revoked assignment: %v", err)
 	}
 	n.s.Finish(true) // committed: in the store, and Durable for the old assignment
-	if err := n.e.Assign(0); err != nil {
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	settle(t, d, 1) // the new assignment finds the message in the store
@@ -479,7 +481,7 @@ func TestClusterRequestsOfARevokedAssignment(t *testing.T) {
 	// Submitted, revoked before it was encoded: refused, harmlessly.
 	k.Produce(0, msg("a", "y"))
 	n.poll(0)
-	n.e.Revoke(0)
+	n.s.Revoke(0)
 	ch := n.arrivalsDone
 	n.s.Cycle(true)
 	if err := <-ch; !errors.Is(err, ErrMoved) {
@@ -524,10 +526,10 @@ func ifMatch(env *protocol.Envelope, version uint64) *protocol.Envelope {
 // applies twice. Each one accepted gets its accepted receipt with its
 // inbox entry, then its final one when it applies.
 func TestClusterMutationCommandAppliesOnce(t *testing.T) {
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	fn := &relay{}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, true, nil)
-	if err := n.e.Assign(0); err != nil {
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	d := n.e.Driver()
@@ -576,8 +578,8 @@ func TestClusterMutationCommandAppliesOnce(t *testing.T) {
 	if err := d.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	n.e.Revoke(0)
-	if err := n.e.Assign(0); err != nil {
+	n.s.Revoke(0)
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	k.Produce(0, msg("a", "after"))
@@ -596,8 +598,8 @@ func TestClusterMutationCommandAppliesOnce(t *testing.T) {
 	k.Produce(0, putCommand("m3", "a", "30"))
 	n.poll(0)
 	n.s.Cycle(false)
-	n.e.Revoke(0)
-	if err := n.e.Assign(0); err != nil {
+	n.s.Revoke(0)
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	n.poll(0)
@@ -611,10 +613,10 @@ func TestClusterMutationCommandAppliesOnce(t *testing.T) {
 // result of its invocation in flight is ignored, and the next assignment
 // runs the message again from the store.
 func TestClusterRevokeAnswersWaitersWithErrMoved(t *testing.T) {
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	fn := &relay{gate: make(chan struct{})}
 	n := newClusterNode(t, k, openStore(t, vfs.NewMem(), 1), fn, false, nil)
-	if err := n.e.Assign(0); err != nil {
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	n.e.Start()
@@ -637,7 +639,7 @@ func TestClusterRevokeAnswersWaitersWithErrMoved(t *testing.T) {
 		waited <- err
 	}()
 	waitFor(t, "the mutation queued behind the call", func() bool { return n.e.part(0).queued.Load() == 2 })
-	n.e.Revoke(0)
+	n.s.Revoke(0)
 	if err := <-mutated; !errors.Is(err, ErrMoved) {
 		t.Fatalf("the waiting mutation: %v; want ErrMoved", err)
 	}
@@ -645,7 +647,7 @@ func TestClusterRevokeAnswersWaitersWithErrMoved(t *testing.T) {
 		t.Fatalf("WaitDurable: %v; want ErrMoved", err)
 	}
 	close(fn.gate) // the old call's result comes back to nobody
-	if err := n.e.Assign(0); err != nil {
+	if err := n.s.Assign(0); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a counted x once", func() bool { return storedCount(t, n.db, "a") == "1" })

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	"github.com/statefun-go/statefun/internal/engine/clustertest"
+	"github.com/statefun-go/statefun/internal/cluster/sessiontest"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -44,11 +44,11 @@ func TestClusterIngressDeadLetterStoredThroughTheChangelog(t *testing.T) {
 	const parts = 2
 	var shift atomic.Int64 // how far the store's clock is ahead
 	open := skewedStores(t, parts, store.Retention{DeadLetterAge: time.Hour}, &shift)
-	k := clustertest.NewKafka()
+	k := sessiontest.NewKafka()
 	db := open(vfs.NewMem())
 	n := newClusterNode(t, k, db, &relay{}, true, nil)
 	for p := range parts {
-		if err := n.e.Assign(p); err != nil {
+		if err := n.s.Assign(p); err != nil {
 			t.Fatal(err)
 		}
 	}

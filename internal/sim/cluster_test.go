@@ -9,8 +9,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/sessiontest"
 	"github.com/statefun-go/statefun/internal/engine"
-	"github.com/statefun-go/statefun/internal/engine/clustertest"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
@@ -18,33 +18,39 @@ import (
 
 // The cluster variant (TestSimulationCluster) runs the same engine with
 // Options.Owned, its Durability and Outbound the cluster session's test
-// double (package clustertest) over an in-memory Kafka, all on the
-// simulation's goroutine. Kafka outlives every crash; the process's store
+// double (package sessiontest) over an in-memory Kafka, all on the
+// simulation's goroutine. The double is a shell around the commit cycle's
+// state machine (package cycle), the one the real session drives: every
+// decision of a cycle here — what a transaction takes, when it aborts,
+// when the membership is checked, what is rebuilt — is production's. Kafka outlives every crash; the process's store
 // is a cache of it. docs/testing.md, "The cluster variant", says what it
 // models and what it does not.
 
 // clusterSim is the part of a world that only cluster mode has.
 type clusterSim struct {
-	k *clustertest.Kafka
-	s *clustertest.Session // the current process's session
+	k    *sessiontest.Kafka
+	s    *sessiontest.Session // the current process's session
+	node string               // the current process's node id
 	// zombie is a process a successor replaced while its transaction was
 	// open: its commit must be fenced.
 	zombie *zombie
 
-	aborts, moves, wipes, zombies, rewinds int
+	aborts, moves, wipes, zombies, rewinds, stalls, revokes, losses int
 }
 
 type zombie struct {
-	eng *engine.Engine
-	db  *store.DB
-	s   *clustertest.Session
+	eng     *engine.Engine
+	db      *store.DB
+	s       *sessiontest.Session
+	stalled bool // replaced by another node id: fenced by the group, not the epoch
 }
 
 // clusterOptions makes the engine of a new process a cluster node on a new
 // session, which fences the sessions before it (a successor's
 // InitProducerID); assignAll then gives it every partition.
 func (w *world) clusterOptions(o *engine.Options, db *store.DB) {
-	s := clustertest.NewSession(w.cl.k, db, clustertest.Options{
+	s := sessiontest.NewSession(w.cl.k, db, sessiontest.Options{
+		Node:   w.cl.node,
 		Errorf: func(f string, args ...any) { w.fail("the cluster session: "+f, args...) },
 	})
 	w.cl.s = s
@@ -59,12 +65,12 @@ func (w *world) assignAll() {
 	}
 }
 
-// restorePart brings partition p's store data to the end of its changelog,
-// checks that the store then says what the changelog says, and assigns p.
+// restorePart assigns partition p to the process, as the group does: the
+// session restores its store data to the end of its changelog and hands it
+// to the engine. The store then says what the changelog says.
 func (w *world) restorePart(p int) {
-	w.must(w.cl.k.Restore(w.db, p), fmt.Sprintf("restore partition %d", p))
+	w.must(w.cl.s.Assign(p), fmt.Sprintf("assign partition %d", p))
 	w.checkStoreIsChangelog(p)
-	w.must(w.eng.Assign(p), fmt.Sprintf("assign partition %d", p))
 }
 
 // checkStoreIsChangelog holds after every restore: the store's data of
@@ -145,20 +151,20 @@ func (w *world) fetchSome() {
 	}
 }
 
-// rebuild revokes, restores and assigns again the partitions an aborted
-// transaction touched, as the session does: their cores moved past work
-// that will never commit. What was applied in it and answered is lost, as
-// in a crash.
+// rebuild restores and assigns again the partitions an aborted
+// transaction left behind, as the session's Machine decided: their cores
+// moved past work that will never commit and were revoked at the abort.
+// What was applied in it and answered is lost, as in a crash.
 func (w *world) rebuild() {
-	ps := w.cl.s.Rebuild()
+	ps, err := w.cl.s.Rebuild()
+	w.must(err, "rebuild")
 	if len(ps) == 0 {
 		return
 	}
 	w.logf("rebuild %v", ps)
 	w.m.crashed(false, 0)
 	for _, p := range ps {
-		w.eng.Revoke(p)
-		w.restorePart(p)
+		w.checkStoreIsChangelog(p)
 	}
 	w.poll()
 	w.scanInboxes()
@@ -200,13 +206,55 @@ func (w *world) move() {
 		w.logf("rewind the group's offset of partition %d by %d", p, n)
 		w.cl.k.Rewind(p, n)
 	}
-	w.eng.Revoke(p)
-	w.cl.s.Forget(p)
+	w.cl.s.Revoke(p)
 	if fresh {
 		_, err := w.db.DropChangelogPartition(p)
 		w.must(err, "drop a partition's data")
 	}
 	w.restorePart(p)
+	w.poll()
+	w.scanInboxes()
+}
+
+// revokeMidCycle revokes a partition while a transaction is open, as a
+// rebalance does that moves it away and back: the group's generation moves
+// on, so the transaction cannot commit (with polled offsets the group
+// refuses their commit; without, the Machine's membership check aborts
+// it), and the partition is assigned again.
+func (w *world) revokeMidCycle() {
+	if w.d.Commits() == 0 {
+		return
+	}
+	p := w.rng.IntN(partitions)
+	w.cl.revokes++
+	w.logf("revoke partition %d with the transaction open", p)
+	w.cl.s.Encode()
+	w.cl.k.Rebalance()
+	w.cl.s.Revoke(p)
+	w.must(w.cl.s.Finish(true), "end the transaction after a revocation")
+	w.m.crashed(false, 0)
+	w.restorePart(p)
+	w.rebuild()
+	w.poll()
+	w.scanInboxes()
+}
+
+// loseMidCycle makes the process lose every partition while a transaction
+// is open, as when its session timed out and its client joined the group
+// again under a new member id: the transaction cannot commit, and every
+// partition is assigned again.
+func (w *world) loseMidCycle() {
+	if w.d.Commits() == 0 {
+		return
+	}
+	w.cl.losses++
+	w.logf("lose every partition with the transaction open")
+	w.cl.s.Encode()
+	w.cl.s.Rejoin()
+	w.must(w.cl.s.Finish(true), "end the transaction after the partitions were lost")
+	w.m.crashed(false, 0)
+	w.assignAll()
+	w.rebuild()
 	w.poll()
 	w.scanInboxes()
 }
@@ -272,8 +320,31 @@ func (w *world) startZombie() {
 	w.restart(w.nextDisk(pct, wipe))
 }
 
-// fenceZombie lets the replaced process try to commit: it must be fenced,
-// with nothing of its transaction in Kafka.
+// startStalled replaces the process while its transaction is open by a
+// process of another node id, as when it stalled past its session timeout
+// and the group gave its partitions to another node: its producer epoch is
+// not fenced (another transactional id), but its group member is gone. Its
+// commit, tried later (fenceZombie), must leave no trace: the Machine's
+// membership check, or the group's refusal of its offsets, aborts it.
+func (w *world) startStalled() {
+	if w.d.Commits() == 0 || w.cl.zombie != nil {
+		return
+	}
+	pct := w.rng.IntN(101)
+	wipe := w.rng.IntN(3) == 0
+	w.cl.stalls++
+	old := w.cl.node
+	w.cl.node = fmt.Sprintf("node-%d", w.epoch+1)
+	w.logf("stall: node %s takes over from %q with the transaction open (unsynced data kept: %d%%, store wiped %v)", w.cl.node, old, pct, wipe)
+	w.cl.s.Encode()
+	w.cl.k.Expel(old)
+	w.cl.zombie = &zombie{eng: w.eng, db: w.db, s: w.cl.s, stalled: true}
+	w.restart(w.nextDisk(pct, wipe))
+}
+
+// fenceZombie lets the replaced process try to commit: it must be fenced
+// (a zombie of its own node id) or abort (a stalled one of another), with
+// nothing of its transaction in Kafka.
 func (w *world) fenceZombie() {
 	z := w.cl.zombie
 	if z == nil {
@@ -282,7 +353,10 @@ func (w *world) fenceZombie() {
 	w.cl.zombie = nil
 	before := w.kafkaSize()
 	err := z.s.Finish(true)
-	if !errors.Is(err, clustertest.ErrFenced) {
+	switch {
+	case z.stalled && err != nil:
+		w.fail("the stalled process's commit: %v; want it aborted", err)
+	case !z.stalled && !errors.Is(err, sessiontest.ErrFenced):
 		w.fail("the replaced process's commit: %v; want it fenced", err)
 	}
 	if after := w.kafkaSize(); after != before {

@@ -5,8 +5,10 @@
 // seeded random schedule of messages, delayed messages, state mutations in
 // every ack mode, reads, function failures and protocol violations, egress
 // pops, store errors, crashes and restarts — in cluster mode on the
-// cluster session's test double over an in-memory Kafka, with aborted
-// transactions, partition moves, restores and a fenced zombie — and
+// cluster session's test double over an in-memory Kafka, which drives the
+// commit cycle's state machine as the real session does, with aborted
+// transactions, partition moves, restores, revocations and losses in the
+// middle of a transaction, a fenced zombie and a stalled member — and
 // checked against a small reference model. docs/testing.md says what it
 // covers, how to run it and how to reproduce a seed.
 package sim

@@ -112,8 +112,8 @@ func runSeeds(t *testing.T, cluster bool) {
 			t.Logf("seed %d: %d trace lines, %d restarts (%d after a disk error), %d messages, %d mutations",
 				seed, len(w.trace), w.epoch, w.leaked, len(w.m.sent), len(w.m.muts))
 			if w.cl != nil {
-				t.Logf("seed %d: %d aborted cycles, %d moves, %d wiped stores, %d fenced zombies, %d rewinds of the group's offsets",
-					seed, w.cl.aborts, w.cl.moves, w.cl.wipes, w.cl.zombies, w.cl.rewinds)
+				t.Logf("seed %d: %d aborted cycles, %d moves, %d revocations and %d losses mid-cycle, %d wiped stores, %d fenced zombies, %d stalled members, %d rewinds of the group's offsets",
+					seed, w.cl.aborts, w.cl.moves, w.cl.revokes, w.cl.losses, w.cl.wipes, w.cl.zombies, w.cl.stalls, w.cl.rewinds)
 			}
 		})
 	}
@@ -175,14 +175,20 @@ func (w *world) randomStep() {
 		// playground egress is refused in cluster mode; a disk error
 		// there stops the process, which a crash covers).
 		switch {
-		case r < 970:
+		case r < 966:
 			w.fetchSome()
-		case r < 982:
+		case r < 976:
 			w.move()
+		case r < 980:
+			w.revokeMidCycle()
+		case r < 983:
+			w.loseMidCycle()
 		case r < 992:
 			w.crash(false)
-		default:
+		case r < 996:
 			w.startZombie()
+		default:
+			w.startStalled()
 		}
 		return
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/sessiontest"
 	"github.com/statefun-go/statefun/internal/engine"
-	"github.com/statefun-go/statefun/internal/engine/clustertest"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -99,7 +99,7 @@ func newWorld(t testing.TB, seed int64, steps int, cluster bool) *world {
 	}
 	w.fn = &function{failed: w.m.failedAttempt, called: w.m.called}
 	if cluster {
-		w.cl = &clusterSim{k: clustertest.NewKafka()}
+		w.cl = &clusterSim{k: sessiontest.NewKafka()}
 	}
 	w.open()
 	return w
@@ -175,6 +175,7 @@ func (w *world) open() {
 	w.must(err, "start the engine")
 	w.eng, w.d = e, e.Driver()
 	if w.cl != nil {
+		w.cl.s.Bind(e)
 		w.assignAll()
 	}
 	e.Start()

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/statefun-go/statefun/internal/cluster/changelog"
+	"github.com/statefun-go/statefun/internal/cluster/cycle"
 )
 
 // eventKind is what happened to partitions, told by a group callback or a
@@ -34,7 +35,7 @@ type event struct {
 	gen  uint64
 	log  *changelog.Log
 	res  changelog.Result
-	at   resume
+	at   cycle.Resume
 	err  error
 	took time.Duration
 }
@@ -116,31 +117,32 @@ func (s *Session) handleEvents(rctx context.Context) error {
 		case evAssigned:
 			s.m.rebalances.WithLabelValues("assigned").Inc()
 			s.log.Info("cluster: partitions assigned; restoring", "partitions", ev.parts)
-			for _, p := range ev.parts {
-				if old := s.parts[p]; old != nil {
-					// Assigned again before its revocation was seen:
-					// start over.
-					s.drop(p, "reassigned")
-				}
-				s.parts[p] = &part{}
+			drops, restores := s.cyc.Assigned(ev.parts)
+			for _, d := range drops {
+				// Assigned again before its revocation was seen:
+				// start over.
+				s.drop(d, "reassigned")
+			}
+			for _, r := range restores {
+				s.parts[r.P] = &part{}
 				s.owned.Add(1)
 				s.m.owned.Inc()
-				s.m.restoring.Inc()
-				s.startRestore(rctx, p, false)
+				s.m.restoring.Inc() // s.restoring counted it in onAssigned
+				s.startRestore(rctx, r)
 			}
 		case evRevoked, evLost:
 			kind := "revoked"
 			if ev.kind == evLost {
 				kind = "lost"
 			}
-			s.rearm = true
+			drops := s.cyc.Revoked(ev.parts)
 			if len(ev.parts) == 0 {
 				continue // ingress partitions only: nothing of ours to drop
 			}
 			s.m.rebalances.WithLabelValues(kind).Inc()
 			s.log.Info("cluster: partitions "+kind, "partitions", ev.parts)
-			for _, p := range ev.parts {
-				s.drop(p, kind)
+			for _, d := range drops {
+				s.drop(d, kind)
 			}
 		case evRestored:
 			if err := s.restored(rctx, ev); err != nil {
@@ -148,6 +150,7 @@ func (s *Session) handleEvents(rctx context.Context) error {
 			}
 		}
 	}
+	s.m.full.Set(float64(len(s.cyc.Paused())))
 	return nil
 }
 
@@ -161,10 +164,9 @@ func (s *Session) handleEvents(rctx context.Context) error {
 // polled record waits for its commit (the end resets the fetch positions
 // to the committed offsets).
 func (s *Session) rearmRevocations(ctx context.Context) error {
-	if !s.rearm {
+	if !s.cyc.Rearm() {
 		return nil
 	}
-	s.rearm = false
 	if _, err := s.gts.End(ctx, kgo.TryAbort); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("cluster: session: ending the session's state after a revocation: %w", err)
 	}
@@ -172,24 +174,22 @@ func (s *Session) rearmRevocations(ctx context.Context) error {
 	return nil
 }
 
-// drop stops serving partition p: its restore is cancelled, the engine
-// revokes it, its waiting requests fail with ErrMoved. Its store data
-// stays, a warm cache valid up to its recorded position. Its fetching
-// stays paused or not as it is: the group no longer assigns it, and a
-// later assignment pauses it again first.
-func (s *Session) drop(p int32, why string) {
+// drop stops serving partition d.P, as the Machine decided: its restore
+// is cancelled, or the engine revokes it; its waiting requests fail with
+// ErrMoved. Its store data stays, a warm cache valid up to its recorded
+// position. Its fetching stays paused or not as it is: the group no
+// longer assigns it, and a later assignment pauses it again first.
+func (s *Session) drop(d cycle.Drop, why string) {
+	p := d.P
 	pt := s.parts[p]
 	if pt == nil {
 		return
 	}
 	delete(s.parts, p)
-	if pt.full {
-		s.m.full.Dec()
-	}
 	if pt.cancel != nil {
 		pt.cancel()
 	}
-	if pt.log != nil {
+	if d.Serving {
 		s.eng.Revoke(int(p))
 	} else {
 		s.restoring.Add(-1)
@@ -202,15 +202,16 @@ func (s *Session) drop(p int32, why string) {
 	s.purge(p, s.moved(p, why))
 }
 
-// rebuild makes the engine rebuild partition p from the store after an
-// aborted transaction: its core moved past work that will never commit.
-// The partition is revoked from the engine, its waiting requests fail
-// with ErrAborted, its fetching pauses, and it is restored and assigned
-// again as on an assignment (the restore reads only the aborted tail).
-// culprit says the partition's own work made the transaction abort: its
-// restore then waits a back-off that doubles with each such abort in a
-// row (rebuildBackoff), and the abort is logged at ERROR.
-func (s *Session) rebuild(rctx context.Context, p int32, cause error, culprit bool) {
+// rebuild makes the engine rebuild partition r.P from the store after an
+// aborted transaction, as the Machine decided: its core moved past work
+// that will never commit. The partition is revoked from the engine, its
+// waiting requests fail with ErrAborted, its fetching pauses, and it is
+// restored and assigned again as on an assignment (the restore reads only
+// the aborted tail). A partition whose own work made the transaction abort
+// (r.Strikes > 0) is restored after the Machine's back-off, and the abort
+// is logged at ERROR.
+func (s *Session) rebuild(rctx context.Context, r cycle.Restore, cause error) {
+	p := r.P
 	pt := s.parts[p]
 	if pt == nil || pt.log == nil {
 		return
@@ -218,77 +219,37 @@ func (s *Session) rebuild(rctx context.Context, p int32, cause error, culprit bo
 	s.gts.Client().PauseFetchPartitions(map[string][]int32{s.msgs: {p}})
 	s.eng.Revoke(int(p))
 	pt.log = nil
-	if pt.full {
-		pt.full = false
-		s.m.full.Dec()
-	}
 	s.restoring.Add(1)
 	s.m.restoring.Inc()
 	s.m.lag.DeleteLabelValues(label(p))
 	s.purge(p, s.aborted(cause))
-	var wait time.Duration
-	if culprit {
-		pt.strikes++
-		wait = rebuildBackoff(pt.strikes, s.cfg.RebuildBackoff)
+	if r.Strikes > 0 {
 		s.m.culprits.Inc()
 		s.log.Error("cluster: a transaction was aborted by this partition's own work (see the error before); the partition is rebuilt after a back-off, the others go on",
-			"partition", p, "aborts_in_a_row", pt.strikes, "retry_in", wait)
+			"partition", p, "aborts_in_a_row", r.Strikes, "retry_in", r.After)
 	}
-	s.startRestoreAfter(rctx, p, wait)
+	s.startRestore(rctx, r)
 }
 
-// rebuildBackoff is the wait before the n-th rebuild in a row of a
-// partition whose own work aborted the transaction: first, doubling, at
-// most MaxRebuildBackoff.
-func rebuildBackoff(n int, first time.Duration) time.Duration {
-	if n <= 0 {
-		return 0
-	}
-	d := first
-	for i := 1; i < n && d < MaxRebuildBackoff; i++ {
-		d *= 2
-	}
-	return min(d, MaxRebuildBackoff)
-}
-
-// MaxRebuildBackoff bounds the wait before rebuilding a partition whose
-// own work keeps aborting the transaction.
-const MaxRebuildBackoff = 30 * time.Second
-
-// startRestore restores partition p in the background; the result comes
-// back as an evRestored event. A retry waits a second first.
-func (s *Session) startRestore(rctx context.Context, p int32, retry bool) {
-	if retry {
-		s.startRestoreAfter(rctx, p, -time.Second)
-		return
-	}
-	s.startRestoreAfter(rctx, p, 0)
-}
-
-// startRestoreAfter is startRestore waiting |wait| first; a negative wait
-// is a retry's (the restore's start time stays the first attempt's).
-func (s *Session) startRestoreAfter(rctx context.Context, p int32, wait time.Duration) {
+// startRestore starts the restore r in the background, after its wait; the
+// result comes back as an evRestored event.
+func (s *Session) startRestore(rctx context.Context, r cycle.Restore) {
+	p := r.P
 	pt := s.parts[p]
-	s.gen++
-	pt.gen = s.gen
-	retry := wait < 0
-	if retry {
-		wait = -wait
-	} else {
+	if !r.Retry {
 		pt.started = time.Now()
 	}
 	ctx, cancel := context.WithCancel(rctx)
 	pt.cancel = cancel
-	gen := pt.gen
 	s.restoreWG.Add(1)
 	go func() {
 		defer s.restoreWG.Done()
-		ev := event{kind: evRestored, p: p, gen: gen}
-		if wait > 0 {
+		ev := event{kind: evRestored, p: p, gen: r.Gen}
+		if r.After > 0 {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(wait):
+			case <-time.After(r.After):
 			}
 		}
 		select {
@@ -308,19 +269,21 @@ func (s *Session) startRestoreAfter(rctx context.Context, p int32, wait time.Dur
 	}()
 }
 
-// restored acts on a finished restore: the engine builds the core, and
-// fetching resumes.
+// restored acts on a finished restore, as the Machine decides: a stale one
+// is ignored, a failed one retried; otherwise the engine builds the core,
+// and fetching resumes unless its queue is full.
 func (s *Session) restored(rctx context.Context, ev event) error {
-	pt := s.parts[ev.p]
-	if pt == nil || pt.gen != ev.gen {
-		return nil // dropped or restarted since
+	what, again := s.cyc.Restored(ev.p, ev.gen, ev.err != nil)
+	if what == cycle.Stale {
+		return nil
 	}
+	pt := s.parts[ev.p]
 	pt.cancel()
 	pt.cancel = nil
-	if ev.err != nil {
+	if what == cycle.RestoreAgain {
 		s.m.restoreErr.Inc()
-		s.log.Warn("cluster: restore failed; retrying in 1s", "partition", ev.p, "err", ev.err)
-		s.startRestore(rctx, ev.p, true)
+		s.log.Warn("cluster: restore failed; retrying", "partition", ev.p, "in", again.After, "err", ev.err)
+		s.startRestore(rctx, again)
 		return nil
 	}
 	if err := s.eng.Assign(int(ev.p)); err != nil {
@@ -338,14 +301,11 @@ func (s *Session) restored(rctx context.Context, ev event) error {
 		attrs = append(attrs, "dropped", ev.res.Dropped, "dropped_keys", ev.res.DroppedKeys)
 	}
 	s.log.Info("cluster: partition restored; serving", attrs...)
-	if s.eng.Full(int(ev.p)) {
-		// Restored with a full queue: fetching stays paused until it
-		// drains (resumeDrained).
-		pt.full = true
-		s.m.full.Inc()
-		return nil
+	// Restored with a full queue: fetching stays paused until it drains
+	// (resumeDrained).
+	if s.cyc.Serving(ev.p, s.eng.Full(int(ev.p))) {
+		s.gts.Client().ResumeFetchPartitions(map[string][]int32{s.msgs: {ev.p}})
 	}
-	s.gts.Client().ResumeFetchPartitions(map[string][]int32{s.msgs: {ev.p}})
 	return nil
 }
 

@@ -13,15 +13,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/statefun-go/statefun/internal/cluster/changelog"
+	"github.com/statefun-go/statefun/internal/cluster/cycle"
 	"github.com/statefun-go/statefun/internal/engine/committer"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
 // polled is what one cycle polled.
 type polled struct {
-	parts   map[int32]int // records of the messages topic, by partition
 	ingress []*kgo.Record // records of the ingress topics, in poll order
-	abort   string        // why the transaction must abort, if it must
 }
 
 // poll polls records of the messages topic and the ingress topics until
@@ -30,16 +29,15 @@ type polled struct {
 // partition's records to the engine (SubmitArrivals), which submits their
 // requests before it returns, and pauses a partition the engine reports
 // full. Ingress records are kept for the transaction, which produces their
-// messages. The result carries a reason to abort the transaction if
-// records came for a partition that is not serving or the engine refused
-// them (their offsets must not commit; the abort rewinds them).
+// messages. The transaction t learns what was polled, and decides (records
+// for a partition that is not serving, records the engine refused) that it
+// must abort: their offsets must not commit; the abort rewinds them.
 //
 // Ingress records count against MaxPollRecords like any other: their
 // messages are produced, and flushed, in the cycle's transaction, so a
 // slow producer slows the cycles and polling with them.
-func (s *Session) poll(ctx context.Context) (pl polled, err error) {
+func (s *Session) poll(ctx context.Context, t *cycle.Txn) (pl polled, err error) {
 	deadline := time.Now().Add(s.interval)
-	pl.parts = map[int32]int{}
 	n := 0
 	for n < s.cfg.MaxPollRecords && s.Pending() < s.cfg.MaxQueued && !s.hasEvents() {
 		pctx, cancel := context.WithDeadline(ctx, deadline)
@@ -77,6 +75,7 @@ func (s *Session) poll(ctx context.Context) (pl polled, err error) {
 			if s.ingress[fp.Topic] {
 				pl.ingress = append(pl.ingress, fp.Records...)
 				n += len(fp.Records)
+				t.PolledIngress()
 				return
 			}
 			if fp.Topic != s.msgs {
@@ -85,18 +84,16 @@ func (s *Session) poll(ctx context.Context) (pl polled, err error) {
 			p := fp.Partition
 			last := fp.Records[len(fp.Records)-1].Offset
 			s.m.lag.WithLabelValues(label(p)).Set(float64(max(fp.LastStableOffset-(last+1), 0)))
-			pl.parts[p] += len(fp.Records)
 			n += len(fp.Records)
-			if pl.abort != "" {
-				return
-			}
-			if pt := s.parts[p]; pt == nil || pt.log == nil {
-				pl.abort = "unowned"
-				s.log.Warn("cluster: records polled for a partition that is not serving; aborting the transaction to poll them again", "partition", p)
+			aborting := !t.MayEncode()
+			if !t.Polled(p) {
+				if !aborting {
+					s.log.Warn("cluster: records polled for a partition that is not serving; aborting the transaction to poll them again", "partition", p)
+				}
 				return
 			}
 			if err := s.eng.SubmitArrivals(int(p), fp.Records); err != nil {
-				pl.abort = "engine"
+				t.EngineRefused(p)
 				s.log.Warn("cluster: the engine refused polled records; aborting the transaction to poll them again", "partition", p, "err", err)
 				return
 			}
@@ -128,51 +125,44 @@ func (s *Session) hasEvents() bool {
 	return len(s.events) > 0
 }
 
-// commit runs one transaction: the requests encode into their
-// partitions' overlays (their Outbound records are produced as they go),
-// the overlays become changelog records, and End commits them with the
-// offsets of the polled records. Committed: the overlays reach the store
-// with their changelog positions, then the requests are durable.
-// Aborted: nothing reaches the store, the requests fail with ErrAborted
-// and the partitions they touched are rebuilt. A returned error is fatal.
-func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) error {
-	abort := pl.abort
+// commit runs one transaction, t deciding how it goes: the requests
+// encode into their partitions' overlays (their Outbound records are
+// produced as they go), the overlays become changelog records, and the
+// transaction ends with the offsets of the polled records. Committed: the
+// overlays reach the store with their changelog positions, then the
+// requests are durable. Aborted: nothing reaches the store, the requests
+// fail with ErrAborted and the partitions they touched are rebuilt. A
+// returned error is fatal.
+func (s *Session) commit(ctx, rctx context.Context, t *cycle.Txn, reqs []Request, pl polled) error {
 	start := time.Now()
 	if err := s.gts.Begin(); err != nil {
+		t.Discard()
 		err = fmt.Errorf("cluster: session: begin a transaction: %w", err)
 		s.failAll(reqs, nil, err)
 		return err
 	}
-	t := &txn{ctx: ctx, from: -1}
-	// The member this node was when the transaction's work was taken:
-	// a transaction without offsets is fenced against it (checkMember).
-	t.member, t.gen = s.gts.Client().GroupMetadata()
-	s.txn.Store(t)
+	pr := &producing{ctx: ctx, from: -1}
+	t.Began(s.gts.Client().GroupMetadata())
+	s.txn.Store(pr)
 	defer s.txn.Store(nil)
 
-	touched := map[int32]bool{}
-	for p := range pl.parts {
-		touched[p] = true
-	}
-	// Requests of a partition that is not serving are not encoded: the
-	// core that made them is gone, and a write into a partition this node
-	// does not own would go to another owner's changelog.
+	// Requests of a partition that is not serving are not encoded (Take).
 	live := make([]bool, len(reqs))
 	for i, r := range reqs {
 		p := int32(r.Partition())
-		if pt := s.parts[p]; pt == nil || pt.log == nil {
-			r.Fail(s.moved(p, "is not served by this node"))
+		encode, why := t.Take(p)
+		if !encode {
+			r.Fail(s.moved(p, why))
 			continue
 		}
 		live[i] = true
-		touched[p] = true
 	}
 
 	var skipped []string
-	if abort == "" && len(pl.ingress) > 0 {
+	if t.MayEncode() && len(pl.ingress) > 0 {
 		var err error
-		if skipped, err = s.routeIngress(t, pl.ingress); err != nil {
-			abort = "ingress"
+		if skipped, err = s.routeIngress(pr, pl.ingress); err != nil {
+			t.RouteFailed()
 			s.log.Error("cluster: an ingress record cannot be routed; aborting the transaction", "err", err)
 		}
 	}
@@ -184,88 +174,82 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		}
 	}()
 	bad, badErr := -1, error(nil)
-	if abort == "" {
-		for i, r := range reqs {
-			if !live[i] {
-				continue
-			}
-			p := int32(r.Partition())
-			ov := overlays[p]
-			if ov == nil {
-				ov = s.cfg.DB.NewBatch()
-				overlays[p] = ov
-			}
-			t.from = p
-			if err := ov.Stage(r.Encode); err != nil {
-				bad, badErr, abort = i, err, "encode"
-				s.log.Error("cluster: a request failed to encode; aborting the transaction", "partition", p, "request", fmt.Sprintf("%T", r), "err", err)
-				break
-			}
+	for i, r := range reqs {
+		if !t.MayEncode() {
+			break
+		}
+		if !live[i] {
+			continue
+		}
+		p := int32(r.Partition())
+		ov := overlays[p]
+		if ov == nil {
+			ov = s.cfg.DB.NewBatch()
+			overlays[p] = ov
+		}
+		pr.from = p
+		if err := ov.Stage(r.Encode); err != nil {
+			bad, badErr = i, err
+			t.EncodeFailed(p)
+			s.log.Error("cluster: a request failed to encode; aborting the transaction", "partition", p, "request", fmt.Sprintf("%T", r), "err", err)
 		}
 	}
 	recs := map[int32][]*kgo.Record{}
-	if abort == "" {
-		for _, p := range sortedKeys(overlays) {
-			rs, err := changelog.Records(overlays[p], s.clog, p)
-			if err != nil {
-				abort = "encode"
-				s.log.Error("cluster: an overlay cannot be logged; aborting the transaction", "partition", p, "err", err)
-				break
-			}
-			recs[p] = rs
-			t.from = p
-			for _, r := range rs {
-				s.produce(t, r)
-			}
+	for _, p := range sortedKeys(overlays) {
+		if !t.MayEncode() {
+			break
+		}
+		rs, err := changelog.Records(overlays[p], s.clog, p)
+		if err != nil {
+			t.LogFailed(p)
+			s.log.Error("cluster: an overlay cannot be logged; aborting the transaction", "partition", p, "err", err)
+			break
+		}
+		recs[p] = rs
+		pr.from = p
+		for _, r := range rs {
+			s.produce(pr, r)
 		}
 	}
 	if err := s.gts.Client().Flush(ctx); err != nil {
 		// Only a closing context stops a flush: the node is stopping. The
 		// open transaction is aborted by the coordinator (its timeout, or
 		// the next start of this node id).
+		t.Discard()
 		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
 		return nil
 	}
-	t.from = -1
-	// Partitions whose own work made the cycle abort (an encoding error, a
-	// record Kafka refused): their rebuild backs off, so that work that
-	// fails every time costs one aborted cycle per back-off, not every
-	// cycle of every partition.
-	culprits := map[int32]bool{}
-	if bad >= 0 {
-		culprits[int32(reqs[bad].Partition())] = true
-	}
-	if abort == "" {
-		if err := t.produceErr(); err != nil {
-			abort = "produce"
-			s.refusedRecords(t.refusals(), culprits)
+	pr.from = -1
+	t.Produced(pr.records)
+	if err := pr.produceErr(); err != nil && t.MayEncode() {
+		refused := pr.refusals()
+		for _, r := range refused {
+			t.Refused(r.from)
 		}
+		s.refusedRecords(refused)
 	}
-	polledOffsets := len(s.gts.Client().UncommittedOffsets()) > 0
-	if abort == "" && t.records > 0 && !polledOffsets {
-		// End commits offsets, with the group generation that fences a
-		// zombie, only when records were polled. A transaction without
-		// any (timers, state API writes) would commit unchecked, writing
-		// into changelogs of partitions the group may have given to
-		// another node while this one stalled; so check membership now,
-		// after its records are in the log: from here on, a new owner's
-		// restore waits for this transaction to end (see restore).
-		if err := s.checkMember(ctx, t.member, t.gen); err != nil {
-			abort = "fence"
-			s.log.Warn("cluster: this node is no longer the group member it was; aborting the transaction", "err", err)
-		}
+	if s.movesPending() {
+		t.MovesHeard()
+	}
+	if check, member, gen := t.MustCheckMember(s.gts.Client().GroupMetadata()); check {
+		t.MemberChecked(s.checkMember(ctx, member, gen))
+	}
+	if err := t.FenceErr(); err != nil {
+		s.log.Warn("cluster: this node is no longer the group member it was; aborting the transaction", "err", err)
 	}
 	starts := s.pendingStarts()
 	endCtx, named := withStarts(ctx, starts)
 	var committed bool
 	var err error
-	if abort == "" && len(starts) == 0 && !polledOffsets {
+	switch t.HowToEnd(len(starts) > 0) {
+	case cycle.EndWithoutOffsets:
 		committed, err = s.endWithoutOffsets(endCtx)
-	} else {
-		// This End rearms the revocation callbacks too (see rearmRevocations).
-		s.rearm = false
-		committed, err = s.gts.End(endCtx, kgo.TransactionEndTry(abort == ""))
+	case cycle.EndCommit:
+		committed, err = s.gts.End(endCtx, kgo.TryCommit)
+	case cycle.EndAbort:
+		committed, err = s.gts.End(endCtx, kgo.TryAbort)
 	}
+	outcome := cycle.NotCommitted
 	if err != nil && ctx.Err() == nil && unconfirmed(err) {
 		// The brokers could not be reached, or answered without saying
 		// what they did: the transaction may have committed or not.
@@ -275,10 +259,11 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		s.log.Warn("cluster: ending a transaction failed with its outcome unknown (are the brokers reachable?); aborting it and rebuilding its partitions from their changelogs, which hold it if it committed",
 			"err", err)
 		if err = s.abortUnconfirmed(ctx); err == nil {
-			committed, abort = false, "unconfirmed"
+			committed, outcome = false, cycle.OutcomeUnknown
 		}
 	}
 	if err != nil {
+		t.Discard()
 		if ctx.Err() != nil {
 			s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
 			return nil
@@ -288,11 +273,13 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
 		return err
 	}
-	if !committed {
-		if abort == "" {
-			abort = "group"
-		}
-		cause := fmt.Errorf("the transaction was aborted (%s)", abort)
+	if committed {
+		outcome = cycle.Committed
+	}
+	res := t.Finish(outcome, time.Now())
+	defer func() { s.m.full.Set(float64(len(s.cyc.Paused()))) }()
+	if !res.Committed {
+		cause := errors.New(res.Reason.Explain())
 		for i, r := range reqs {
 			switch {
 			case !live[i]:
@@ -306,21 +293,19 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 				r.Fail(s.aborted(cause))
 			}
 		}
-		s.m.aborts.WithLabelValues(abort).Inc()
-		if abort == "group" {
+		s.m.aborts.WithLabelValues(string(res.Reason)).Inc()
+		if res.Reason == cycle.Group {
 			// The other causes were logged where they arose.
-			s.log.Info("cluster: the transaction was not committed (a rebalance revoked partitions, or Kafka refused its offset commit or EndTxn); its work is redone", "partitions", sortedKeys(touched))
+			s.log.Info("cluster: the transaction was not committed (a rebalance revoked partitions, or Kafka refused its offset commit or EndTxn); its work is redone", "partitions", res.Touched)
 		}
-		for _, p := range sortedKeys(touched) {
-			s.rebuild(rctx, p, cause, culprits[p])
+		for _, r := range res.Rebuild {
+			s.rebuild(rctx, r, cause)
 		}
 		s.reseek()
-		return s.refused(abort)
-	}
-	for p := range touched {
-		if pt := s.parts[p]; pt != nil {
-			pt.strikes = 0
+		if res.Warn != "" {
+			s.log.Warn(res.Warn)
 		}
+		return res.GiveUp
 	}
 	if err := s.apply(overlays, recs); err != nil {
 		s.failAll(reqs, live, fmt.Errorf("%w: %w", committer.ErrStopped, err))
@@ -331,10 +316,9 @@ func (s *Session) commit(ctx, rctx context.Context, reqs []Request, pl polled) e
 		s.cfg.Ingress.Committed(r, skipped[i])
 	}
 	s.m.commits.Inc()
-	s.giveUp.committed()
 	s.m.txnDur.Observe(time.Since(start).Seconds())
-	s.m.txnRecords.Observe(float64(t.records))
-	s.m.txnBytes.Observe(float64(t.bytes))
+	s.m.txnRecords.Observe(float64(pr.records))
+	s.m.txnBytes.Observe(float64(pr.bytes))
 	for i, r := range reqs {
 		if live[i] {
 			r.Durable()
@@ -464,36 +448,19 @@ func (s *Session) failAll(reqs []Request, live []bool, err error) {
 }
 
 // checkMember asks the group coordinator whether this node is still the
-// member, in the generation, it believes it is: a heartbeat with its
-// member id and generation. A zombie (a node that stalled past its
-// session timeout, its partitions given to others) hears
-// UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or FENCED_INSTANCE_ID; a group in a
-// rebalance answers REBALANCE_IN_PROGRESS, which aborts too (the
-// partitions may be moving).
-//
-// It checks the member and generation the node was when the transaction
-// began, not the ones it is now: a node whose partitions were lost (its
-// session expired, say after the brokers restarted) rejoins under a new
-// member id, and a heartbeat with that one passes while the transaction
-// carries work of partitions the group gave to another node meanwhile. So
-// a transaction whose member or generation changed since it began, or
-// during which the group revoked or lost partitions of this node, aborts.
+// member, in the generation, it was when the transaction began (the
+// Machine asks for it, cycle.Txn.MustCheckMember): a heartbeat with that
+// member id and generation. A zombie (a node that stalled past its session
+// timeout, its partitions given to others) hears UNKNOWN_MEMBER_ID,
+// ILLEGAL_GENERATION or FENCED_INSTANCE_ID; a group in a rebalance answers
+// REBALANCE_IN_PROGRESS, which aborts too (the partitions may be moving).
 func (s *Session) checkMember(ctx context.Context, member string, gen int32) error {
-	cl := s.gts.Client()
-	switch now, nowGen := cl.GroupMetadata(); {
-	case member == "" || gen < 0:
-		return errors.New("not a member of the group when the transaction began")
-	case now != member || nowGen != gen:
-		return fmt.Errorf("the group moved on since the transaction began (member %s generation %d, now %s generation %d)", member, gen, now, nowGen)
-	case s.movesPending():
-		return errors.New("the group revoked or lost partitions of this node during the transaction")
-	}
 	req := kmsg.NewPtrHeartbeatRequest()
 	req.Group = s.cfg.Cluster.Group()
 	req.MemberID = member
 	req.Generation = gen
 	req.InstanceID = kmsg.StringPtr(s.cfg.Cluster.NodeID)
-	resp, err := req.RequestWith(ctx, cl)
+	resp, err := req.RequestWith(ctx, s.gts.Client())
 	if err != nil {
 		return err
 	}

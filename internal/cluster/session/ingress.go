@@ -173,7 +173,7 @@ func (s *Session) forgetStarts(m map[string][]int32) {
 // returns the reason each bad one was not delivered (empty for one
 // delivered). An error (a record Route cannot encode) aborts the
 // transaction.
-func (s *Session) routeIngress(t *txn, recs []*kgo.Record) ([]string, error) {
+func (s *Session) routeIngress(t *producing, recs []*kgo.Record) ([]string, error) {
 	bad := make([]string, len(recs))
 	for i, r := range recs {
 		msgs, reason, err := s.cfg.Ingress.Route(r)
@@ -196,13 +196,10 @@ func (s *Session) routeIngress(t *txn, recs []*kgo.Record) ([]string, error) {
 // Records already handed to the engine stay handed: the pause only keeps
 // more from being polled.
 func (s *Session) pauseIfFull(p int32) {
-	pt := s.parts[p]
-	if pt == nil || pt.full || !s.eng.Full(int(p)) {
-		return
+	if s.eng.Full(int(p)) && s.cyc.Filled(p) {
+		s.m.full.Inc()
+		s.gts.Client().PauseFetchPartitions(map[string][]int32{s.msgs: {p}})
 	}
-	pt.full = true
-	s.m.full.Inc()
-	s.gts.Client().PauseFetchPartitions(map[string][]int32{s.msgs: {p}})
 }
 
 // resumeDrained resumes fetching of the partitions paused because they
@@ -210,13 +207,12 @@ func (s *Session) pauseIfFull(p int32) {
 // rebuilt) stays paused: its restore resumes it.
 func (s *Session) resumeDrained() {
 	var ps []int32
-	for p, pt := range s.parts {
-		if !pt.full || s.eng.Full(int(p)) {
+	for _, p := range s.cyc.Paused() {
+		if s.eng.Full(int(p)) {
 			continue
 		}
-		pt.full = false
 		s.m.full.Dec()
-		if pt.log != nil {
+		if s.cyc.Drained(p) {
 			ps = append(ps, p)
 		}
 	}

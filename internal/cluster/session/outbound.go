@@ -11,15 +11,12 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/refusals"
 )
 
-// txn is the open transaction while a cycle's requests encode.
-type txn struct {
+// producing is what the session produces in the open transaction while a
+// cycle's requests encode: what it counts, and what Kafka refuses.
+type producing struct {
 	ctx     context.Context
 	records int // produced: changelog, messages, egress
 	bytes   int // their keys and values
-	// member and gen are this node's group member id and generation when
-	// the transaction began (checkMember).
-	member string
-	gen    int32
 	// from is the partition whose request (or changelog) is producing
 	// now, -1 for none (ingress routing): a refused record is that
 	// partition's.
@@ -43,7 +40,7 @@ type refused struct {
 // topics.
 const maxRefused = 64
 
-func (t *txn) promise(r *kgo.Record, from int32, err error) {
+func (t *producing) promise(r *kgo.Record, from int32, err error) {
 	if err == nil {
 		return
 	}
@@ -57,14 +54,14 @@ func (t *txn) promise(r *kgo.Record, from int32, err error) {
 	}
 }
 
-func (t *txn) produceErr() error {
+func (t *producing) produceErr() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.err
 }
 
 // refusals returns the refused records, once the produces are flushed.
-func (t *txn) refusals() []refused {
+func (t *producing) refusals() []refused {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.refused
@@ -111,7 +108,7 @@ func (s *Session) Egress(r *kgo.Record) error {
 	return nil
 }
 
-func (s *Session) produce(t *txn, r *kgo.Record) {
+func (s *Session) produce(t *producing, r *kgo.Record) {
 	t.records++
 	t.bytes += len(r.Key) + len(r.Value)
 	from := t.from
@@ -145,17 +142,14 @@ func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
 }
 
 // refusedRecords reports the records Kafka refused in a transaction that
-// aborts for them: each partition that made one is a culprit (its rebuild
-// backs off), and a refusal that holds for every record like it is taught
+// aborts for them (the partitions that made them are its culprits, whose
+// rebuild backs off): a refusal that holds for every record like it is taught
 // to the Refusals guard, so the egress's route refuses the next one where
 // a function makes it. Each topic's refusal is logged at ERROR when it is
 // new, and counted.
-func (s *Session) refusedRecords(rs []refused, culprits map[int32]bool) {
+func (s *Session) refusedRecords(rs []refused) {
 	logged := map[string]bool{}
 	for _, r := range rs {
-		if r.from >= 0 {
-			culprits[r.from] = true
-		}
 		kind := "other"
 		switch whole, size := refusals.Deterministic(r.err); {
 		case whole:

@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/statefun-go/statefun/internal/cluster/cycle"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -18,45 +19,6 @@ import (
 // partition resumes from its own position, and the engine skips a record
 // at or before it, so offsets moved back, reset or expired never apply a
 // record twice, and offsets moved forward never skip one.
-
-// resume is where fetching of a restored partition's messages resumes.
-type resume struct {
-	// at is the offset to fetch from; -1 leaves it to the group's offset
-	// (a partition that never applied a record, or whose position was
-	// forgotten).
-	at int64
-	// forget is set when the stored position cannot be trusted: the
-	// engine must drop it, or it would skip new records as applied.
-	forget bool
-	// fault says what is wrong, for an ERROR line; kind is its label in
-	// statefun_cluster_read_position_faults_total.
-	fault, kind string
-}
-
-// resumeAt decides where partition p of the messages topic resumes,
-// given the offset after its stored read position (has false: it has
-// none) and the partition's start (the first offset Kafka keeps) and end
-// (the next offset to be written).
-func resumeAt(p int32, next int64, has bool, start, end int64) resume {
-	if !has {
-		return resume{at: -1}
-	}
-	applied := next - 1
-	switch {
-	case next > end:
-		// Kafka no longer has offsets the partition applied: the topic
-		// was deleted and created again, or an unclean leader election
-		// truncated it. Records at offsets below the position now are
-		// new ones; skipping them would lose them.
-		return resume{at: -1, forget: true, kind: "past-end",
-			fault: fmt.Sprintf("partition %d applied the messages topic through offset %d, but the topic's partition ends at %d: it was recreated or truncated (an unclean leader election?); records from here on are taken as new, from the group's offset or the start", p, applied, end)}
-	case next < start:
-		// Retention deleted records this partition never applied.
-		return resume{at: start, kind: "below-start",
-			fault: fmt.Sprintf("partition %d applied the messages topic through offset %d, but the topic's partition now starts at %d: %d records were deleted by retention before they were applied and are lost (was every node down for longer than --cluster-messages-retention?); resuming at %d", p, applied, start, start-next, start)}
-	}
-	return resume{at: next}
-}
 
 // storedNext returns the offset after partition p's stored read position
 // in the messages topic, if it has one.
@@ -106,49 +68,49 @@ func (s *Session) reseek() {
 // storedResume reads partition p's stored read position in the messages
 // topic (restored from its changelog) and the topic partition's offsets,
 // and decides where its fetching resumes.
-func (s *Session) storedResume(ctx context.Context, p int32) (resume, error) {
+func (s *Session) storedResume(ctx context.Context, p int32) (cycle.Resume, error) {
 	next, ok, err := s.storedNext(p)
 	if err != nil {
-		return resume{}, err
+		return cycle.Resume{}, err
 	}
 	if !ok {
-		return resume{at: -1}, nil
+		return cycle.Resume{At: -1}, nil
 	}
 	adm := kadm.NewClient(s.gts.Client())
 	starts, err := adm.ListStartOffsets(ctx, s.msgs)
 	if err != nil {
-		return resume{}, fmt.Errorf("listing the start offsets of %s: %w", s.msgs, err)
+		return cycle.Resume{}, fmt.Errorf("listing the start offsets of %s: %w", s.msgs, err)
 	}
 	ends, err := adm.ListEndOffsets(ctx, s.msgs)
 	if err != nil {
-		return resume{}, fmt.Errorf("listing the end offsets of %s: %w", s.msgs, err)
+		return cycle.Resume{}, fmt.Errorf("listing the end offsets of %s: %w", s.msgs, err)
 	}
 	st, sok := starts.Lookup(s.msgs, p)
 	en, eok := ends.Lookup(s.msgs, p)
 	switch {
 	case !sok || !eok:
-		return resume{}, fmt.Errorf("no offsets listed for partition %d of %s", p, s.msgs)
+		return cycle.Resume{}, fmt.Errorf("no offsets listed for partition %d of %s", p, s.msgs)
 	case st.Err != nil:
-		return resume{}, fmt.Errorf("the start offset of partition %d of %s: %w", p, s.msgs, st.Err)
+		return cycle.Resume{}, fmt.Errorf("the start offset of partition %d of %s: %w", p, s.msgs, st.Err)
 	case en.Err != nil:
-		return resume{}, fmt.Errorf("the end offset of partition %d of %s: %w", p, s.msgs, en.Err)
+		return cycle.Resume{}, fmt.Errorf("the end offset of partition %d of %s: %w", p, s.msgs, en.Err)
 	}
-	return resumeAt(p, next, true, st.Offset, en.Offset), nil
+	return cycle.ResumeAt(p, next, true, st.Offset, en.Offset), nil
 }
 
 // applyResume places partition p's fetching where r says, once the engine
 // took the partition: a seek to the stored position, or the engine told
 // to forget it. A seek made while the group still fetches p's committed
 // offset wins over that offset (the client records it against the fetch).
-func (s *Session) applyResume(p int32, r resume) {
-	if r.fault != "" {
-		s.m.posFaults.WithLabelValues(r.kind).Inc()
-		s.log.Error("cluster: "+r.fault, "partition", p)
+func (s *Session) applyResume(p int32, r cycle.Resume) {
+	if r.Fault != "" {
+		s.m.posFaults.WithLabelValues(r.Kind).Inc()
+		s.log.Error("cluster: "+r.Fault, "partition", p)
 	}
-	if r.forget {
+	if r.Forget {
 		s.eng.ForgetReadPosition(int(p))
 	}
-	if r.at >= 0 {
-		s.gts.Client().SetOffsets(map[string]map[int32]kgo.EpochOffset{s.msgs: {p: {Epoch: -1, Offset: r.at}}})
+	if r.At >= 0 {
+		s.gts.Client().SetOffsets(map[string]map[int32]kgo.EpochOffset{s.msgs: {p: {Epoch: -1, Offset: r.At}}})
 	}
 }

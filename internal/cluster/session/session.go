@@ -37,6 +37,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/balance"
 	"github.com/statefun-go/statefun/internal/cluster/changelog"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/cluster/cycle"
 	"github.com/statefun-go/statefun/internal/cluster/refusals"
 	"github.com/statefun-go/statefun/internal/engine/committer"
 	"github.com/statefun-go/statefun/internal/kafkaclient"
@@ -126,6 +127,16 @@ var ErrAborted = committer.ErrAborted
 // partition is not served by this node (any more): revoked, lost, or not
 // restored yet. It is committer.ErrMoved, the engine's too.
 var ErrMoved = committer.ErrMoved
+
+// ErrGaveUp is wrapped by the error Run returns when Kafka refused this
+// node's commits for Config.Cluster's give-up time, none committing: the
+// node gives its partitions up (the caller removes it from the group, so
+// that other nodes serve them) and stops. It is cycle.ErrGaveUp.
+var ErrGaveUp = cycle.ErrGaveUp
+
+// MaxRebuildBackoff bounds the wait before rebuilding a partition whose
+// own work keeps aborting the transaction.
+const MaxRebuildBackoff = cycle.MaxRebuildBackoff
 
 // Defaults of Config's zero values.
 const (
@@ -219,14 +230,15 @@ type Session struct {
 	running   atomic.Bool
 
 	// Owned by Run's goroutine.
-	gts        *kgo.GroupTransactSession
-	parts      map[int32]*part
-	gen        uint64
-	rearm      bool // a revocation was heard: End must run before the next one can be
-	giveUp     giveUp
+	gts *kgo.GroupTransactSession
+	// cyc decides the commit cycle: which partitions serve, restore and
+	// rebuild, and how each transaction goes; the session does the I/O
+	// its decisions call for.
+	cyc        *cycle.Machine
+	parts      map[int32]*part // the resources of the partitions cyc owns
 	restoreSem chan struct{}
 	restoreWG  sync.WaitGroup
-	txn        atomic.Pointer[txn] // the open transaction, while requests encode
+	txn        atomic.Pointer[producing] // the open transaction, while requests encode
 
 	// testHookCommit, if set, runs on Run's goroutine after a cycle took
 	// its requests and before it begins the transaction, with the
@@ -234,16 +246,12 @@ type Session struct {
 	testHookCommit func([]Request)
 }
 
-// part is one partition the group assigned to this node.
+// part is what the session holds for a partition the group assigned to
+// this node; its state (restoring, serving, paused) is the Machine's.
 type part struct {
-	gen     uint64             // the restore generation; stale results are ignored
 	cancel  context.CancelFunc // stops its restore
 	log     *changelog.Log     // set once restored and assigned to the engine
-	started time.Time
-	full    bool // fetching paused because the engine's partition is full
-	// strikes counts the transactions in a row this partition's own work
-	// aborted (rebuildBackoff); a commit that carries it resets it.
-	strikes int
+	started time.Time          // when its current restore began
 }
 
 // New checks cfg and returns a session; nothing talks to Kafka before Run.
@@ -290,7 +298,7 @@ func New(cfg Config) (*Session, error) {
 		restoreSem: make(chan struct{}, cfg.RestoreConcurrency),
 		ingress:    map[string]bool{},
 		built:      make(chan struct{}),
-		giveUp:     giveUp{after: cfg.Cluster.GiveUpAfterOrDefault()},
+		cyc:        cycle.New(cycle.Config{RebuildBackoff: cfg.RebuildBackoff, GiveUpAfter: cfg.Cluster.GiveUpAfterOrDefault()}),
 	}
 	if cfg.Ingress != nil {
 		for _, t := range cfg.Ingress.Topics() {
@@ -477,24 +485,29 @@ func (s *Session) Run(ctx context.Context) (err error) {
 			return err
 		}
 		s.resumeDrained()
-		pl, err := s.poll(ctx)
+		t := s.cyc.Begin()
+		pl, err := s.poll(ctx, t)
 		if err != nil {
+			t.Discard()
 			return err
 		}
 		if ctx.Err() != nil {
+			t.Discard()
 			return nil
 		}
 		if err := s.handleEvents(rctx); err != nil {
+			t.Discard()
 			return err
 		}
 		reqs := s.take()
-		if len(reqs) == 0 && len(pl.parts) == 0 && len(pl.ingress) == 0 && !s.hasStarts() {
+		if len(reqs) == 0 && t.Idle() && len(pl.ingress) == 0 && !s.hasStarts() {
+			t.Discard()
 			continue
 		}
 		if s.testHookCommit != nil {
 			s.testHookCommit(reqs)
 		}
-		if err := s.commit(ctx, rctx, reqs, pl); err != nil {
+		if err := s.commit(ctx, rctx, t, reqs, pl); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package session
+package cycle
 
 import (
 	"errors"
@@ -9,11 +9,11 @@ import (
 	"time"
 )
 
-// ErrGaveUp is wrapped by the error Run returns when Kafka refused this
+// ErrGaveUp is wrapped by the error of Result.GiveUp (and the session's Run) when Kafka refused this
 // node's commits for Config.Cluster's give-up time, none committing: the
 // node gives its partitions up (the caller removes it from the group, so
 // that other nodes serve them) and stops.
-var ErrGaveUp = errors.New("cluster: session: gave up: Kafka refuses this node's commits")
+var ErrGaveUp = errors.New("cluster: gave up: Kafka refuses this node's commits")
 
 // giveUp counts the transactions aborted since the last commit, to tell
 // when this node should give its partitions up (docs/cluster.md, "What
@@ -27,7 +27,7 @@ var ErrGaveUp = errors.New("cluster: session: gave up: Kafka refuses this node's
 type giveUp struct {
 	after  time.Duration // negative: never give up
 	since  time.Time     // first refused commit since the last commit; zero after a commit
-	counts map[string]int
+	counts map[Reason]int
 	logged time.Time // last warning
 }
 
@@ -45,12 +45,12 @@ func (r *giveUp) committed() {
 // warning to log (at most one every refusalWarnEvery while commits keep
 // being refused), and, once they have been refused for the give-up time,
 // the error that stops the session.
-func (r *giveUp) aborted(now time.Time, reason string) (warn string, err error) {
-	if reason != "group" && reason != "fence" {
+func (r *giveUp) aborted(now time.Time, reason Reason) (warn string, err error) {
+	if !reason.countsTowardGiveUp() {
 		return "", nil
 	}
 	if r.counts == nil {
-		r.counts = map[string]int{}
+		r.counts = map[Reason]int{}
 	}
 	r.counts[reason]++
 	if r.since.IsZero() {
@@ -79,21 +79,10 @@ func (r *giveUp) describe() string {
 	var parts []string
 	for _, reason := range slices.Sorted(maps.Keys(r.counts)) {
 		what := "aborted by a rebalance or refused by Kafka (offset commit or EndTxn)"
-		if reason == "fence" {
+		if reason == Fenced {
 			what = "aborted because the group no longer knew this node as the member it was"
 		}
 		parts = append(parts, fmt.Sprintf("%d %s", r.counts[reason], what))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// refused counts an aborted transaction toward giving up, logs the
-// warning it may bring, and returns the error that stops the session once
-// this node should give its partitions up.
-func (s *Session) refused(reason string) error {
-	warn, err := s.giveUp.aborted(time.Now(), reason)
-	if warn != "" {
-		s.log.Warn(warn)
-	}
-	return err
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/app"
 	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -229,6 +230,7 @@ func run(args []string, stderr io.Writer) int {
 	idleTimeout := fs.Duration("idle-timeout", envDuration("STATEFUN_IDLE_TIMEOUT", app.DefaultIdleTimeout), "keep-alive connections idle this long are closed, on every listener (env STATEFUN_IDLE_TIMEOUT)")
 	maxHeaderBytes := fs.Int("max-header-bytes", envInt("STATEFUN_MAX_HEADER_BYTES", app.DefaultMaxHeaderBytes), "largest request head, on every listener (env STATEFUN_MAX_HEADER_BYTES)")
 	maxCallsPerType := fs.Int("max-calls-per-type", envInt("STATEFUN_MAX_CALLS_PER_TYPE", 0), "calls in flight per function type on an endpoint; 0 means half the endpoint's pool_size for a namespace endpoint, all of it for a one-type endpoint (env STATEFUN_MAX_CALLS_PER_TYPE)")
+	maxWildcardTypes := fs.Int("max-wildcard-types", envInt("STATEFUN_MAX_WILDCARD_TYPES", functions.DefaultMaxWildcardTypes), "distinct function types a namespace endpoint (functions: ns/*) serves; a message to one more is refused (the ingress answers 422); types holding state are always served; negative means no bound (env STATEFUN_MAX_WILDCARD_TYPES; docs/limits.md)")
 	fixedCalls := fs.Bool("fixed-calls", envBool("STATEFUN_FIXED_CALLS", false), "keep each function type's calls in flight at --max-calls-per-type instead of adapting them to the fewest that give the most throughput (env STATEFUN_FIXED_CALLS; docs/limits.md)")
 	adminLane := fs.Bool("admin-lane", envBool("STATEFUN_ADMIN_LANE", true), "serve admin requests (state API, metrics, console) ahead of the load: the runtime's busy goroutines look for them every 100µs while an admin client is active; false serves them like any other connection (env STATEFUN_ADMIN_LANE; docs/limits.md)")
 	ingressAnswers := fs.Int("ingress-answers", envInt("STATEFUN_INGRESS_ANSWERS", 0), "playground ingress requests woken with their answer at once after a group commit, the rest in turn; 0 means two per processor (env STATEFUN_INGRESS_ANSWERS; docs/limits.md)")
@@ -362,11 +364,12 @@ func run(args []string, stderr io.Writer) int {
 			IdleTimeout:       *idleTimeout,
 			MaxHeaderBytes:    *maxHeaderBytes,
 		},
-		MaxCallsPerType: *maxCallsPerType,
-		FixedCalls:      *fixedCalls,
-		NoAdminLane:     !*adminLane,
-		IngressAnswers:  *ingressAnswers,
-		Cluster:         clusterCfg,
+		MaxCallsPerType:  *maxCallsPerType,
+		MaxWildcardTypes: *maxWildcardTypes,
+		FixedCalls:       *fixedCalls,
+		NoAdminLane:      !*adminLane,
+		IngressAnswers:   *ingressAnswers,
+		Cluster:          clusterCfg,
 
 		KafkaIngressKeepMembership: *keepIngressMembership,
 	})

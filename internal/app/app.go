@@ -36,6 +36,7 @@ import (
 	"github.com/statefun-go/statefun/internal/ingress"
 	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/module"
+	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -85,6 +86,11 @@ type Config struct {
 	// FixedCalls keeps calls in flight at MaxCallsPerType instead of an
 	// adaptive limit (functions.Options.FixedCalls, docs/limits.md).
 	FixedCalls bool
+	// MaxWildcardTypes bounds the distinct function types a namespace
+	// wildcard endpoint serves; 0 means functions.DefaultMaxWildcardTypes,
+	// negative no bound (functions.Options.MaxWildcardTypes,
+	// docs/limits.md).
+	MaxWildcardTypes int
 	// NoAdminLane serves the admin listener like the others, without the
 	// priority lane that lets its requests go ahead of the load
 	// (internal/lane, docs/limits.md).
@@ -200,7 +206,8 @@ func Start(cfg Config) (*App, error) {
 			Help: "Admin requests the runtime's busy goroutines noticed and ran ahead of the load (the admin listener's priority lane), in this process.",
 		}, func() float64 { return float64(lane.Woken()) }))
 	}
-	fns, err := functions.New(mod, functions.Options{MaxCallsPerType: cfg.MaxCallsPerType, FixedCalls: cfg.FixedCalls, Metrics: functions.NewMetrics(reg)})
+	fns, err := functions.New(mod, functions.Options{MaxCallsPerType: cfg.MaxCallsPerType, FixedCalls: cfg.FixedCalls,
+		MaxWildcardTypes: cfg.MaxWildcardTypes, Metrics: functions.NewMetrics(reg)})
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +233,12 @@ func Start(cfg Config) (*App, error) {
 		if capp != nil {
 			err = storeForApplication(err, cfg, capp)
 		}
+		return nil, err
+	}
+	if err := admitStoredTypes(db, fns); err != nil {
+		guard.Stop()
+		db.Close()
+		fns.Close()
 		return nil, err
 	}
 	var (
@@ -257,7 +270,7 @@ func Start(cfg Config) (*App, error) {
 		Functions:      fns,
 		MaxBatch:       fns.MaxBatch,
 		MaxBatchBytes:  fns.MaxBatchBytes,
-		Routable:       fns.Serves,
+		Routable:       fns.Routable,
 		Egress:         routes.Route,
 		RetryBase:      cfg.RetryBase,
 		RetryMax:       cfg.RetryMax,
@@ -370,7 +383,7 @@ func Start(cfg Config) (*App, error) {
 	}
 	for i, in := range mod.Ingresses {
 		h := &ingress.Playground{Sink: sink, Busy: unavailable,
-			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Served: fns.ServesName}
+			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Admit: fns.Admit}
 		a.names[fmt.Sprintf("ingress%d", i)] = fmt.Sprintf("playground ingress (%s)", in.Pos)
 		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
 			a.Close()
@@ -504,4 +517,24 @@ func (a *App) Close() error {
 		err = a.db.Close()
 	})
 	return err
+}
+
+// admitStoredTypes admits the function types that hold state or registered
+// states in the store to their wildcard endpoints, past any bound: a type
+// that lives in the store is never refused after a restart
+// (functions.Router.Admitted).
+func admitStoredTypes(db *store.DB, fns *functions.Router) error {
+	if err := db.ScanTypes(func(t address.TypeName) bool {
+		fns.Admitted(t)
+		return true
+	}); err != nil {
+		return fmt.Errorf("app: listing the function types that hold state: %w", err)
+	}
+	if err := db.AllSpecs(func(t address.TypeName, _ []*protocol.FromFunction_PersistedValueSpec) error {
+		fns.Admitted(t)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("app: listing the function types with registered states: %w", err)
+	}
+	return nil
 }

@@ -35,11 +35,11 @@ type Options struct {
 	MaxBatchBytes func(t address.TypeName) int
 	// Egress routes and checks egress records (see partition.Config.Egress).
 	Egress func(namespace, typ string, arg *protocol.TypedValue) (string, error)
-	// Routable reports whether some endpoint serves a function type; a
-	// function's response that sends a message to a type it does not serve
-	// is refused as a protocol violation (see partition.Config.Routable).
-	// Nil means every type is served.
-	Routable func(t address.TypeName) bool
+	// Routable says whether a message to a function type may be taken in
+	// (nil) or why not; a function's response that sends a message to a
+	// type it refuses is a protocol violation (see
+	// partition.Config.Routable). Nil means every type is served.
+	Routable func(t address.TypeName) error
 	// MaxRecordBytes is the most bytes one record of the log takes (see
 	// partition.Config.MaxRecordBytes); ≤ 0 for no limit.
 	MaxRecordBytes int
@@ -135,11 +135,14 @@ var ErrClosed = errors.New("engine: closed")
 
 // Engine runs the partitions of one application on the embedded store.
 type Engine struct {
-	opts  Options
-	db    *store.DB
-	log   *slog.Logger
-	m     *Metrics
-	specs *specRegistry
+	opts Options
+	db   *store.DB
+	log  *slog.Logger
+	m    *Metrics
+	// unknown are the function types reported unknown by their function
+	// server (logFailure).
+	unknown unknownTypes
+	specs   *specRegistry
 	// n is P, the application's partition count.
 	n int
 	// parts are the partitions of an engine that runs them all, built at

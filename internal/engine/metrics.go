@@ -2,10 +2,13 @@ package engine
 
 import (
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/statefun-go/statefun/internal/address"
+	invokererr "github.com/statefun-go/statefun/internal/invoker"
 	"github.com/statefun-go/statefun/internal/partition"
 )
 
@@ -134,6 +137,17 @@ func (e *Engine) logFailure(p int, f partition.Failure) {
 	if f.Attempt > 3 && !f.Violation {
 		level = e.log.Error
 	}
+	if !f.Paused && invokererr.IsUnknownFunctionType(f.Err) {
+		// Every address of a type its function server does not know
+		// fails the same way, and keeps failing until the type is
+		// deployed: say so once per type, not once per address and
+		// attempt.
+		level = e.log.Debug
+		if e.unknown.first(f.Addr.Type) {
+			e.log.Warn("a function server does not know this function type (it answered \"unknown function type\"): its messages wait in their addresses' inboxes and are retried; deploy a function of this type there, or drop the messages (the state API's inbox repair); this is said once per type",
+				"function", f.Addr.Type.String(), "id", f.Addr.ID, "partition", p, "error", f.Err)
+		}
+	}
 	if f.Paused {
 		e.log.Error("invocation failed, address paused by the poison policy (resume it through the state API)",
 			"function", f.Addr.Type.String(), "id", f.Addr.ID, "partition", p,
@@ -144,4 +158,31 @@ func (e *Engine) logFailure(p int, f partition.Failure) {
 		"function", f.Addr.Type.String(), "id", f.Addr.ID, "partition", p,
 		"attempt", f.Attempt, "retry_in", time.UnixMilli(f.RetryAt).Sub(e.opts.Now()).Round(time.Millisecond),
 		"protocol_violation", f.Violation, "error", f.Err)
+}
+
+// unknownTypes are the function types a function server answered as
+// unknown, each reported once (logFailure). It holds at most
+// maxUnknownTypes; past that, no more are reported at WARN.
+type unknownTypes struct {
+	mu    sync.Mutex
+	types map[address.TypeName]struct{}
+}
+
+// maxUnknownTypes bounds the types unknownTypes remembers: the types that
+// reach a call are bounded already (module.yaml and the wildcard bound),
+// so this is only a backstop.
+const maxUnknownTypes = 10_000
+
+// first reports whether t is reported for the first time.
+func (u *unknownTypes) first(t address.TypeName) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if _, ok := u.types[t]; ok || len(u.types) >= maxUnknownTypes {
+		return false
+	}
+	if u.types == nil {
+		u.types = map[address.TypeName]struct{}{}
+	}
+	u.types[t] = struct{}{}
+	return true
 }

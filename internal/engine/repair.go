@@ -171,7 +171,8 @@ func (e *Engine) ScanMessageDeadLetters(after string, fn func(*protocol.MessageD
 var ErrNoDeadLetter = errors.New("engine: no such message dead letter")
 
 // ErrNotRoutable is returned by Resend for a target whose function type
-// no endpoint serves: the message could never be delivered.
+// no endpoint serves, or that a wildcard endpoint's bound on its types
+// refuses: the message could never be delivered.
 var ErrNotRoutable = errors.New("engine: no endpoint serves the target's function type")
 
 // ErrTooLarge is returned by Repair (an edit) and Resend for a message
@@ -226,8 +227,10 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 		env.Target = toProtoAddr(*r.Target)
 	}
 	target := fromProtoAddr(env.Target)
-	if e.opts.Routable != nil && !e.opts.Routable(target.Type) {
-		return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: %s", ErrNotRoutable, target.Type)
+	if e.opts.Routable != nil {
+		if err := e.opts.Routable(target.Type); err != nil {
+			return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: %s: %w", ErrNotRoutable, target.Type, err)
+		}
 	}
 	if err := partition.CheckDeliverable(e.opts.MaxBatchBytes, target.Type, env.Caller, env.Argument); err != nil {
 		return partition.Receipt{}, partition.InboxKey{}, fmt.Errorf("%w: the message %v", ErrTooLarge, err)

@@ -72,6 +72,10 @@ type Options struct {
 	FixedCalls bool
 	// Metrics receives the bulkhead gauges; nil records nothing.
 	Metrics *Metrics
+	// MaxWildcardTypes bounds the distinct function types each namespace
+	// wildcard endpoint serves (see Admit). Zero means
+	// DefaultMaxWildcardTypes; negative means no bound.
+	MaxWildcardTypes int
 }
 
 // Router calls remote functions through the endpoint module.yaml binds to
@@ -81,6 +85,7 @@ type Router struct {
 	mod       *module.Module
 	endpoints map[*module.Endpoint]*endpoint
 	metrics   *Metrics
+	types     admitted // the types wildcard endpoints serve so far
 }
 
 // endpoint is one module.yaml endpoint: its client and its bulkhead.
@@ -108,7 +113,11 @@ func New(mod *module.Module, opts Options) (*Router, error) {
 	if opts.MaxCallsPerType < 0 {
 		return nil, fmt.Errorf("functions: MaxCallsPerType %d is negative", opts.MaxCallsPerType)
 	}
-	r := &Router{mod: mod, endpoints: map[*module.Endpoint]*endpoint{}, metrics: opts.Metrics}
+	r := &Router{mod: mod, endpoints: map[*module.Endpoint]*endpoint{}, metrics: opts.Metrics,
+		types: admitted{limit: opts.MaxWildcardTypes, names: map[*module.Endpoint]map[string]struct{}{}}}
+	if r.types.limit == 0 {
+		r.types.limit = DefaultMaxWildcardTypes
+	}
 	for _, ep := range mod.Endpoints {
 		c, err := invoker.New(invoker.Options{
 			CallTimeout:     ep.Transport.Call,
@@ -236,17 +245,11 @@ func (e *endpoint) unref(t address.TypeName, b *bulkhead) {
 	}
 }
 
-// Serves reports whether an endpoint of the module serves function type t.
-// The ingress refuses messages to a type it does not serve, and the
-// partition cores refuse function responses that send to one.
+// Serves reports whether an endpoint of the module serves function type t
+// (module.yaml alone; Admit also applies a wildcard's bound).
 func (r *Router) Serves(t address.TypeName) bool {
 	_, ok := r.mod.EndpointFor(t)
 	return ok
-}
-
-// ServesName is Serves for a type given as namespace and name.
-func (r *Router) ServesName(namespace, name string) bool {
-	return r.Serves(address.TypeName{Namespace: namespace, Name: name})
 }
 
 // MaxBatch is the batch cap module.yaml sets for t's endpoint

@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -37,7 +38,12 @@ func FuzzParse(f *testing.F) {
 		f.Add(s.method, s.path, s.ct, []byte(s.body))
 	}
 	p := &Playground{
-		Served:  func(ns, _ string) bool { return ns != "unserved" },
+		Admit: func(t address.TypeName) error {
+			if t.Namespace == "unserved" {
+				return errors.New("no endpoint")
+			}
+			return nil
+		},
 		MaxBody: func(string, string) int64 { return 16 },
 	}
 	f.Fuzz(func(t *testing.T, method, path, ct string, body []byte) {

@@ -76,10 +76,13 @@ type Playground struct {
 	// MaxBodyBytes. A larger message is refused here with 413 rather than
 	// accepted and then never deliverable.
 	MaxBody func(namespace, name string) int64
-	// Served reports whether an endpoint serves a function type. Nil means
-	// every type is served. A message to a type no endpoint serves is
-	// refused here with 404 rather than stored and retried forever.
-	Served func(namespace, name string) bool
+	// Admit says whether a message to a function type may be taken in.
+	// Nil means every type is. A message to a type it refuses is refused
+	// here rather than stored and retried forever: with 422 when the error
+	// reports a bound reached (it has a method Limited() bool that returns
+	// true: a wildcard endpoint serves as many types as it may), with 404
+	// otherwise (no endpoint serves the type).
+	Admit  func(t address.TypeName) error
 	Logger *slog.Logger
 }
 
@@ -176,8 +179,14 @@ func (p *Playground) parse(r *http.Request) (*protocol.Envelope, int, error) {
 	if err := address.CheckAddress(address.Address{Type: fn, ID: segs[2]}); err != nil {
 		return nil, http.StatusBadRequest, edgeErr(err)
 	}
-	if p.Served != nil && !p.Served(fn.Namespace, fn.Name) {
-		return nil, http.StatusNotFound, fmt.Errorf("ingress: no endpoint in module.yaml serves function type %s", fn)
+	if p.Admit != nil {
+		if err := p.Admit(fn); err != nil {
+			var limited interface{ Limited() bool }
+			if errors.As(err, &limited) && limited.Limited() {
+				return nil, http.StatusUnprocessableEntity, fmt.Errorf("ingress: %w", err)
+			}
+			return nil, http.StatusNotFound, fmt.Errorf("ingress: no endpoint in module.yaml serves function type %s", fn)
+		}
 	}
 	typename, err := typenameOf(r.Header.Get("Content-Type"))
 	if err != nil {

@@ -3,6 +3,7 @@ package ingress
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -144,8 +145,16 @@ func TestPlaygroundAcceptsAMessageAndStoresIt(t *testing.T) {
 // Every field that will be stored is checked at the edge with a 4xx naming
 // it, and nothing is written.
 func TestPlaygroundRefusesWhatCannotBeStoredOrReached(t *testing.T) {
-	served := func(ns, name string) bool { return ns == "example" }
-	srv, sink := newServer(t, &Playground{Served: served})
+	admit := func(t address.TypeName) error {
+		switch {
+		case t.Namespace != "example":
+			return errors.New("no endpoint serves it")
+		case t.Name == "type-1001":
+			return limitedErr{}
+		}
+		return nil
+	}
+	srv, sink := newServer(t, &Playground{Admit: admit})
 	long := strings.Repeat("x", address.MaxSegmentBytes+1)
 	for _, tc := range []struct {
 		name, method, path, ct string
@@ -173,6 +182,7 @@ func TestPlaygroundRefusesWhatCannotBeStoredOrReached(t *testing.T) {
 		{"DELETE", "DELETE", "/example/greeter/a", "", 405, "only POST and PUT"},
 		// A type no endpoint serves used to be stored and retried forever.
 		{"type no endpoint serves", "PUT", "/other/greeter/a", "", 404, "serves function type other/greeter"},
+		{"a new type past a wildcard's bound", "PUT", "/example/type-1001/a", "", 422, "its limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, hdr, body := send(t, srv, tc.method, tc.path, tc.ct, []byte("x"))
@@ -338,3 +348,12 @@ func TestPlaygroundClientGoneIsNoError(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// limitedErr is the refusal of a type past a wildcard endpoint's bound, as
+// functions.TooManyTypesError reports it.
+type limitedErr struct{}
+
+func (limitedErr) Error() string {
+	return "the endpoint for example/* already serves 1000 function types, its limit"
+}
+func (limitedErr) Limited() bool { return true }

@@ -138,3 +138,14 @@ func KindOf(err error) Kind {
 	}
 	return KindUnknown
 }
+
+// IsUnknownFunctionType reports whether err is a function server's answer
+// that it does not know the function type it was called for: the official
+// SDKs (Go and JavaScript) answer such a call with status 500 and a body
+// that starts "unknown function type". Retrying helps only once a function
+// of that type is deployed there.
+func IsUnknownFunctionType(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == KindStatus && e.StatusCode == 500 &&
+		strings.Contains(e.Detail, "unknown function type")
+}

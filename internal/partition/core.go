@@ -33,11 +33,12 @@ type Config struct {
 	// route (a playground topic). An error refuses the whole response. A nil
 	// func refuses every egress message.
 	Egress func(namespace, typ string, arg *protocol.TypedValue) (route string, err error)
-	// Routable reports whether an endpoint serves a function type. A
-	// response that sends a message (at once or delayed) to a type it does
-	// not serve is a protocol violation: the message could never be
-	// delivered. Nil means every type is routable.
-	Routable func(t address.TypeName) bool
+	// Routable says whether a message to a function type may be taken in:
+	// nil, or why not (no endpoint serves it, or a wildcard endpoint's
+	// bound on its types is reached). A response that sends a message (at
+	// once or delayed) to a type it refuses is a protocol violation: the
+	// message could never be delivered. Nil means every type is routable.
+	Routable func(t address.TypeName) error
 	// RetryBase is the first backoff after a failed attempt, in ms; it
 	// doubles per attempt up to RetryMax. Defaults 50 and 10000.
 	RetryBase, RetryMax int64

@@ -2,6 +2,7 @@ package partition
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -60,7 +61,12 @@ func TestResponsesWithUnstorableOrUndeliverableMessagesAreViolations(t *testing.
 			`state mutation 0: the value of "count": 1166 bytes, over the 1000`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, Config{Routable: func(t address.TypeName) bool { return t == counterT }, MaxRecordBytes: 1000})
+			h := newHarness(t, Config{Routable: func(t address.TypeName) error {
+				if t == counterT {
+					return nil
+				}
+				return fmt.Errorf("no endpoint serves function type %s", t)
+			}, MaxRecordBytes: 1000})
 			h.registered(Spec{Name: "count", Typename: intType})
 			k := h.ingress(addr("a"), intVal(1))
 			inv := h.oneInvocation()

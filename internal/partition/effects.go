@@ -185,8 +185,10 @@ func (c *Core) checkMessage(caller, a *protocol.Address, arg *protocol.TypedValu
 	if err := address.CheckAddress(t); err != nil {
 		return fmt.Errorf("target %s", fieldProblem(err))
 	}
-	if c.cfg.Routable != nil && !c.cfg.Routable(t.Type) {
-		return fmt.Errorf("target: no endpoint serves function type %s", t.Type)
+	if c.cfg.Routable != nil {
+		if err := c.cfg.Routable(t.Type); err != nil {
+			return fmt.Errorf("target: %w", err)
+		}
 	}
 	if arg == nil {
 		return fmt.Errorf("to %s has no argument", t.Type)

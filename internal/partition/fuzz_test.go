@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -64,7 +65,12 @@ func FuzzFromFunction(f *testing.F) {
 					Target: to(ns, name, id), Argument: &protocol.TypedValue{Typename: typename, HasValue: true}})
 			}
 		}
-		h := newHarness(t, Config{Routable: func(t address.TypeName) bool { return t.Namespace == "test" }})
+		h := newHarness(t, Config{Routable: func(t address.TypeName) error {
+			if t.Namespace == "test" {
+				return nil
+			}
+			return errors.New("no endpoint serves it")
+		}})
 		h.registered(Spec{Name: "count", Typename: intType}, Spec{Name: "seen", Typename: intType, Mode: ExpireAfterInvoke, TTL: 10})
 		h.now = 1000
 		h.ingress(addr("a"), intVal(1))

@@ -115,7 +115,12 @@ func (s *script) cmdInit(t *testing.T, d *datadriven.TestData) string {
 		for _, n := range names.Vals {
 			served[n] = true
 		}
-		s.cfg.Routable = func(t address.TypeName) bool { return t.Namespace == "test" && served[t.Name] }
+		s.cfg.Routable = func(t address.TypeName) error {
+			if t.Namespace == "test" && served[t.Name] {
+				return nil
+			}
+			return fmt.Errorf("no endpoint serves function type %s", t)
+		}
 	}
 	s.cfg.Egress = func(ns, typ string, _ *protocol.TypedValue) (string, error) {
 		if ns+"/"+typ != "io.statefun.playground/egress" {

@@ -161,7 +161,7 @@ func (g *Guard) HostAllowed(host string) bool {
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		name = h
 	}
-	if IsLoopbackName(name) {
+	if isLoopbackName(name) {
 		return true
 	}
 	for _, a := range g.opts.AllowedHosts {
@@ -172,10 +172,10 @@ func (g *Guard) HostAllowed(host string) bool {
 	return false
 }
 
-// IsLoopbackName reports whether a host name (without a port; an IPv6
+// isLoopbackName reports whether a host name (without a port; an IPv6
 // literal with or without its brackets) can only name this machine's
 // loopback interface: localhost, 127.0.0.0/8 and ::1 (IPv4-mapped too).
-func IsLoopbackName(name string) bool {
+func isLoopbackName(name string) bool {
 	if strings.EqualFold(name, "localhost") {
 		return true
 	}

@@ -40,7 +40,7 @@ func TestAdaptiveCallsClimbForASlowFunction(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				resp, err := http.Post(fmt.Sprintf("%s/%s/%d", rt.ingress, sdktest.CounterFn, i%ids), "text/plain", strings.NewReader("x"))
+				resp, err := http.Post(fmt.Sprintf("%s/%s/%d", rt.ingress, sdktest.CounterFn, i%ids), "application/octet-stream", strings.NewReader("x"))
 				if err != nil {
 					t.Error(err)
 					return

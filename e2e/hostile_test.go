@@ -534,6 +534,11 @@ func TestHostile(t *testing.T) {
 		hostileRefused("ingress DELETE", "DELETE", "/sdktest/features/x", "application/vnd.sdktest/Command", 405),
 		hostileRefused("ingress HEAD", "HEAD", "/sdktest/features/x", "application/vnd.sdktest/Command", 405),
 		hostileRefused("ingress to an unserved function type", "PUT", "/nowhere/fn/x", "application/vnd.sdktest/Command", 404, "nowhere/fn"),
+		// What an HTML form on another site sends, from a browser that
+		// sends no Origin or Sec-Fetch-Site.
+		hostileRefused("ingress text/plain (a form)", "POST", "/sdktest/features/x", "text/plain;charset=UTF-8", 415, "Content-Type", "application/vnd.<namespace>/<name>"),
+		hostileRefused("ingress urlencoded form", "POST", "/sdktest/features/x", "application/x-www-form-urlencoded", 415, "Content-Type"),
+		hostileRefused("ingress multipart form", "POST", "/sdktest/features/x", "multipart/form-data; boundary=b", 415, "Content-Type"),
 		hostileRefused("ingress typename without a namespace", "PUT", "/sdktest/features/x", "application/vnd./Command", 400, typeShape),
 		{name: "ingress id exactly at the limit", run: func(t *testing.T, e *hostileEnv) hostileAllowed {
 			// Accepted, delivered, and then readable and deletable through

@@ -211,7 +211,9 @@ func run(args []string, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", env("STATEFUN_DATA_DIR", "statefun-data"), "directory of the embedded store (env STATEFUN_DATA_DIR)")
 	adminAddr := fs.String("admin-addr", env("STATEFUN_ADMIN_ADDR", "127.0.0.1:8070"), "admin listener: /metrics, /healthz, /readyz (env STATEFUN_ADMIN_ADDR)")
 	partitions := fs.Int("partitions", 0, "partitions of a new store; 0 adopts the store's, or 16 for a new one (env STATEFUN_PARTITIONS)")
-	listenHost := fs.String("listen-host", env("STATEFUN_LISTEN_HOST", ""), "host the module's ingress and egress ports bind to; empty means all interfaces (env STATEFUN_LISTEN_HOST)")
+	listenHost := fs.String("listen-host", env("STATEFUN_LISTEN_HOST", app.DefaultListenHost), "host the module's playground ingress and egress ports bind to; 0.0.0.0 or :: binds every interface, as in a container (env STATEFUN_LISTEN_HOST; docs/ingress.md)")
+	playgroundHosts := fs.String("playground-allowed-hosts", env("STATEFUN_PLAYGROUND_ALLOWED_HOSTS", ""), "comma-separated Host names (host or host:port) the playground ingress and egress answer besides localhost, 127.0.0.0/8 and [::1], such as the names they are reached by with --listen-host 0.0.0.0; any other Host is refused, against DNS rebinding (env STATEFUN_PLAYGROUND_ALLOWED_HOSTS; docs/ingress.md)")
+	playgroundOrigins := fs.String("playground-allowed-origins", env("STATEFUN_PLAYGROUND_ALLOWED_ORIGINS", ""), "comma-separated origins (scheme://host[:port]) whose browser pages may send requests to the playground ingress and egress; other cross-origin requests, GET included, are refused (env STATEFUN_PLAYGROUND_ALLOWED_ORIGINS)")
 	apiTokens := fs.String("api-tokens", env("STATEFUN_API_TOKENS", ""), "file of state API bearer tokens, one \"<name> <secret> <read,write>\" per line; without it the admin listener must be loopback (env STATEFUN_API_TOKENS)")
 	requireReason := fs.Bool("api-require-reason", env("STATEFUN_API_REQUIRE_REASON", "") == "true", "refuse state API mutations without a Statefun-Reason header (env STATEFUN_API_REQUIRE_REASON=true)")
 	allowedHosts := fs.String("api-allowed-hosts", env("STATEFUN_API_ALLOWED_HOSTS", ""), "comma-separated Host names (host or host:port) the admin listener answers besides localhost, 127.0.0.0/8 and [::1]; without tokens any other Host is refused, against DNS rebinding (env STATEFUN_API_ALLOWED_HOSTS)")
@@ -319,6 +321,11 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "statefun run: %v\n", err)
 		return 2
 	}
+	playground := app.Config{PlaygroundAllowedHosts: splitList(*playgroundHosts), PlaygroundAllowedOrigins: splitList(*playgroundOrigins)}
+	if err := app.PlaygroundGuard(playground).Validate(); err != nil {
+		fmt.Fprintf(stderr, "statefun run: %v\n", err)
+		return 2
+	}
 	if *apiTokens != "" {
 		tokens, err := stateapi.LoadTokens(*apiTokens)
 		if err != nil {
@@ -342,17 +349,20 @@ func run(args []string, stderr io.Writer) int {
 	defer stop()
 	go func() { <-ctx.Done(); stop() }()
 	a, err := app.Start(app.Config{
-		API:         api,
-		TLSCert:     *tlsCert,
-		TLSKey:      *tlsKey,
-		ModulePath:  *modulePath,
-		DataDir:     *dataDir,
-		AdminAddr:   *adminAddr,
-		Partitions:  *partitions,
-		ListenHost:  *listenHost,
-		Logger:      logger,
-		Store:       store.Options{MemTableSize: memBytes, Retention: *ret},
-		DiskReserve: reserve,
+		API:        api,
+		TLSCert:    *tlsCert,
+		TLSKey:     *tlsKey,
+		ModulePath: *modulePath,
+		DataDir:    *dataDir,
+		AdminAddr:  *adminAddr,
+		Partitions: *partitions,
+		ListenHost: *listenHost,
+
+		PlaygroundAllowedHosts:   playground.PlaygroundAllowedHosts,
+		PlaygroundAllowedOrigins: playground.PlaygroundAllowedOrigins,
+		Logger:                   logger,
+		Store:                    store.Options{MemTableSize: memBytes, Retention: *ret},
+		DiskReserve:              reserve,
 
 		PauseAfter:       pausePolicy,
 		PauseOnViolation: *pauseOnViolation,

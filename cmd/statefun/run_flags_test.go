@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// TestRunRefusesBadAllowedHostsAndOrigins: the API's allowed hosts and
-// origins are checked before anything starts, and the error names them.
+// TestRunRefusesBadAllowedHostsAndOrigins: the allowed hosts and origins
+// of the API and of the playground listeners are checked before anything
+// starts, and the error names them and their flag.
 func TestRunRefusesBadAllowedHostsAndOrigins(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -16,17 +17,21 @@ func TestRunRefusesBadAllowedHostsAndOrigins(t *testing.T) {
 		{[]string{"--api-allowed-origins", "console.example"}, [2]string{}, `allowed origin "console.example"`},
 		{[]string{"--api-allowed-hosts", "http://box/"}, [2]string{}, `allowed host "http://box/"`},
 		{nil, [2]string{"STATEFUN_API_ALLOWED_ORIGINS", "https://ok.example, https://bad.example/x"}, `allowed origin "https://bad.example/x"`},
+		{[]string{"--playground-allowed-hosts", "ok.example,http://box/"}, [2]string{}, `allowed host "http://box/" in --playground-allowed-hosts`},
+		{nil, [2]string{"STATEFUN_PLAYGROUND_ALLOWED_ORIGINS", "statefun:8090"}, `allowed origin "statefun:8090" in --playground-allowed-origins`},
 		{[]string{"--pause-after", "ns/type=0"}, [2]string{}, `--pause-after rule "ns/type=0"`},
 		{nil, [2]string{"STATEFUN_PAUSE_AFTER", "ns=3"}, `--pause-after rule "ns=3"`},
 	} {
-		if c.env[0] != "" {
-			t.Setenv(c.env[0], c.env[1])
-		}
-		var stderr strings.Builder
-		args := append([]string{"--module", "does-not-exist.yaml", "--data-dir", t.TempDir()}, c.args...)
-		if code := run(args, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
-			t.Errorf("%q %v: exit %d, %s", c.args, c.env, code, stderr.String())
-		}
+		t.Run(c.want, func(t *testing.T) {
+			if c.env[0] != "" {
+				t.Setenv(c.env[0], c.env[1])
+			}
+			var stderr strings.Builder
+			args := append([]string{"--module", "does-not-exist.yaml", "--data-dir", t.TempDir()}, c.args...)
+			if code := run(args, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+				t.Errorf("%q %v: exit %d, %s", c.args, c.env, code, stderr.String())
+			}
+		})
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/admin"
+	"github.com/statefun-go/statefun/internal/browserguard"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/cluster/node"
@@ -52,9 +53,23 @@ type Config struct {
 	// Partitions is P for a new store; 0 adopts an existing store's P (16
 	// for a new one). A different P than the store's is refused.
 	Partitions int
-	// ListenHost is the host the module's ingress and egress ports bind to;
-	// default "" (all interfaces, as the playground does).
+	// ListenHost is the host the module's playground ingress and egress
+	// ports bind to; default "127.0.0.1", this machine only (StateFun's
+	// playground binds every interface). "0.0.0.0" or "::" binds every
+	// interface, as a container needs.
 	ListenHost string
+	// PlaygroundAllowedHosts are Host header values the playground
+	// ingress and egress answer besides the loopback names (localhost,
+	// 127.0.0.0/8, [::1]): a host name or IP, matching any port, or
+	// host:port; the names they are reached by when ListenHost is not
+	// loopback. Any other Host is a 421, against DNS rebinding
+	// (browserguard.Options.AllowedHosts).
+	PlaygroundAllowedHosts []string
+	// PlaygroundAllowedOrigins are origins (scheme://host[:port]) whose
+	// browser pages may send requests to the playground ingress and
+	// egress; any other cross-origin request, GET included (a GET pops
+	// the egress), is a 403.
+	PlaygroundAllowedOrigins []string
 	// RetryBase and RetryMax bound the backoff of failed calls (defaults
 	// 50ms and 10s).
 	RetryBase, RetryMax time.Duration
@@ -161,6 +176,12 @@ func Start(cfg Config) (*App, error) {
 	}
 	if cfg.AdminAddr == "" {
 		cfg.AdminAddr = "127.0.0.1:8070"
+	}
+	if cfg.ListenHost == "" {
+		cfg.ListenHost = DefaultListenHost
+	}
+	if err := PlaygroundGuard(cfg).Validate(); err != nil {
+		return nil, fmt.Errorf("app: %w", err)
 	}
 	if cfg.DataDir == "" {
 		return nil, errors.New("app: a data directory is required")
@@ -381,9 +402,12 @@ func Start(cfg Config) (*App, error) {
 		a.Close()
 		return nil, err
 	}
+	// The playground listeners trust whoever reaches them: a web page
+	// must not reach them through its visitor's browser.
+	browsers := browserguard.New(PlaygroundGuard(cfg))
 	for i, in := range mod.Ingresses {
-		h := &ingress.Playground{Sink: sink, Busy: unavailable,
-			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Admit: fns.Admit}
+		h := browsers.Handler(&ingress.Playground{Sink: sink, Busy: unavailable,
+			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Admit: fns.Admit})
 		a.names[fmt.Sprintf("ingress%d", i)] = fmt.Sprintf("playground ingress (%s)", in.Pos)
 		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
 			a.Close()
@@ -391,8 +415,8 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	for i, eg := range mod.Egresses {
-		h := &egress.Playground{Source: eng, Topics: eg.Topics, Logger: cfg.Logger, Unavailable: unavailable,
-			NotRead: func(err error) bool { return errors.Is(err, engine.ErrNotRead) }}
+		h := browsers.Handler(&egress.Playground{Source: eng, Topics: eg.Topics, Logger: cfg.Logger, Unavailable: unavailable,
+			NotRead: func(err error) bool { return errors.Is(err, engine.ErrNotRead) }})
 		a.names[fmt.Sprintf("egress%d", i)] = fmt.Sprintf("playground egress (%s)", eg.Pos)
 		if err := a.listen(fmt.Sprintf("egress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(eg.Port)), h); err != nil {
 			a.Close()
@@ -414,6 +438,23 @@ func Start(cfg Config) (*App, error) {
 	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir,
 		"partitions", eng.Partitions(), "admin", a.addrs["admin"])
 	return a, nil
+}
+
+// DefaultListenHost is the default Config.ListenHost.
+const DefaultListenHost = "127.0.0.1"
+
+// PlaygroundGuard is the browser guard of the playground ingress and
+// egress: loopback Host names and cfg.PlaygroundAllowedHosts; no request
+// from another origin, whatever its method, but from
+// cfg.PlaygroundAllowedOrigins.
+func PlaygroundGuard(cfg Config) browserguard.Options {
+	return browserguard.Options{
+		AllowedHosts:   cfg.PlaygroundAllowedHosts,
+		AllowedOrigins: cfg.PlaygroundAllowedOrigins,
+		EveryMethod:    true,
+		HostsSetting:   "--playground-allowed-hosts",
+		OriginsSetting: "--playground-allowed-origins",
+	}
 }
 
 // unavailable reports whether an engine error means "not now": a full

@@ -129,7 +129,7 @@ func (a *App) listenTLS(name, addr string, h http.Handler, cert, key string) err
 		write = max(write, a.cfg.API.MaxWait+longPollMargin)
 	}
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           closeAfterAmbiguousFraming(h),
 		ReadHeaderTimeout: a.lim.ReadHeaderTimeout,
 		ReadTimeout:       a.lim.ReadTimeout,
 		WriteTimeout:      write,
@@ -154,4 +154,25 @@ func (a *App) listenTLS(name, addr string, h http.Handler, cert, key string) err
 		}
 	}()
 	return nil
+}
+
+// closeAfterAmbiguousFraming closes the connection after answering a
+// request whose body framing a proxy in front may have read differently,
+// so that no request it carries behind it is served (request smuggling).
+// RFC 9112 §6.1 and §6.3 require it after a request with both
+// Transfer-Encoding and Content-Length, and after an HTTP/1.0 request
+// with Transfer-Encoding. Go's server reads such a request by its
+// Transfer-Encoding (or, for HTTP/1.0, its Content-Length), drops the
+// other header before a handler sees it, and keeps the connection open.
+// What is left to see is that the request came chunked, or was HTTP/1.0:
+// those requests are answered with Connection: close. A client sending a
+// chunked body opens a new connection for its next request; nothing else
+// changes.
+func closeAfterAmbiguousFraming(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 && (len(r.TransferEncoding) > 0 || r.ProtoMinor == 0) {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
 }

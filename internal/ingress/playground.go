@@ -58,8 +58,9 @@ const MaxBodyBytes = 32 << 20
 // Every field that will be stored is checked here, before anything is
 // written, with a 4xx that names it: the method (405), the function type
 // and id (400, the limits of internal/address, which the state API
-// shares), a function type no endpoint serves (404), the typename (400)
-// and the body's size (413). A message that passes can be encoded, stored,
+// shares), a function type no endpoint serves (404), a Content-Type an
+// HTML form sends (415: text/plain, application/x-www-form-urlencoded,
+// multipart/form-data), the typename (400) and the body's size (413). A message that passes can be encoded, stored,
 // delivered and reached through the state API.
 //
 // A request with an Idempotency-Key header is made durable at most once
@@ -188,6 +189,9 @@ func (p *Playground) parse(r *http.Request) (*protocol.Envelope, int, error) {
 			return nil, http.StatusNotFound, fmt.Errorf("ingress: no endpoint in module.yaml serves function type %s", fn)
 		}
 	}
+	if err := formContentType(r.Header.Get("Content-Type")); err != nil {
+		return nil, http.StatusUnsupportedMediaType, err
+	}
 	typename, err := typenameOf(r.Header.Get("Content-Type"))
 	if err != nil {
 		return nil, http.StatusBadRequest, err
@@ -208,6 +212,25 @@ func (p *Playground) parse(r *http.Request) (*protocol.Envelope, int, error) {
 		Target:   &protocol.Address{Namespace: fn.Namespace, Type: fn.Name, Id: segs[2]},
 		Argument: &protocol.TypedValue{Typename: typename, HasValue: true, Value: body},
 	}, 0, nil
+}
+
+// formContentType refuses the Content-Types a web page on another site
+// can have a browser send without asking the listener first (an HTML form,
+// or fetch in no-cors mode: the CORS-safelisted request Content-Types).
+// The listener's browser guard (package browserguard) refuses such
+// requests by their Origin and Sec-Fetch-Site headers; this refuses them
+// also from a browser that sends neither. StateFun's playground clients
+// name a typename (application/vnd.<typename>) or send raw bytes
+// (application/octet-stream, or no Content-Type).
+func formContentType(ct string) error {
+	essence, _, _ := strings.Cut(ct, ";")
+	essence = strings.ToLower(strings.TrimSpace(essence))
+	switch essence {
+	case "text/plain", "application/x-www-form-urlencoded", "multipart/form-data":
+		return fmt.Errorf("ingress: Content-Type %s is refused: web pages on other sites can send it from a form; "+
+			"name the message's typename with application/vnd.<namespace>/<name>, or send application/octet-stream for %s", quote(ct), DefaultTypename)
+	}
+	return nil
 }
 
 // typenameOf returns the typename a Content-Type names

@@ -183,6 +183,12 @@ func TestPlaygroundRefusesWhatCannotBeStoredOrReached(t *testing.T) {
 		// A type no endpoint serves used to be stored and retried forever.
 		{"type no endpoint serves", "PUT", "/other/greeter/a", "", 404, "serves function type other/greeter"},
 		{"a new type past a wildcard's bound", "PUT", "/example/type-1001/a", "", 422, "its limit"},
+		// What a form on another site sends, from a browser that sends
+		// no Origin or Sec-Fetch-Site for the listener's guard to see.
+		{"text/plain", "POST", "/example/greeter/a", "text/plain", 415, "Content-Type \"text/plain\" is refused"},
+		{"text/plain with a charset", "POST", "/example/greeter/a", "Text/Plain ;charset=UTF-8", 415, "application/vnd.<namespace>/<name>"},
+		{"form", "POST", "/example/greeter/a", "application/x-www-form-urlencoded", 415, "Content-Type"},
+		{"multipart form", "POST", "/example/greeter/a", "multipart/form-data; boundary=x", 415, "Content-Type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, hdr, body := send(t, srv, tc.method, tc.path, tc.ct, []byte("x"))
@@ -197,9 +203,12 @@ func TestPlaygroundRefusesWhatCannotBeStoredOrReached(t *testing.T) {
 	if got := sink.stored(t); len(got) != 0 {
 		t.Fatalf("refused requests stored %d messages: %v", len(got), got)
 	}
-	// The edge still works after all that.
-	if status, _, body := send(t, srv, "POST", "/example/greeter/a", "", []byte("x")); status != 200 {
-		t.Fatalf("status %d: %s", status, body)
+	// The edge still works after all that, for every Content-Type a
+	// playground client sends.
+	for _, ct := range []string{"", "application/octet-stream", "application/json", "application/vnd.example/Greet"} {
+		if status, _, body := send(t, srv, "POST", "/example/greeter/a", ct, []byte("x")); status != 200 {
+			t.Fatalf("Content-Type %q: status %d: %s", ct, status, body)
+		}
 	}
 }
 

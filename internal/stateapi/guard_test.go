@@ -170,7 +170,7 @@ func TestOptionsValidate(t *testing.T) {
 	} {
 		if err := c.o.Validate(); (err == nil) != c.ok {
 			t.Errorf("%+v: %v", c.o, err)
-		} else if err != nil && !strings.HasPrefix(err.Error(), "stateapi: allowed ") {
+		} else if err != nil && (!strings.HasPrefix(err.Error(), "browserguard: allowed ") || !strings.Contains(err.Error(), " in --api-allowed-")) {
 			t.Errorf("%+v: %v", c.o, err)
 		}
 	}

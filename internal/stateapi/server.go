@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/browserguard"
 	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/engine"
 )
@@ -84,8 +85,9 @@ type Server struct {
 	eng    Engine
 	tokens []Token
 	opts   Options
-	cop    *http.CrossOriginProtection
-	onces  onceCalls // changes other nodes sent once (once.go)
+	// browsers refuses what a web page makes a browser send (guard.go).
+	browsers *browserguard.Guard
+	onces    onceCalls // changes other nodes sent once (once.go)
 }
 
 // New returns the API over a running engine (the embedded *engine.Engine, or
@@ -100,12 +102,8 @@ func New(eng Engine, opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	cop := http.NewCrossOriginProtection()
-	for _, o := range opts.AllowedOrigins {
-		// A malformed origin trusts nothing; Options.Validate reports it.
-		cop.AddTrustedOrigin(o)
-	}
-	return &Server{eng: eng, tokens: opts.Tokens, opts: opts, cop: cop, onces: onceCalls{m: map[string]*onceCall{}}}
+	// A malformed origin trusts nothing; Options.Validate reports it.
+	return &Server{eng: eng, tokens: opts.Tokens, opts: opts, browsers: browserguard.New(guardOptions(opts)), onces: onceCalls{m: map[string]*onceCall{}}}
 }
 
 // route is one path of the API and the method that serves it.

@@ -5,10 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
-	"github.com/statefun-go/statefun/internal/store"
 )
 
 // historyRecord is the stored history record of one state write of a
@@ -32,20 +30,6 @@ func causeToProto(c *partition.Cause) *protocol.HistoryCause {
 		p.Messages = append(p.Messages, hm)
 	}
 	return p
-}
-
-// History calls fn with the durable history records of one entry, newest
-// first (or oldest first), after the commit after (0: from the start),
-// until fn returns false.
-func (e *Engine) History(a address.Address, state string, oldestFirst bool, after uint64, fn func(store.HistoryRecord) bool) error {
-	return e.db.ScanHistory(a, state, oldestFirst, after, fn)
-}
-
-// HistoryAt returns what the entries of an address (or one of them) held at
-// a point of its partition's past, from the durable history (see
-// store.DB.HistoryAt).
-func (e *Engine) HistoryAt(a address.Address, state string, p store.Point) ([]store.PastEntry, bool, error) {
-	return e.db.HistoryAt(a, state, p)
 }
 
 // positions are the partitions' durable commit ids, for reads that must
@@ -98,16 +82,6 @@ func (ps *positions) get(p int) (uint64, <-chan struct{}) {
 
 // Waiting returns how many callers of WaitDurable are waiting now.
 func (e *Engine) Waiting() int { return int(e.positions.waiting.Load()) }
-
-// PartitionOf returns the partition that owns an address; for a function
-// type (an empty id) the partition that keeps the receipts and audit
-// records of its type-level pauses (partition.TypeOwner).
-func (e *Engine) PartitionOf(a address.Address) int {
-	if a.ID == "" {
-		return partition.TypeOwner(a.Type, e.n)
-	}
-	return address.Partition(a.ID, e.n)
-}
 
 // WaitDurable waits until partition p's commit min (and every one before
 // it) is durable, or ctx ends, and returns the partition's durable commit

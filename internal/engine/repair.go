@@ -149,23 +149,6 @@ func TimersFromImages(ts []*protocol.TimerImage) []partition.Timer {
 	return out
 }
 
-// MessageDeadLetter returns a skipped message by its skip's mutation id.
-func (e *Engine) MessageDeadLetter(id string) (*protocol.MessageDeadLetter, bool, error) {
-	if e.closed.Load() {
-		return nil, false, ErrClosed
-	}
-	return e.db.MessageDeadLetter(id)
-}
-
-// ScanMessageDeadLetters calls fn with the skipped messages after the id
-// after, oldest first, until fn returns false.
-func (e *Engine) ScanMessageDeadLetters(after string, fn func(*protocol.MessageDeadLetter) bool) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	return e.db.ScanMessageDeadLetters(after, fn)
-}
-
 // ErrNoDeadLetter is returned by Resend for a dead letter that is not
 // stored (never was, re-sent already, or removed by retention).
 var ErrNoDeadLetter = errors.New("engine: no such message dead letter")

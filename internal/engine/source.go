@@ -62,15 +62,6 @@ func (e *Engine) SourcePositions(ingress string) ([]store.SourcePosition, error)
 	return e.db.SourcePositions(ingress)
 }
 
-// ScanIngressDeadLetters calls fn with the stored dead letters f selects,
-// oldest first, until fn returns false.
-func (e *Engine) ScanIngressDeadLetters(f store.DeadLetterFilter, fn func(store.DeadLetter) bool) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	return e.db.ScanDeadLetters(f, fn)
-}
-
 // ingestFrom admits a source batch and hands it to the committer.
 func (e *Engine) ingestFrom(b SourceBatch) (*sourceReq, error) {
 	if e.closed.Load() {

@@ -88,7 +88,7 @@ func (r *restartable) start() {
 		t.Fatal(err)
 	}
 	eng.Start()
-	srv := httptest.NewServer(New(eng, Options{}).Handler(http.NotFoundHandler()))
+	srv := httptest.NewServer(New(eng, eng.Reads(), Options{}).Handler(http.NotFoundHandler()))
 	r.eng, r.db, r.api = eng, db, srv.URL
 	r.stop = func() {
 		srv.Close()
@@ -409,7 +409,7 @@ func TestMinCommit(t *testing.T) {
 
 // otherPartition names a partition that does not own test/fn/<id>.
 func otherPartition(eng *engine.Engine, id string) string {
-	return strconv.Itoa((eng.PartitionOf(address.Address{Type: fnType, ID: id}) + 1) % 4)
+	return strconv.Itoa((partitionOf(eng, address.Address{Type: fnType, ID: id}) + 1) % 4)
 }
 
 // TestRestoreEdges: a restore whose value has another type than the one
@@ -441,7 +441,7 @@ func TestRestoreEdges(t *testing.T) {
 	if r := send(t, api, "HEAD", "/state/test/fn/e/str?asOf="+r1.Commit, nil); r.StatusCode != http.StatusGone {
 		t.Errorf("HEAD as of a trimmed change: %s", r.Status)
 	}
-	far := fmt.Sprint(rs.eng.PartitionOf(address.Address{Type: fnType, ID: "e"}), ".1000000")
+	far := fmt.Sprint(partitionOf(rs.eng, address.Address{Type: fnType, ID: "e"}), ".1000000")
 	for _, target := range []string{"/state/test/fn/e?wait=1ms&minCommit=" + far, "/state/test/fn/e/str/history?wait=1ms&minCommit=" + far} {
 		for _, m := range []string{"GET", "HEAD"} {
 			if r := send(t, api, m, target, nil); r.StatusCode != http.StatusPreconditionFailed {

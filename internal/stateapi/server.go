@@ -82,15 +82,17 @@ type Options struct {
 // Server serves the state API routes on the admin listener.
 type Server struct {
 	eng    Engine
+	st     Store
 	tokens []Token
 	opts   Options
 	cop    *http.CrossOriginProtection
 	onces  onceCalls // changes other nodes sent once (once.go)
 }
 
-// New returns the API over a running engine (the embedded *engine.Engine, or
-// any other implementation of Engine).
-func New(eng Engine, opts Options) *Server {
+// New returns the API over the partitions of a running engine and the
+// durable store they write (the embedded *engine.Engine and its
+// engine.Reads).
+func New(eng Engine, st Store, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 8 << 20
 	}
@@ -105,7 +107,7 @@ func New(eng Engine, opts Options) *Server {
 		// A malformed origin trusts nothing; Options.Validate reports it.
 		cop.AddTrustedOrigin(o)
 	}
-	return &Server{eng: eng, tokens: opts.Tokens, opts: opts, cop: cop, onces: onceCalls{m: map[string]*onceCall{}}}
+	return &Server{eng: eng, st: st, tokens: opts.Tokens, opts: opts, cop: cop, onces: onceCalls{m: map[string]*onceCall{}}}
 }
 
 // route is one path of the API and the method that serves it.

@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -39,8 +38,6 @@ type positions struct {
 	durable []uint64
 	// changed is closed and replaced whenever a commit became durable.
 	changed chan struct{}
-	// waiting counts the callers of WaitDurable waiting now.
-	waiting atomic.Int64
 }
 
 func (ps *positions) set(p int, id uint64) {
@@ -80,16 +77,11 @@ func (ps *positions) get(p int) (uint64, <-chan struct{}) {
 	return ps.durable[p], ps.changed
 }
 
-// Waiting returns how many callers of WaitDurable are waiting now.
-func (e *Engine) Waiting() int { return int(e.positions.waiting.Load()) }
-
 // WaitDurable waits until partition p's commit min (and every one before
 // it) is durable, or ctx ends, and returns the partition's durable commit
 // id then and whether it reached min. With Options.Owned it returns
 // ErrMoved when p is not owned, or is revoked while it waits.
 func (e *Engine) WaitDurable(ctx context.Context, p int, min uint64) (uint64, bool, error) {
-	e.positions.waiting.Add(1)
-	defer e.positions.waiting.Add(-1)
 	for {
 		cur, changed := e.positions.get(p)
 		if cur >= min {

@@ -1,6 +1,7 @@
 package stateapi
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +71,21 @@ type restartable struct {
 	db    *store.DB
 	stop  func()
 	api   string
+	// waiting counts the API's calls of WaitDurable in progress.
+	waiting atomic.Int64
+}
+
+// waitCounter is the engine, counting the calls of WaitDurable in
+// progress: a test knows a read waits for a commit.
+type waitCounter struct {
+	*engine.Engine
+	n *atomic.Int64
+}
+
+func (w waitCounter) WaitDurable(ctx context.Context, p int, min uint64) (uint64, bool, error) {
+	w.n.Add(1)
+	defer w.n.Add(-1)
+	return w.Engine.WaitDurable(ctx, p, min)
 }
 
 func (r *restartable) start() {
@@ -88,7 +105,7 @@ func (r *restartable) start() {
 		t.Fatal(err)
 	}
 	eng.Start()
-	srv := httptest.NewServer(New(eng, eng.Reads(), Options{}).Handler(http.NotFoundHandler()))
+	srv := httptest.NewServer(New(waitCounter{eng, &r.waiting}, eng.Reads(), Options{}).Handler(http.NotFoundHandler()))
 	r.eng, r.db, r.api = eng, db, srv.URL
 	r.stop = func() {
 		srv.Close()
@@ -385,7 +402,7 @@ func TestMinCommit(t *testing.T) {
 	go func() {
 		got <- send(t, api, "GET", "/state/test/fn/m/str?wait=20s&minCommit="+next, nil, "Accept", "text/plain")
 	}()
-	waitFor(t, "the read to wait", func() bool { return rs.eng.Waiting() > 0 })
+	waitFor(t, "the read to wait", func() bool { return rs.waiting.Load() > 0 })
 	mustPut(t, api, "/state/test/fn/m/str", "text/plain", "v2")
 	if r := <-got; r.StatusCode != 200 || string(r.body) != "v2" {
 		t.Fatalf("GET ?minCommit=%s: %s %q, want v2", next, r.Status, r.body)

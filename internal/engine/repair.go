@@ -223,9 +223,11 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 		return partition.Receipt{}, partition.InboxKey{}, err
 	}
 	now := e.opts.Now().UnixMilli()
-	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
+	in := e.newIngressReq(p, env)
+	key := in.key
 	rc := partition.Receipt{Mutation: r.Mutation, Addr: target, Ack: AckCommitted, At: now}
-	req := &resendReq{ingressReq: ingressReq{reqOf: reqOf{p: p}, e: e, key: key, env: env, receipt: receiptToProto(rc), done: make(chan error, 1)},
+	in.receipt = receiptToProto(rc)
+	req := &resendReq{ingressReq: *in,
 		deadLetter: r.DeadLetter,
 		audit: auditToProto(partition.AuditRecord{Mutation: r.Mutation, At: now, Principal: r.Principal, Reason: r.Reason,
 			Reverts: r.DeadLetter, Addr: target, Op: partition.OpResendMessage, Messages: []*protocol.Envelope{env}})}

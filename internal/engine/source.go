@@ -110,7 +110,7 @@ func (e *Engine) ingestFrom(b SourceBatch) (*sourceReq, error) {
 	for i := range b.DeadLetters {
 		b.DeadLetters[i].At = at
 	}
-	req := &sourceReq{e: e, b: b, keys: keys, parts: parts, done: make(chan error, 1)}
+	req := &sourceReq{halt: e.halt, b: b, keys: keys, parts: parts, done: make(chan error, 1)}
 	if err := e.submit(req); err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (e *Engine) ingestFrom(b SourceBatch) (*sourceReq, error) {
 // one group commit (one request is encoded into one batch as a whole, or
 // not at all).
 type sourceReq struct {
-	e     *Engine
+	halt  *halt
 	b     SourceBatch
 	keys  []partition.InboxKey
 	parts []*part // each message's
@@ -146,7 +146,7 @@ func (r *sourceReq) Encode(b *store.Batch) error {
 
 func (r *sourceReq) Durable() {
 	for i, env := range r.b.Messages {
-		r.e.deliverTo(r.parts[i], r.keys[i], env)
+		deliverTo(r.parts[i], r.keys[i], env)
 	}
 	r.done <- nil
 }
@@ -155,7 +155,7 @@ func (r *sourceReq) Fail(err error) {
 	for i, k := range r.keys {
 		r.parts[i].arr.forget(k)
 	}
-	r.done <- r.e.stopErr(err)
+	r.done <- r.halt.errOf(err)
 }
 
 // IngestFrom starts Engine.IngestFrom: refusals (ErrBusy) are answered at

@@ -240,11 +240,9 @@ func (e *Engine) mutate(m partition.Mutation) (*pendingMutation, error) {
 // accept makes a mutation durable in the target's inbox, with an accepted
 // receipt, then hands it to the partition.
 func (e *Engine) accept(p *part, m partition.Mutation) (*pendingMutation, error) {
-	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
-	env := &protocol.Envelope{Mutation: mutationToProto(m)}
+	req := e.newIngressReq(p, &protocol.Envelope{Mutation: mutationToProto(m)})
 	now := e.opts.Now().UnixMilli()
-	rc := &protocol.Receipt{Mutation: m.ID, Status: "accepted", At: now, Target: toProtoAddr(m.Addr), State: m.State}
-	req := &ingressReq{reqOf: reqOf{p: p}, e: e, key: key, env: env, receipt: rc, done: make(chan error, 1)}
+	req.receipt = &protocol.Receipt{Mutation: m.ID, Status: "accepted", At: now, Target: toProtoAddr(m.Addr), State: m.State}
 	if err := e.submit(req); err != nil {
 		return nil, err
 	}

@@ -334,3 +334,11 @@ func observe(t testing.TB, method, target string, r *response) {
 // partitionOf returns the partition of eng that owns a, as the API
 // reckons it.
 func partitionOf(eng Engine, a address.Address) int { return (&Server{eng: eng}).partitionOf(a) }
+
+// The engine serves the API's partition work, and its Reads, like the
+// store itself, the API's reads of durable records.
+var (
+	_ Engine = (*engine.Engine)(nil)
+	_ Store  = engine.Reads{}
+	_ Store  = (*store.DB)(nil)
+)

@@ -128,7 +128,7 @@ spec:
 
 	spec := loadSpec{IngressPrefix: ingress, Addrs: addrs, Messages: *flagMessages, Clients: *flagClients, MaxTime: *flagMaxTime}
 	gen := startLoad(b, spec)
-	r := &e2eResult{addrs: addrs, clients: *flagClients, partitions: a.Engine().Partitions(),
+	r := &e2eResult{addrs: addrs, clients: *flagClients, partitions: a.Partitions(),
 		fnPID: fn.pid, loadPID: gen.pid, before: before}
 	if *flagGOGC != 0 {
 		defer debug.SetGCPercent(debug.SetGCPercent(*flagGOGC))

@@ -392,12 +392,12 @@ func Start(cfg Config) (*App, error) {
 		}
 		apiOpts.Cluster = fw
 		sink = cn // the playground ingress produces to the messages topic
-		if apiOpts.Commands, err = newCommands(cfg, cn, eng, db.Partitions(), apiOpts.Nodes); err != nil {
+		if apiOpts.Commands, err = newCommands(cfg, cn, eng.WaitReceipt, db.Partitions(), apiOpts.Nodes); err != nil {
 			a.Close()
 			return nil, err
 		}
 	}
-	api = stateapi.New(eng, apiOpts)
+	api = stateapi.New(eng, eng.Reads(), apiOpts)
 	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready)), cfg.TLSCert, cfg.TLSKey); err != nil {
 		a.Close()
 		return nil, err
@@ -484,8 +484,8 @@ func isLoopback(hostport string) bool {
 // "egress0", ...
 func (a *App) Addr(name string) string { return a.addrs[name] }
 
-// Engine returns the running engine.
-func (a *App) Engine() *engine.Engine { return a.eng }
+// Partitions returns P, the application's partition count.
+func (a *App) Partitions() int { return a.eng.Partitions() }
 
 // Failed is closed when the engine stopped on an error or the store met a
 // fatal one.

@@ -16,7 +16,6 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/topics"
 	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/egress"
-	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/kafkaclient"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
@@ -197,9 +196,10 @@ func newNode(cfg Config, db *store.DB, reg prometheus.Registerer, plan *kafkaPla
 var _ stateapi.Commands = (*command.Sender)(nil)
 
 // newCommands makes what sends the state API's writes about addresses
-// owned elsewhere to their owner, through the messages topic; auth (nil
-// without a cluster secret) signs its receipt reads.
-func newCommands(cfg Config, cn *node.Node, eng *engine.Engine, partitions int, auth *trust.NodeAuth) (*command.Sender, error) {
+// owned elsewhere to their owner, through the messages topic; local waits
+// for a receipt this node's engine writes (command.Config.Local), and auth
+// (nil without a cluster secret) signs its receipt reads.
+func newCommands(cfg Config, cn *node.Node, local func(ctx context.Context, id string) (*protocol.Receipt, bool, error), partitions int, auth *trust.NodeAuth) (*command.Sender, error) {
 	return command.New(command.Config{Produce: cn.Ingest, Owner: cn.Owner, Self: cfg.Cluster.NodeID,
-		Local: eng.WaitReceipt, DecodeReceipt: stateapi.DecodeReceipt, Partitions: partitions, Budget: cfg.API.MaxWait, Logger: cfg.Logger, Auth: auth})
+		Local: local, DecodeReceipt: stateapi.DecodeReceipt, Partitions: partitions, Budget: cfg.API.MaxWait, Logger: cfg.Logger, Auth: auth})
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/statefun-go/statefun/internal/egress"
-	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/kafkaclient"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
@@ -158,7 +157,7 @@ func planKafka(mod *module.Module, fns *functions.Router) (*kafkaPlan, error) {
 // (planned by planKafka). A record's value larger than the
 // smallest payload limit of its targets' endpoints becomes a dead letter.
 // keepMembership is kafkaingress.Config.KeepMembership of each.
-func (k *kafkaEdges) addIngresses(plan *kafkaPlan, fns *functions.Router, eng *engine.Engine, reg prometheus.Registerer, keepMembership bool) error {
+func (k *kafkaEdges) addIngresses(plan *kafkaPlan, fns *functions.Router, eng kafkaingress.Engine, reg prometheus.Registerer, keepMembership bool) error {
 	var im *kafkaingress.Metrics
 	if len(plan.ingresses) > 0 {
 		im = kafkaingress.NewMetrics(reg)
@@ -205,9 +204,9 @@ func ingressConfig(ip ingressPlan, fns *functions.Router, log *slog.Logger, im *
 }
 
 // start runs the relays on the engine's outbox and the consumers.
-func (k *kafkaEdges) start(eng *engine.Engine) {
+func (k *kafkaEdges) start(out kafkaegress.Outbox) {
 	for _, r := range k.outs {
-		r.Start(eng)
+		r.Start(out)
 	}
 	for _, c := range k.ins {
 		c.Start()

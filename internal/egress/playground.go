@@ -91,14 +91,26 @@ func DecodeRecord(arg *protocol.TypedValue) (Record, error) {
 	return rec, nil
 }
 
-// Source hands out durable records (engine.Engine).
+// Source is the outbox the playground egress hands out: the durable
+// records functions sent to one egress, per route (topic). The engine
+// implements it (in cluster mode it refuses every call: the playground
+// egress is embedded-only). Errors Playground.Unavailable accepts answer
+// 503.
 type Source interface {
-	// PopEgress removes and returns the oldest record: at most once.
+	// PopEgress removes and returns the oldest record of a route, or false
+	// when there is none. It returns once the removal is durable, so a
+	// record is handed out at most once: one whose caller stops waiting,
+	// or never gets the answer, is lost.
 	PopEgress(ctx context.Context, egress, route string) (*protocol.EgressRecord, bool, error)
-	// ReadEgress returns the first record after a position without
-	// removing it, with its position.
+	// ReadEgress returns the first record of a route whose position is
+	// greater than after (0: the oldest), with that position, without
+	// removing it; false when there is none. Positions grow with every
+	// record and are never given twice.
 	ReadEgress(ctx context.Context, egress, route string, after uint64) (uint64, *protocol.EgressRecord, bool, error)
-	// AckEgress removes the records up to a position, durably.
+	// AckEgress removes every record of a route at or below pos and
+	// returns once the removal is durable; again is harmless. It refuses
+	// (Playground.NotRead) a position beyond what reads handed out while
+	// unread records lie at or below it.
 	AckEgress(ctx context.Context, egress, route string, pos uint64) error
 }
 

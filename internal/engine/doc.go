@@ -1,7 +1,7 @@
 // Package engine is the embedded shell around the partition cores: a
 // runner (mailbox goroutine) per partition, the group committer writing to
-// the Pebble store, the dispatch of remote-function calls, egress popping,
-// the distribution of learned specs and the façade the state API uses.
+// the Pebble store, the dispatch of remote-function calls, egress popping
+// and the distribution of learned specs.
 //
 // Each part sits behind a small seam: package committer knows requests and
 // batches, not partitions; package dispatch knows invocations and a
@@ -15,9 +15,25 @@
 // messages for other partitions, committed receipts and learned specs are
 // released by the commit request's Durable, after the sync.
 //
-// In cluster mode (cluster.go) the same engine runs the partitions a Kafka
-// consumer group assigns to the process: Options.Durability (the cluster
-// session) makes the requests durable, Options.Outbound takes what leaves
-// a partition, Assign and Revoke say which partitions run, and
-// SubmitArrivals brings in the messages topic's records.
+// An *Engine serves five roles, and each consumer depends on the small
+// interface it defines for its role, not on *Engine (surface_test.go
+// checks both the roles and that):
+//
+//   - the partition host: New, Start, Close, Err, Failed, Partitions, and
+//     Driver for a Driven engine (internal/app builds and holds it);
+//   - ingest: Ingest and IngestOnce (ingress.Sink), IngestFrom and
+//     SourcePositions (kafkaingress.Engine);
+//   - the egress outbox: PopEgress, ReadEgress, ReadEgressBatch and
+//     AckEgress (egress.Source, kafkaegress.Outbox);
+//   - the state API's partition work, in the mailbox order of the
+//     partition that owns an address: Read, Mutate, WaitReceipt, the
+//     registered specs, WaitDurable, the repair loop and QueuedByType
+//     (stateapi.Engine). The durable records the API reads directly —
+//     receipts, audit, history, listings, dead letters — are the store's:
+//     Reads hands it the store read-only (stateapi.Store);
+//   - the cluster seam (cluster.go): Options.Durability (the cluster
+//     session) makes the requests durable, Options.Outbound takes what
+//     leaves a partition, Assign and Revoke say which partitions run, Full
+//     paces the fetching, and SubmitArrivals brings in the messages topic's
+//     records (node.Engine, which the node hands the session).
 package engine

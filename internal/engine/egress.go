@@ -96,7 +96,7 @@ func (e *Engine) claimPop(egress, route string) (q *egressQueue, req *popReq, re
 	q.cursor = seq // claimed: the next pop starts after it
 	q.mu.Unlock()
 
-	req = &popReq{e: e, egress: egress, route: route, seq: seq, done: make(chan error, 1)}
+	req = &popReq{halt: e.halt, egress: egress, route: route, seq: seq, done: make(chan error, 1)}
 	if err := e.egress.submit(req); err != nil {
 		q.unclaim(seq)
 		return q, nil, nil, err
@@ -216,7 +216,7 @@ func (e *Engine) AckEgress(ctx context.Context, egress, route string, pos uint64
 		}
 	}
 	q.mu.Unlock()
-	req := &ackReq{e: e, egress: egress, route: route, pos: pos, done: make(chan error, 1)}
+	req := &ackReq{halt: e.halt, egress: egress, route: route, pos: pos, done: make(chan error, 1)}
 	if err := e.egress.submit(req); err != nil {
 		return err
 	}

@@ -181,9 +181,8 @@ type Engine struct {
 	// positions are the partitions' durable commit ids (history.go).
 	positions positions
 
-	errOnce sync.Once
-	err     error
-	failed  chan struct{}
+	// halt is how the engine stopped on an error (fatal, Err).
+	halt *halt
 }
 
 // invoker sends a partition's invocations: a pool of call workers, or the
@@ -219,7 +218,7 @@ func New(opts Options) (*Engine, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = NewMetrics(nil)
 	}
-	e := &Engine{opts: opts, db: opts.Store, log: opts.Logger, m: opts.Metrics, failed: make(chan struct{}), waiters: newWaiters(),
+	e := &Engine{opts: opts, db: opts.Store, log: opts.Logger, m: opts.Metrics, halt: newHalt(), waiters: newWaiters(),
 		answers: newAnswerPacer(opts.IngressAnswers),
 		n:       opts.Store.Partitions()}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
@@ -344,9 +343,34 @@ func (e *Engine) submit(r Request) error {
 }
 
 // stopErr is what a caller gets when its work will not be made durable
-// because the engine stopped: it wraps ErrClosed and the cause.
-func (e *Engine) stopErr(cause error) error {
-	if err := e.Err(); err != nil {
+// because the engine stopped (halt.errOf).
+func (e *Engine) stopErr(cause error) error { return e.halt.errOf(cause) }
+
+// halt is how the engine stopped on an error: what the requests and
+// callers whose work will not be finished are told.
+type halt struct {
+	once   sync.Once
+	err    error
+	failed chan struct{} // closed once err is set
+}
+
+func newHalt() *halt { return &halt{failed: make(chan struct{})} }
+
+// cause returns the error that stopped the engine, or nil while it runs.
+func (h *halt) cause() error {
+	select {
+	case <-h.failed:
+		return h.err
+	default:
+		return nil
+	}
+}
+
+// errOf is what a caller gets when its work will not be made durable
+// because the engine stopped, or its request failed with cause: it wraps
+// ErrClosed and the cause.
+func (h *halt) errOf(cause error) error {
+	if err := h.cause(); err != nil {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	if cause == nil || errors.Is(cause, ErrClosed) {
@@ -416,8 +440,8 @@ func (e *Engine) ingestReq(env *protocol.Envelope, once *onceWrite, paced bool) 
 		e.m.ingressRejected.Inc()
 		return nil, ErrBusy
 	}
-	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
-	req := &ingressReq{reqOf: reqOf{p: p}, e: e, key: key, env: env, once: once, done: make(chan error, 1)}
+	req := e.newIngressReq(p, env)
+	req.once = once
 	if paced {
 		req.answer = &pacedAnswer{done: req.done}
 	}
@@ -434,9 +458,15 @@ func (e *Engine) deliver(k partition.InboxKey, env *protocol.Envelope) {
 }
 
 // deliverTo hands a durable message (or accepted mutation) to the mailbox
+// of p (deliverTo).
+func (e *Engine) deliverTo(p *part, k partition.InboxKey, env *protocol.Envelope) {
+	deliverTo(p, k, env)
+}
+
+// deliverTo hands a durable message (or accepted mutation) to the mailbox
 // of p, the part its request was made for, unless p was revoked meanwhile:
 // then the partition's next assignment finds it in the store.
-func (e *Engine) deliverTo(p *part, k partition.InboxKey, env *protocol.Envelope) {
+func deliverTo(p *part, k partition.InboxKey, env *protocol.Envelope) {
 	if p == nil || p.gone.Load() {
 		return
 	}
@@ -472,8 +502,8 @@ func (e *Engine) callDone(p *part) dispatch.Done {
 // fatal stops the engine after an error that leaves it unable to go on
 // (a store error). Everything durable stays; the rest re-runs after restart.
 func (e *Engine) fatal(err error) {
-	e.errOnce.Do(func() {
-		e.err = err
+	e.halt.once.Do(func() {
+		e.halt.err = err
 		if err == committer.ErrStopped || errors.Is(err, committer.ErrStopped) && errors.Is(err, context.Canceled) {
 			// Durability was closed with no cause but the process's
 			// stop: a clean stop (the cluster session ends before the
@@ -482,21 +512,14 @@ func (e *Engine) fatal(err error) {
 		} else {
 			e.log.Error("engine stopped", "error", err)
 		}
-		close(e.failed)
+		close(e.halt.failed)
 		e.cancel()
 	})
 }
 
 // Failed is closed when the engine stopped on an error; Err says which.
-func (e *Engine) Failed() <-chan struct{} { return e.failed }
+func (e *Engine) Failed() <-chan struct{} { return e.halt.failed }
 
 // Err returns the error that stopped the engine, or nil while it runs
 // (the admin /readyz answers 503 with it).
-func (e *Engine) Err() error {
-	select {
-	case <-e.failed:
-		return e.err
-	default:
-		return nil
-	}
-}
+func (e *Engine) Err() error { return e.halt.cause() }

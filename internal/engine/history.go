@@ -3,12 +3,9 @@ package engine
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 
-	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
-	"github.com/statefun-go/statefun/internal/store"
 )
 
 // historyRecord is the stored history record of one state write of a
@@ -34,20 +31,6 @@ func causeToProto(c *partition.Cause) *protocol.HistoryCause {
 	return p
 }
 
-// History calls fn with the durable history records of one entry, newest
-// first (or oldest first), after the commit after (0: from the start),
-// until fn returns false.
-func (e *Engine) History(a address.Address, state string, oldestFirst bool, after uint64, fn func(store.HistoryRecord) bool) error {
-	return e.db.ScanHistory(a, state, oldestFirst, after, fn)
-}
-
-// HistoryAt returns what the entries of an address (or one of them) held at
-// a point of its partition's past, from the durable history (see
-// store.DB.HistoryAt).
-func (e *Engine) HistoryAt(a address.Address, state string, p store.Point) ([]store.PastEntry, bool, error) {
-	return e.db.HistoryAt(a, state, p)
-}
-
 // positions are the partitions' durable commit ids, for reads that must
 // reflect at least a given commit (read your own repair).
 type positions struct {
@@ -55,8 +38,6 @@ type positions struct {
 	durable []uint64
 	// changed is closed and replaced whenever a commit became durable.
 	changed chan struct{}
-	// waiting counts the callers of WaitDurable waiting now.
-	waiting atomic.Int64
 }
 
 func (ps *positions) set(p int, id uint64) {
@@ -96,26 +77,11 @@ func (ps *positions) get(p int) (uint64, <-chan struct{}) {
 	return ps.durable[p], ps.changed
 }
 
-// Waiting returns how many callers of WaitDurable are waiting now.
-func (e *Engine) Waiting() int { return int(e.positions.waiting.Load()) }
-
-// PartitionOf returns the partition that owns an address; for a function
-// type (an empty id) the partition that keeps the receipts and audit
-// records of its type-level pauses (partition.TypeOwner).
-func (e *Engine) PartitionOf(a address.Address) int {
-	if a.ID == "" {
-		return partition.TypeOwner(a.Type, e.n)
-	}
-	return address.Partition(a.ID, e.n)
-}
-
 // WaitDurable waits until partition p's commit min (and every one before
 // it) is durable, or ctx ends, and returns the partition's durable commit
 // id then and whether it reached min. With Options.Owned it returns
 // ErrMoved when p is not owned, or is revoked while it waits.
 func (e *Engine) WaitDurable(ctx context.Context, p int, min uint64) (uint64, bool, error) {
-	e.positions.waiting.Add(1)
-	defer e.positions.waiting.Add(-1)
 	for {
 		cur, changed := e.positions.get(p)
 		if cur >= min {

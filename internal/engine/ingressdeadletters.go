@@ -28,13 +28,6 @@ func IngressDeadLetterPartition(kafkaPartition int32, n int) int {
 	return int(kafkaPartition) % n
 }
 
-// IngressDeadLetterPartition is the partition whose changelog holds d in
-// cluster mode (the package function for this engine's partitions). The
-// state API answers a gathered dead-letter listing for the ones it owns.
-func (e *Engine) IngressDeadLetterPartition(d *store.DeadLetter) int {
-	return IngressDeadLetterPartition(d.Partition, e.n)
-}
-
 // IngressDeadLetterCommand is the messages-topic form of a Kafka ingress
 // dead letter (cluster mode): the envelope whose IngressDeadLetter carries
 // every field of d, its stored time included, so that it is stored as the

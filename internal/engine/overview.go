@@ -5,7 +5,6 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
-	"github.com/statefun-go/statefun/internal/store"
 )
 
 // QueuedByType counts, per function type, the messages the partitions hold
@@ -24,16 +23,4 @@ func (e *Engine) QueuedByType(ctx context.Context) (map[address.TypeName]int, er
 		}
 	}
 	return out, nil
-}
-
-// StateStats counts the ids, entries and bytes of a function type's
-// durable state, reading at most maxKeys entries (store.DB.StateStats).
-func (e *Engine) StateStats(t address.TypeName, maxKeys int) (store.StateStats, error) {
-	return e.db.StateStats(t, maxKeys)
-}
-
-// StateStatsOf is StateStats counting only the ids keep accepts
-// (store.DB.StateStatsOf).
-func (e *Engine) StateStatsOf(t address.TypeName, maxKeys int, keep func(id string) bool) (store.StateStats, error) {
-	return e.db.StateStatsOf(t, maxKeys, keep)
 }

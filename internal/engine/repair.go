@@ -149,23 +149,6 @@ func TimersFromImages(ts []*protocol.TimerImage) []partition.Timer {
 	return out
 }
 
-// MessageDeadLetter returns a skipped message by its skip's mutation id.
-func (e *Engine) MessageDeadLetter(id string) (*protocol.MessageDeadLetter, bool, error) {
-	if e.closed.Load() {
-		return nil, false, ErrClosed
-	}
-	return e.db.MessageDeadLetter(id)
-}
-
-// ScanMessageDeadLetters calls fn with the skipped messages after the id
-// after, oldest first, until fn returns false.
-func (e *Engine) ScanMessageDeadLetters(after string, fn func(*protocol.MessageDeadLetter) bool) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	return e.db.ScanMessageDeadLetters(after, fn)
-}
-
 // ErrNoDeadLetter is returned by Resend for a dead letter that is not
 // stored (never was, re-sent already, or removed by retention).
 var ErrNoDeadLetter = errors.New("engine: no such message dead letter")
@@ -243,9 +226,11 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 		return partition.Receipt{}, partition.InboxKey{}, err
 	}
 	now := e.opts.Now().UnixMilli()
-	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
+	in := e.newIngressReq(p, env)
+	key := in.key
 	rc := partition.Receipt{Mutation: r.Mutation, Addr: target, Ack: AckCommitted, At: now}
-	req := &resendReq{ingressReq: ingressReq{reqOf: reqOf{p: p}, e: e, key: key, env: env, receipt: receiptToProto(rc), done: make(chan error, 1)},
+	in.receipt = receiptToProto(rc)
+	req := &resendReq{ingressReq: *in,
 		deadLetter: r.DeadLetter,
 		audit: auditToProto(partition.AuditRecord{Mutation: r.Mutation, At: now, Principal: r.Principal, Reason: r.Reason,
 			Reverts: r.DeadLetter, Addr: target, Op: partition.OpResendMessage, Messages: []*protocol.Envelope{env}})}

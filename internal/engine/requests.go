@@ -18,13 +18,28 @@ import (
 // sent with an idempotency key writes the key's record in the same batch.
 type ingressReq struct {
 	reqOf
-	e       *Engine
 	key     partition.InboxKey
 	env     *protocol.Envelope
 	receipt *protocol.Receipt
 	once    *onceWrite
 	done    chan error
-	answer  *pacedAnswer // set: the outcome goes through Engine.answers
+	answer  *pacedAnswer // set: the outcome goes through answers
+
+	// What settling it reaches besides its part: the long-polls of
+	// receipts, the idempotency keys in flight, the pacer of ingress
+	// answers, and how the engine stopped.
+	receipts *waiters
+	keys     *inflight
+	answers  *answerPacer
+	halt     *halt
+}
+
+// newIngressReq is a request for env, in p's inbox at the next ingress
+// key (set receipt or once for an accepted mutation or a keyed message).
+func (e *Engine) newIngressReq(p *part, env *protocol.Envelope) *ingressReq {
+	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
+	return &ingressReq{reqOf: reqOf{p: p}, key: key, env: env, done: make(chan error, 1),
+		receipts: e.waiters, keys: &e.once, answers: e.answers, halt: e.halt}
 }
 
 func (r *ingressReq) Encode(b *store.Batch) error {
@@ -45,14 +60,14 @@ func (r *ingressReq) Encode(b *store.Batch) error {
 
 func (r *ingressReq) Durable() {
 	r.settled()
-	r.e.deliverTo(r.p, r.key, r.env)
+	deliverTo(r.p, r.key, r.env)
 	if r.receipt != nil {
-		r.e.waiters.receiptsChanged()
+		r.receipts.receiptsChanged()
 	}
 	if r.once != nil {
-		r.e.once.release(r.once.k) // after the record is in the store
+		r.keys.release(r.once.k) // after the record is in the store
 	}
-	r.answer.settleOr(r.e.answers, r.done, nil)
+	r.answer.settleOr(r.answers, r.done, nil)
 }
 
 func (r *ingressReq) Fail(err error) {
@@ -60,9 +75,9 @@ func (r *ingressReq) Fail(err error) {
 	r.failed(err)
 	r.p.arr.forget(r.key)
 	if r.once != nil {
-		r.e.once.release(r.once.k)
+		r.keys.release(r.once.k)
 	}
-	r.answer.settleOr(r.e.answers, r.done, r.e.stopErr(err))
+	r.answer.settleOr(r.answers, r.done, r.halt.errOf(err))
 }
 
 // partCommit is one commit of a partition core.
@@ -249,7 +264,7 @@ func (r *partCommit) Fail(err error) {
 
 // popReq removes an egress record that is being handed out.
 type popReq struct {
-	e             *Engine
+	halt          *halt
 	egress, route string
 	seq           uint64
 	done          chan error
@@ -264,11 +279,11 @@ func (r *popReq) Encode(b *store.Batch) error {
 	return nil
 }
 func (r *popReq) Durable()       { r.done <- nil }
-func (r *popReq) Fail(err error) { r.done <- r.e.stopErr(err) }
+func (r *popReq) Fail(err error) { r.done <- r.halt.errOf(err) }
 
 // ackReq removes the egress records a consumer acknowledged.
 type ackReq struct {
-	e             *Engine
+	halt          *halt
 	egress, route string
 	pos           uint64
 	done          chan error
@@ -282,7 +297,7 @@ func (r *ackReq) Encode(b *store.Batch) error {
 	return nil
 }
 func (r *ackReq) Durable()       { r.done <- nil }
-func (r *ackReq) Fail(err error) { r.done <- r.e.stopErr(err) }
+func (r *ackReq) Fail(err error) { r.done <- r.halt.errOf(err) }
 
 func timerKey(k partition.TimerKey) store.TimerKey {
 	return store.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}

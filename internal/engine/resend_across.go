@@ -37,7 +37,7 @@ func (e *Engine) resendAcross(ctx context.Context, r ResendRequest, from address
 	target := fromProtoAddr(env.GetTarget())
 	m := partition.Mutation{ID: r.Mutation, Addr: target, Op: partition.OpResendMessage, Principal: r.Principal, Reason: r.Reason,
 		Reverts: r.DeadLetter, Repair: &partition.MessageRepair{Messages: []*protocol.Envelope{env}}}
-	req := &resendAcrossReq{reqOf: reqOf{p: p}, e: e, deadLetter: r.DeadLetter, to: address.Partition(target.ID, e.n),
+	req := &resendAcrossReq{reqOf: reqOf{p: p}, out: e.opts.Outbound, halt: e.halt, deadLetter: r.DeadLetter, to: address.Partition(target.ID, e.n),
 		cmd: Command(m), done: make(chan error, 1)}
 	if err := e.submitAndWait(ctx, req, req.done); err != nil {
 		return partition.Receipt{}, partition.InboxKey{}, err
@@ -50,7 +50,8 @@ func (e *Engine) resendAcross(ctx context.Context, r ResendRequest, from address
 // partition in the same transaction.
 type resendAcrossReq struct {
 	reqOf
-	e          *Engine
+	out        Outbound
+	halt       *halt
 	deadLetter string
 	to         int
 	cmd        *protocol.Envelope
@@ -65,7 +66,7 @@ func (r *resendAcrossReq) Encode(b *store.Batch) error {
 	// After the batch's writes, as a partition commit hands its messages
 	// over: an error fails this Encode, and the transaction must not
 	// commit.
-	if err := r.e.opts.Outbound.Message(partition.InboxKey{Partition: r.to, Source: uint32(r.p.id)}, r.cmd); err != nil {
+	if err := r.out.Message(partition.InboxKey{Partition: r.to, Source: uint32(r.p.id)}, r.cmd); err != nil {
 		return err
 	}
 	r.encoded()
@@ -80,7 +81,7 @@ func (r *resendAcrossReq) Durable() {
 func (r *resendAcrossReq) Fail(err error) {
 	r.settled()
 	r.failed(err)
-	r.done <- r.e.stopErr(err)
+	r.done <- r.halt.errOf(err)
 }
 
 var _ Request = (*resendAcrossReq)(nil)

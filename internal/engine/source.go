@@ -62,15 +62,6 @@ func (e *Engine) SourcePositions(ingress string) ([]store.SourcePosition, error)
 	return e.db.SourcePositions(ingress)
 }
 
-// ScanIngressDeadLetters calls fn with the stored dead letters f selects,
-// oldest first, until fn returns false.
-func (e *Engine) ScanIngressDeadLetters(f store.DeadLetterFilter, fn func(store.DeadLetter) bool) error {
-	if e.closed.Load() {
-		return ErrClosed
-	}
-	return e.db.ScanDeadLetters(f, fn)
-}
-
 // ingestFrom admits a source batch and hands it to the committer.
 func (e *Engine) ingestFrom(b SourceBatch) (*sourceReq, error) {
 	if e.closed.Load() {
@@ -119,7 +110,7 @@ func (e *Engine) ingestFrom(b SourceBatch) (*sourceReq, error) {
 	for i := range b.DeadLetters {
 		b.DeadLetters[i].At = at
 	}
-	req := &sourceReq{e: e, b: b, keys: keys, parts: parts, done: make(chan error, 1)}
+	req := &sourceReq{halt: e.halt, b: b, keys: keys, parts: parts, done: make(chan error, 1)}
 	if err := e.submit(req); err != nil {
 		return nil, err
 	}
@@ -130,7 +121,7 @@ func (e *Engine) ingestFrom(b SourceBatch) (*sourceReq, error) {
 // one group commit (one request is encoded into one batch as a whole, or
 // not at all).
 type sourceReq struct {
-	e     *Engine
+	halt  *halt
 	b     SourceBatch
 	keys  []partition.InboxKey
 	parts []*part // each message's
@@ -155,7 +146,7 @@ func (r *sourceReq) Encode(b *store.Batch) error {
 
 func (r *sourceReq) Durable() {
 	for i, env := range r.b.Messages {
-		r.e.deliverTo(r.parts[i], r.keys[i], env)
+		deliverTo(r.parts[i], r.keys[i], env)
 	}
 	r.done <- nil
 }
@@ -164,7 +155,7 @@ func (r *sourceReq) Fail(err error) {
 	for i, k := range r.keys {
 		r.parts[i].arr.forget(k)
 	}
-	r.done <- r.e.stopErr(err)
+	r.done <- r.halt.errOf(err)
 }
 
 // IngestFrom starts Engine.IngestFrom: refusals (ErrBusy) are answered at

@@ -52,7 +52,7 @@ func TestIngestFromLandsWithItsPosition(t *testing.T) {
 		t.Fatalf("positions after the crash: %v %v; want only %v", pos, err, srcPos(10))
 	}
 	var dead []store.DeadLetter
-	if err := e2.ScanIngressDeadLetters(store.DeadLetterFilter{}, func(d store.DeadLetter) bool { dead = append(dead, d); return true }); err != nil {
+	if err := e2.Reads().ScanDeadLetters(store.DeadLetterFilter{}, func(d store.DeadLetter) bool { dead = append(dead, d); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(dead) != 1 || dead[0].Offset != 8 || dead[0].Reason != "null-key" || !dead[0].KeyNull {

@@ -9,7 +9,6 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
-	"github.com/statefun-go/statefun/internal/store"
 )
 
 // This file is the engine's side of the state access API: reads and
@@ -241,11 +240,9 @@ func (e *Engine) mutate(m partition.Mutation) (*pendingMutation, error) {
 // accept makes a mutation durable in the target's inbox, with an accepted
 // receipt, then hands it to the partition.
 func (e *Engine) accept(p *part, m partition.Mutation) (*pendingMutation, error) {
-	key := partition.InboxKey{Partition: p.id, Source: partition.SourceIngress, Seq: e.ingressSeq.Add(1)}
-	env := &protocol.Envelope{Mutation: mutationToProto(m)}
+	req := e.newIngressReq(p, &protocol.Envelope{Mutation: mutationToProto(m)})
 	now := e.opts.Now().UnixMilli()
-	rc := &protocol.Receipt{Mutation: m.ID, Status: "accepted", At: now, Target: toProtoAddr(m.Addr), State: m.State}
-	req := &ingressReq{reqOf: reqOf{p: p}, e: e, key: key, env: env, receipt: rc, done: make(chan error, 1)}
+	req.receipt = &protocol.Receipt{Mutation: m.ID, Status: "accepted", At: now, Target: toProtoAddr(m.Addr), State: m.State}
 	if err := e.submit(req); err != nil {
 		return nil, err
 	}
@@ -306,9 +303,6 @@ func (pm *pendingMutation) receipt(r partition.Reply, err error) (partition.Rece
 	}
 	return *r.Receipt, nil
 }
-
-// Receipt returns the durable receipt of a mutation.
-func (e *Engine) Receipt(id string) (*protocol.Receipt, bool, error) { return e.db.Receipt(id) }
 
 // WaitReceipt returns the receipt of a mutation once it is final
 // (committed or rejected), or the latest one when ctx ends first.
@@ -427,28 +421,6 @@ func auditToProto(a partition.AuditRecord) *protocol.AuditRecord {
 	p.Messages, p.Timers = a.Messages, timerImages(a.Timers)
 	return p
 }
-
-// AuditOf returns the audit records of one mutation.
-func (e *Engine) AuditOf(id string, at int64) ([]*protocol.AuditRecord, error) {
-	return e.db.AuditOf(id, at)
-}
-
-// ScanAudit reads the audit records that pass f in time order, through
-// the store's indexes when f names an address or a principal (see
-// store.DB.ScanAuditFiltered).
-func (e *Engine) ScanAudit(f store.AuditFilter, fn func(*protocol.AuditRecord) bool) error {
-	return e.db.ScanAuditFiltered(f, fn)
-}
-
-// ScanIDs lists the ids of function type t that hold durable state (see
-// store.DB.ScanIDs).
-func (e *Engine) ScanIDs(t address.TypeName, prefix, after string, fn func(id string) bool) error {
-	return e.db.ScanIDs(t, prefix, after, fn)
-}
-
-// ScanTypes lists the function types that hold durable state (see
-// store.DB.ScanTypes).
-func (e *Engine) ScanTypes(fn func(t address.TypeName) bool) error { return e.db.ScanTypes(fn) }
 
 // KnownTypes returns every function type with registered states.
 func (e *Engine) KnownTypes() []address.TypeName { return e.specs.types() }

@@ -20,9 +20,13 @@ import (
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
-// Sink makes a message durable and delivers it (engine.Engine).
+// Sink makes a message durable and delivers it: the embedded engine, or
+// in cluster mode the node, which produces it to the messages topic.
+// Errors the Playground's Busy accepts answer 503 with Retry-After.
 type Sink interface {
-	// Ingest makes one message durable.
+	// Ingest makes one message durable and returns once it is: the
+	// message is then delivered, after a restart at the latest. A caller
+	// that stops waiting (ctx) does not take it back.
 	Ingest(ctx context.Context, env *protocol.Envelope) error
 	// IngestOnce makes one message durable unless a request with the same
 	// idempotency key (in its scope) was accepted before: then it returns

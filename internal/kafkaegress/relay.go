@@ -38,16 +38,23 @@ import (
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
-// Outbox is where a relay reads the records of its egress and removes those
-// it delivered (engine.Engine implements it; docs/egress.md).
+// Outbox is where a relay reads the durable records of its egress and
+// removes those it delivered (the embedded engine implements it;
+// docs/egress.md). Reads never remove: a record is removed only by an
+// acknowledgement after Kafka took it, so each is delivered at least once.
 type Outbox interface {
-	// ReadEgress returns the first record after a position without
-	// removing it, with its position.
+	// ReadEgress returns the first record of a route whose position is
+	// greater than after (0: the oldest), with that position, without
+	// removing it; false when there is none. Positions grow with every
+	// record and are never given twice.
 	ReadEgress(ctx context.Context, egress, route string, after uint64) (uint64, *protocol.EgressRecord, bool, error)
-	// ReadEgressBatch returns up to limit records after a position, in
-	// order, without removing them.
+	// ReadEgressBatch is ReadEgress for up to limit records at once, in
+	// order; none means there is none.
 	ReadEgressBatch(ctx context.Context, egress, route string, after uint64, limit int) ([]engine.EgressItem, error)
-	// AckEgress removes the records up to a position, durably.
+	// AckEgress removes every record of a route at or below pos and
+	// returns once the removal is durable; again is harmless. A position
+	// beyond what reads handed out since the start is refused
+	// (engine.ErrNotRead) while unread records lie at or below it.
 	AckEgress(ctx context.Context, egress, route string, pos uint64) error
 }
 

@@ -18,12 +18,18 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// Engine is what the consumer needs of the embedded engine.
+// Engine is what the consumer needs of the embedded engine: where a
+// batch of records goes, and where the consumer resumes.
 type Engine interface {
-	// IngestFrom makes a batch durable with its position (engine.ErrBusy:
-	// nothing written, retry later).
+	// IngestFrom makes a batch durable in one commit, its messages, dead
+	// letters and position together (after a crash all or none are in the
+	// store), then delivers the messages in order; it returns once the
+	// batch is durable. It refuses the whole batch, writing nothing, with
+	// an error matching engine.ErrBusy when a target partition is full or
+	// new work is not taken: retry the same batch later.
 	IngestFrom(ctx context.Context, b engine.SourceBatch) error
-	// SourcePositions returns the stored positions of an ingress.
+	// SourcePositions returns the stored positions of an ingress's source
+	// partitions: the offset after the last record made durable.
 	SourcePositions(ingress string) ([]store.SourcePosition, error)
 }
 

@@ -251,7 +251,7 @@ func TestBadRecordsAreDeadLettered(t *testing.T) {
 	waitFor(t, "all records consumed", func() bool { return positions(t, r.db)[tp{"in", 0}] == int64(len(rs)) })
 	waitFor(t, "good records counted", func() bool { return r.count(counterA, "good") == 3 })
 	var dead []string
-	if err := r.eng.ScanIngressDeadLetters(store.DeadLetterFilter{Ingress: "test/kafka"}, func(d store.DeadLetter) bool {
+	if err := r.eng.Reads().ScanDeadLetters(store.DeadLetterFilter{Ingress: "test/kafka"}, func(d store.DeadLetter) bool {
 		dead = append(dead, fmt.Sprintf("%d:%s:%v:%s", d.Offset, d.Reason, d.KeyNull, d.Value))
 		return true
 	}); err != nil {

@@ -203,7 +203,7 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 	page := pageWriter{w: w, field: "records"}
 	var last *protocol.AuditRecord
 	more := false
-	err := s.eng.ScanAudit(filter, func(a *protocol.AuditRecord) bool {
+	err := s.st.ScanAuditFiltered(filter, func(a *protocol.AuditRecord) bool {
 		if r.Context().Err() != nil || !match(a) || (own != nil && !own[s.auditPartition(a)]) {
 			return r.Context().Err() == nil
 		}

@@ -145,7 +145,7 @@ func TestAuditStreams(t *testing.T) {
 				panic(v)
 			}
 		}()
-		New(eng, Options{}).Handler(http.NotFoundHandler()).ServeHTTP(w, req)
+		New(eng, eng.Reads(), Options{}).Handler(http.NotFoundHandler()).ServeHTTP(w, req)
 	}()
 	body := w.Body.String()
 	if n := strings.Count(body, `"mutation"`); n < 1 || n > 2 {

@@ -77,7 +77,7 @@ func TestCommandsOwnedElsewhere(t *testing.T) {
 	owner := startWithFunction(t, engineConfig{})
 	here := startEngine(t, engineConfig{})
 	cmds := &toOwner{owner: owner}
-	srv := httptest.NewServer(New(elsewhere{here}, Options{Commands: cmds}).Handler(http.NotFoundHandler()))
+	srv := httptest.NewServer(New(elsewhere{here}, here.Reads(), Options{Commands: cmds}).Handler(http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
 	base := srv.URL
 	ownerBase := serve(t, owner, Options{})

@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -292,7 +293,7 @@ func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request, ingress
 	page := pageWriter{w: w, field: "deadLetters"}
 	var last deadLetterCursor
 	more := false
-	err = s.eng.ScanIngressDeadLetters(q.filter, func(d store.DeadLetter) bool {
+	err = s.st.ScanDeadLetters(q.filter, func(d store.DeadLetter) bool {
 		if r.Context().Err() != nil {
 			return false
 		}
@@ -366,7 +367,7 @@ func (s *Server) deadLetterSummary(w http.ResponseWriter, r *http.Request) {
 	s.ownDeadLetters(w, r, &f)
 	type group struct{ ingress, topic, reason string }
 	counts := map[group]*deadLetterCount{}
-	err := s.eng.ScanIngressDeadLetters(f, func(d store.DeadLetter) bool {
+	err := s.st.ScanDeadLetters(f, func(d store.DeadLetter) bool {
 		if r.Context().Err() != nil {
 			return false
 		}
@@ -420,7 +421,7 @@ func (s *Server) ownDeadLetters(w http.ResponseWriter, r *http.Request, f *store
 	}
 	match := f.Match
 	f.Match = func(d *store.DeadLetter) bool {
-		return own[s.eng.IngressDeadLetterPartition(d)] && (match == nil || match(d))
+		return own[engine.IngressDeadLetterPartition(d.Partition, s.eng.Partitions())] && (match == nil || match(d))
 	}
 }
 

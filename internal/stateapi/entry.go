@@ -95,7 +95,7 @@ func (s *Server) whyEmpty(a address.Address, state string, specs []partition.Spe
 
 func (s *Server) typeHoldsState(t address.TypeName) bool {
 	found := false
-	s.eng.ScanIDs(t, "", "", func(string) bool { found = true; return false })
+	s.st.ScanIDs(t, "", "", func(string) bool { found = true; return false })
 	return found
 }
 
@@ -406,7 +406,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, m partition.Muta
 		return
 	}
 	out := receiptOf(rc)
-	out.Commit = position(s.eng.PartitionOf(rc.Addr), rc.Checkpoint)
+	out.Commit = position(s.partitionOf(rc.Addr), rc.Checkpoint)
 	if rc.Reject == partition.Applied {
 		if rc.Version != 0 {
 			w.Header().Set("ETag", etag(rc.Version))

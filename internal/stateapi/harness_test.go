@@ -177,7 +177,7 @@ func startEngine(t testing.TB, cfg engineConfig) *engine.Engine {
 
 // serve serves an API over eng on httptest and returns its base URL.
 func serve(t testing.TB, eng *engine.Engine, opts Options) string {
-	srv := httptest.NewServer(New(eng, opts).Handler(http.NotFoundHandler()))
+	srv := httptest.NewServer(New(eng, eng.Reads(), opts).Handler(http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
@@ -330,3 +330,15 @@ func observe(t testing.TB, method, target string, r *response) {
 	}
 	observed.m[op.key][r.StatusCode] = true
 }
+
+// partitionOf returns the partition of eng that owns a, as the API
+// reckons it.
+func partitionOf(eng Engine, a address.Address) int { return (&Server{eng: eng}).partitionOf(a) }
+
+// The engine serves the API's partition work, and its Reads, like the
+// store itself, the API's reads of durable records.
+var (
+	_ Engine = (*engine.Engine)(nil)
+	_ Store  = engine.Reads{}
+	_ Store  = (*store.DB)(nil)
+)

@@ -68,7 +68,7 @@ func (s *Server) awaitMinCommit(w http.ResponseWriter, r *http.Request, a addres
 	if v == "" {
 		return true
 	}
-	p := s.eng.PartitionOf(a)
+	p := s.partitionOf(a)
 	min, err := parsePosition(v, p)
 	if err != nil {
 		fail(w, r, http.StatusBadRequest, err.Error())
@@ -219,7 +219,7 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request, a address.Ad
 	if !s.awaitMinCommit(w, r, a) {
 		return
 	}
-	p := s.eng.PartitionOf(a)
+	p := s.partitionOf(a)
 	out := struct {
 		Address types.EnvelopeAddress `json:"address"`
 		State   string                `json:"state"`
@@ -231,7 +231,7 @@ func (s *Server) getHistory(w http.ResponseWriter, r *http.Request, a address.Ad
 		out.Order = "oldest"
 	}
 	more := false
-	err := s.eng.History(a, state, oldest, after, func(rec store.HistoryRecord) bool {
+	err := s.st.ScanHistory(a, state, oldest, after, func(rec store.HistoryRecord) bool {
 		if len(out.Records) == limit {
 			more = true
 			return false
@@ -290,7 +290,7 @@ func pastEntry(rec *store.HistoryRecord) partition.Entry {
 // in the representation Accept asks for, with Statefun-Commit naming the
 // change that set it.
 func (s *Server) getEntryAsOf(w http.ResponseWriter, r *http.Request, a address.Address, state string, pt store.Point) {
-	es, _, err := s.eng.HistoryAt(a, state, pt)
+	es, _, err := s.st.HistoryAt(a, state, pt)
 	if err != nil {
 		s.engineError(w, r, err)
 		return
@@ -314,7 +314,7 @@ func (s *Server) getEntryAsOf(w http.ResponseWriter, r *http.Request, a address.
 	h.Set("ETag", etag(ent.Version))
 	h.Set("Vary", "Accept")
 	h.Set("Statefun-Type", ent.Typename)
-	h.Set("Statefun-Commit", position(s.eng.PartitionOf(a), e.Record.Commit))
+	h.Set("Statefun-Commit", position(s.partitionOf(a), e.Record.Commit))
 	if ent.ExpiresAt != 0 {
 		h.Set("Statefun-Expires-At", time.UnixMilli(ent.ExpiresAt).UTC().Format(time.RFC3339Nano))
 	}
@@ -339,7 +339,7 @@ type pastEntryJSON struct {
 // the address's history knows, as it was then; complete says whether
 // every entry the address may have held then is known.
 func (s *Server) listEntriesAsOf(w http.ResponseWriter, r *http.Request, a address.Address, pt store.Point) {
-	es, complete, err := s.eng.HistoryAt(a, "", pt)
+	es, complete, err := s.st.HistoryAt(a, "", pt)
 	if err != nil {
 		s.engineError(w, r, err)
 		return
@@ -371,7 +371,7 @@ func (s *Server) listEntriesAsOf(w http.ResponseWriter, r *http.Request, a addre
 // the mutation applies in the address's mailbox order like any other, and
 // leaves alone an entry that still holds the version it had then.
 func (s *Server) restore(w http.ResponseWriter, r *http.Request, principal string, a address.Address, state string) {
-	pt, ok, err := pointOf(r, s.eng.PartitionOf(a))
+	pt, ok, err := pointOf(r, s.partitionOf(a))
 	if err == nil && !ok {
 		err = fmt.Errorf("POST restores the %s as of a point: give ?asOf=<commit> or ?asOfTime=<RFC 3339>", map[bool]string{true: "address", false: "entry"}[state == ""])
 	}
@@ -388,7 +388,7 @@ func (s *Server) restore(w http.ResponseWriter, r *http.Request, principal strin
 		fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	es, complete, err := s.eng.HistoryAt(a, state, pt)
+	es, complete, err := s.st.HistoryAt(a, state, pt)
 	if err != nil {
 		s.engineError(w, r, err)
 		return
@@ -438,7 +438,7 @@ func (s *Server) receiptPartition(rc *protocol.Receipt) int {
 	if rc != nil && rc.Partition != nil {
 		return int(rc.GetPartition())
 	}
-	return s.eng.PartitionOf(addrOf(rc.GetTarget()))
+	return s.partitionOf(addrOf(rc.GetTarget()))
 }
 
 // auditPartition is receiptPartition for an audit record.
@@ -446,14 +446,14 @@ func (s *Server) auditPartition(a *protocol.AuditRecord) int {
 	if a != nil && a.Partition != nil {
 		return int(a.GetPartition())
 	}
-	return s.eng.PartitionOf(addrOf(a.GetTarget()))
+	return s.partitionOf(addrOf(a.GetTarget()))
 }
 
 // readPast serves what a GET of an entry or an address asks beyond the
 // present: it waits for ?minCommit=, and answers ?asOf= / ?asOfTime= from
 // the history. It reports whether it answered.
 func (s *Server) readPast(w http.ResponseWriter, r *http.Request, a address.Address, state string) bool {
-	pt, ok, err := pointOf(r, s.eng.PartitionOf(a))
+	pt, ok, err := pointOf(r, s.partitionOf(a))
 	if err != nil {
 		fail(w, r, http.StatusBadRequest, err.Error())
 		return true

@@ -1,6 +1,7 @@
 package stateapi
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +71,21 @@ type restartable struct {
 	db    *store.DB
 	stop  func()
 	api   string
+	// waiting counts the API's calls of WaitDurable in progress.
+	waiting atomic.Int64
+}
+
+// waitCounter is the engine, counting the calls of WaitDurable in
+// progress: a test knows a read waits for a commit.
+type waitCounter struct {
+	*engine.Engine
+	n *atomic.Int64
+}
+
+func (w waitCounter) WaitDurable(ctx context.Context, p int, min uint64) (uint64, bool, error) {
+	w.n.Add(1)
+	defer w.n.Add(-1)
+	return w.Engine.WaitDurable(ctx, p, min)
 }
 
 func (r *restartable) start() {
@@ -88,7 +105,7 @@ func (r *restartable) start() {
 		t.Fatal(err)
 	}
 	eng.Start()
-	srv := httptest.NewServer(New(eng, Options{}).Handler(http.NotFoundHandler()))
+	srv := httptest.NewServer(New(waitCounter{eng, &r.waiting}, eng.Reads(), Options{}).Handler(http.NotFoundHandler()))
 	r.eng, r.db, r.api = eng, db, srv.URL
 	r.stop = func() {
 		srv.Close()
@@ -385,7 +402,7 @@ func TestMinCommit(t *testing.T) {
 	go func() {
 		got <- send(t, api, "GET", "/state/test/fn/m/str?wait=20s&minCommit="+next, nil, "Accept", "text/plain")
 	}()
-	waitFor(t, "the read to wait", func() bool { return rs.eng.Waiting() > 0 })
+	waitFor(t, "the read to wait", func() bool { return rs.waiting.Load() > 0 })
 	mustPut(t, api, "/state/test/fn/m/str", "text/plain", "v2")
 	if r := <-got; r.StatusCode != 200 || string(r.body) != "v2" {
 		t.Fatalf("GET ?minCommit=%s: %s %q, want v2", next, r.Status, r.body)
@@ -409,7 +426,7 @@ func TestMinCommit(t *testing.T) {
 
 // otherPartition names a partition that does not own test/fn/<id>.
 func otherPartition(eng *engine.Engine, id string) string {
-	return strconv.Itoa((eng.PartitionOf(address.Address{Type: fnType, ID: id}) + 1) % 4)
+	return strconv.Itoa((partitionOf(eng, address.Address{Type: fnType, ID: id}) + 1) % 4)
 }
 
 // TestRestoreEdges: a restore whose value has another type than the one
@@ -441,7 +458,7 @@ func TestRestoreEdges(t *testing.T) {
 	if r := send(t, api, "HEAD", "/state/test/fn/e/str?asOf="+r1.Commit, nil); r.StatusCode != http.StatusGone {
 		t.Errorf("HEAD as of a trimmed change: %s", r.Status)
 	}
-	far := fmt.Sprint(rs.eng.PartitionOf(address.Address{Type: fnType, ID: "e"}), ".1000000")
+	far := fmt.Sprint(partitionOf(rs.eng, address.Address{Type: fnType, ID: "e"}), ".1000000")
 	for _, target := range []string{"/state/test/fn/e?wait=1ms&minCommit=" + far, "/state/test/fn/e/str/history?wait=1ms&minCommit=" + far} {
 		for _, m := range []string{"GET", "HEAD"} {
 			if r := send(t, api, m, target, nil); r.StatusCode != http.StatusPreconditionFailed {

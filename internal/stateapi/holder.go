@@ -182,7 +182,7 @@ func (s *Server) deadLetterHolder(id string) holder {
 				return 0, &statusError{http.StatusBadGateway, fmt.Sprintf("the node holding message dead letter %s answered a record this node cannot read: %v", id, err)}
 			}
 			a := address.Address{Type: address.TypeName{Namespace: d.Address.Namespace, Name: d.Address.Type}, ID: d.Address.ID}
-			return s.eng.PartitionOf(a), nil
+			return s.partitionOf(a), nil
 		},
 	}
 }

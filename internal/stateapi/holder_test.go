@@ -108,7 +108,7 @@ func TestRevertFromANodeThatDoesNotHoldIt(t *testing.T) {
 	b := serve(t, eng, Options{Cluster: allOwned()})
 	c := &toHolder{holder: b}
 	a := serve(t, eng, Options{Cluster: c})
-	p := eng.PartitionOf(address.Address{Type: fnType, ID: "x"})
+	p := partitionOf(eng, address.Address{Type: fnType, ID: "x"})
 
 	mustPut(t, b, "/state/test/fn/x/i32", "text/plain", "1")
 	m := mustPut(t, b, "/state/test/fn/x/i32", "text/plain", "2").Mutation
@@ -207,7 +207,7 @@ func TestResendFromANodeThatDoesNotHoldIt(t *testing.T) {
 	b := serve(t, eng, Options{Cluster: allOwned()})
 	c := &toHolder{holder: b}
 	a := serve(t, eng, Options{Cluster: c})
-	p := eng.PartitionOf(address.Address{Type: fnType, ID: "z"})
+	p := partitionOf(eng, address.Address{Type: fnType, ID: "z"})
 
 	if r := send(t, b, "POST", "/pause/test/fn/z", nil); r.StatusCode != 200 {
 		t.Fatalf("pause: %s %s", r.Status, r.body)
@@ -266,7 +266,7 @@ func TestResendFromANodeThatDoesNotHoldIt(t *testing.T) {
 func TestLostAnswerOfARevertAndAReSend(t *testing.T) {
 	eng := startWithFunction(t, engineConfig{})
 	b := serve(t, eng, Options{Cluster: allOwned()})
-	holderAPI := New(eng, Options{Cluster: allOwned()}).Handler(http.NotFoundHandler())
+	holderAPI := New(eng, eng.Reads(), Options{Cluster: allOwned()}).Handler(http.NotFoundHandler())
 	var (
 		posts  atomic.Int32
 		cutAll atomic.Bool

@@ -35,11 +35,6 @@ type InboxRepairer interface {
 	RepairDelayed(ctx context.Context, part int, ev partition.DelayedRepair) (partition.Receipt, error)
 	// Resend sends a message dead letter again as a new message.
 	Resend(ctx context.Context, r engine.ResendRequest) (partition.Receipt, partition.InboxKey, error)
-	// MessageDeadLetter returns a skipped message by its skip's id.
-	MessageDeadLetter(id string) (*protocol.MessageDeadLetter, bool, error)
-	// ScanMessageDeadLetters calls fn with the skipped messages after the
-	// id after, oldest first, until fn returns false.
-	ScanMessageDeadLetters(after string, fn func(*protocol.MessageDeadLetter) bool) error
 }
 
 // maxRepairBody caps the body of a repair request: an edit carries a
@@ -485,12 +480,12 @@ func (s *Server) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 		if s.gatherOne(w, r, 0) {
 			return
 		}
-		d, ok, err := s.eng.MessageDeadLetter(segs[1])
+		d, ok, err := s.st.MessageDeadLetter(segs[1])
 		if err != nil {
 			s.engineError(w, r, err)
 			return
 		}
-		if own := s.localPart(w, r); ok && own != nil && !own[s.eng.PartitionOf(addrOf(d.GetEnvelope().GetTarget()))] {
+		if own := s.localPart(w, r); ok && own != nil && !own[s.partitionOf(addrOf(d.GetEnvelope().GetTarget()))] {
 			ok = false // a stale copy of a partition that moved away: its owner answers
 		}
 		if !ok {
@@ -522,8 +517,8 @@ func (s *Server) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 		DeadLetters []messageDeadLetterJSON `json:"deadLetters"`
 		Next        *string                 `json:"next"`
 	}{DeadLetters: []messageDeadLetterJSON{}}
-	err = s.eng.ScanMessageDeadLetters(r.URL.Query().Get("after"), func(d *protocol.MessageDeadLetter) bool {
-		if a := addrOf(d.GetEnvelope().GetTarget()); ((t != address.TypeName{}) && a.Type != t) || (own != nil && !own[s.eng.PartitionOf(a)]) {
+	err = s.st.ScanMessageDeadLetters(r.URL.Query().Get("after"), func(d *protocol.MessageDeadLetter) bool {
+		if a := addrOf(d.GetEnvelope().GetTarget()); ((t != address.TypeName{}) && a.Type != t) || (own != nil && !own[s.partitionOf(a)]) {
 			return true
 		}
 		if len(page.DeadLetters) == limit {
@@ -561,12 +556,12 @@ func (s *Server) resend(w http.ResponseWriter, r *http.Request, principal, id st
 		req.Target = &a
 	}
 	if s.opts.Cluster != nil {
-		d, held, err := s.eng.MessageDeadLetter(id)
+		d, held, err := s.st.MessageDeadLetter(id)
 		if err != nil {
 			s.engineError(w, r, err)
 			return
 		}
-		if s.forwardByID(w, r, body, held, s.eng.PartitionOf(addrOf(d.GetEnvelope().GetTarget())), s.deadLetterHolder(id)) {
+		if s.forwardByID(w, r, body, held, s.partitionOf(addrOf(d.GetEnvelope().GetTarget())), s.deadLetterHolder(id)) {
 			return
 		}
 	}

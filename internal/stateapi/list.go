@@ -85,8 +85,8 @@ func (s *Server) listIDs(w http.ResponseWriter, r *http.Request, t address.TypeN
 	own := s.localPart(w, r)
 	ids := []string{}
 	more := false
-	err := s.eng.ScanIDs(t, q.Get("prefix"), q.Get("after"), func(id string) bool {
-		if own != nil && !own[s.eng.PartitionOf(address.Address{Type: t, ID: id})] {
+	err := s.st.ScanIDs(t, q.Get("prefix"), q.Get("after"), func(id string) bool {
+		if own != nil && !own[s.partitionOf(address.Address{Type: t, ID: id})] {
 			return true // another node's, or a stale copy of a partition that moved
 		}
 		if len(ids) == limit {
@@ -145,7 +145,7 @@ func (s *Server) listTypes(w http.ResponseWriter, r *http.Request, ns string) {
 			ti.StatesCount = len(s.eng.SpecsOf(t))
 		}
 	}
-	err := s.eng.ScanTypes(func(t address.TypeName) bool {
+	err := s.st.ScanTypes(func(t address.TypeName) bool {
 		if ns == "" || t.Namespace == ns {
 			get(t).HoldsState = true
 		}

@@ -58,7 +58,7 @@ func (s *Server) serveMutations(w http.ResponseWriter, r *http.Request) {
 		if s.gatherOne(w, r, 0) {
 			return
 		}
-		rc, ok, err = s.eng.Receipt(id)
+		rc, ok, err = s.st.Receipt(id)
 	}
 	if err != nil {
 		s.engineError(w, r, err)
@@ -98,7 +98,7 @@ func storedReceipt(rc *protocol.Receipt) receiptJSON {
 // own, audited, that names the one it undoes. In cluster mode it runs on
 // the node holding the mutation's receipt and audit records (holder.go).
 func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id string) {
-	rc, ok, err := s.eng.Receipt(id)
+	rc, ok, err := s.st.Receipt(id)
 	if err != nil {
 		s.engineError(w, r, err)
 		return
@@ -115,7 +115,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 		fail(w, r, http.StatusConflict, fmt.Sprintf("mutation %s is %s; only a committed mutation can be reverted", id, rc.GetStatus()))
 		return
 	}
-	records, err := s.eng.AuditOf(id, rc.GetAt())
+	records, err := s.st.AuditOf(id, rc.GetAt())
 	if err != nil {
 		s.engineError(w, r, err)
 		return
@@ -158,7 +158,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 		case i < len(records)-1:
 			mid = s.newMutationID()
 		}
-		if stored, ok, err := s.eng.Receipt(mid); once && err == nil && ok && stored.GetStatus() != "accepted" {
+		if stored, ok, err := s.st.Receipt(mid); once && err == nil && ok && stored.GetStatus() != "accepted" {
 			if stored.GetStatus() == "rejected" && rejected < 0 {
 				status, rejected = http.StatusPreconditionFailed, len(receipts)
 			}
@@ -188,7 +188,7 @@ func (s *Server) revert(w http.ResponseWriter, r *http.Request, principal, id st
 			status, rejected = http.StatusPreconditionFailed, len(receipts)
 		}
 		rj := receiptOf(out)
-		rj.Commit = position(s.eng.PartitionOf(out.Addr), out.Checkpoint)
+		rj.Commit = position(s.partitionOf(out.Addr), out.Checkpoint)
 		receipts = append(receipts, rj)
 	}
 	if status != http.StatusOK {

@@ -95,7 +95,7 @@ func TestRequestsFromNodes(t *testing.T) {
 // and nobody for an unknown token.
 func TestCaller(t *testing.T) {
 	eng := startEngine(t, engineConfig{})
-	s := New(eng, Options{Tokens: []Token{tokenRead}})
+	s := New(eng, eng.Reads(), Options{Tokens: []Token{tokenRead}})
 	req, _ := http.NewRequest("GET", "/state", nil)
 	req.Header.Set("Authorization", "Bearer "+tokenRead.Secret)
 	if c := s.Caller(req); c.Principal != "reader" || strings.Join(c.Scopes, ",") != "read" {
@@ -105,7 +105,7 @@ func TestCaller(t *testing.T) {
 	if c := s.Caller(req); c.Principal != "" || c.Scopes != nil {
 		t.Errorf("unknown token: %+v", c)
 	}
-	if c := New(eng, Options{}).Caller(req); c.Principal != "anonymous" || len(c.Scopes) != 2 {
+	if c := New(eng, eng.Reads(), Options{}).Caller(req); c.Principal != "anonymous" || len(c.Scopes) != 2 {
 		t.Errorf("no tokens: %+v", c)
 	}
 }

@@ -113,7 +113,7 @@ func (s *Server) once(w http.ResponseWriter, r *http.Request, id string, serve f
 		// It applied nothing that is not in a receipt; the one that ran it
 		// dropped it.
 	}
-	if rc, ok, err := s.eng.Receipt(id); err == nil && ok && rc.GetStatus() != "accepted" {
+	if rc, ok, err := s.st.Receipt(id); err == nil && ok && rc.GetStatus() != "accepted" {
 		// Applied here before onceKeep ago, or by the partition's owner
 		// before it moved here.
 		rec := newRecorder()

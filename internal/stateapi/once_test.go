@@ -24,7 +24,7 @@ import (
 func TestChangeSentOnceAppliesOnce(t *testing.T) {
 	entered, release := make(chan string), make(chan struct{})
 	eng := startEngine(t, engineConfig{fnURL: startSlowFunction(t, entered, release)})
-	api := New(eng, Options{Cluster: allOwned()})
+	api := New(eng, eng.Reads(), Options{Cluster: allOwned()})
 	srv := httptest.NewServer(api.Handler(http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
 	// Before the server closes, which waits for the requests it serves.

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
-	"github.com/statefun-go/statefun/internal/store"
 )
 
 // This file serves two small reads made for the operator's console
@@ -18,16 +17,13 @@ import (
 // per-type overview (GET /overview) that answers quickly however many
 // addresses there are.
 
-// Overviewer is what GET /overview needs of the runtime besides Engine.
+// Overviewer is what GET /overview asks of the partitions (the state
+// sizes it reads of Store).
 type Overviewer interface {
 	// QueuedByType counts the messages not processed yet per function
-	// type, across partitions.
+	// type (queued, or in a batch in flight or failing), across the
+	// partitions this node runs, each asked through its mailbox.
 	QueuedByType(ctx context.Context) (map[address.TypeName]int, error)
-	// StateStats counts a type's ids, entries and bytes of durable state,
-	// reading at most maxKeys entries.
-	StateStats(t address.TypeName, maxKeys int) (store.StateStats, error)
-	// StateStatsOf is StateStats counting only the ids keep accepts.
-	StateStatsOf(t address.TypeName, maxKeys int, keep func(id string) bool) (store.StateStats, error)
 }
 
 // OverviewMaxKeys is how many state entries GET /overview reads per
@@ -123,7 +119,7 @@ func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
 	for _, t := range s.eng.KnownTypes() {
 		get(t).Registered = true
 	}
-	if err := s.eng.ScanTypes(func(t address.TypeName) bool {
+	if err := s.st.ScanTypes(func(t address.TypeName) bool {
 		get(t).HoldsState = true
 		return true
 	}); err != nil {
@@ -147,9 +143,9 @@ func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
 		if o.HoldsState {
 			var keep func(string) bool
 			if own != nil {
-				keep = func(id string) bool { return own[s.eng.PartitionOf(address.Address{Type: t, ID: id})] }
+				keep = func(id string) bool { return own[s.partitionOf(address.Address{Type: t, ID: id})] }
 			}
-			st, err := s.eng.StateStatsOf(t, OverviewMaxKeys, keep)
+			st, err := s.st.StateStatsOf(t, OverviewMaxKeys, keep)
 			if err != nil {
 				fail(w, r, http.StatusInternalServerError, err.Error())
 				return

@@ -67,7 +67,7 @@ func (s *Server) ownedElsewhere(a address.Address) (int, bool) {
 	if c == nil {
 		return 0, false
 	}
-	p := s.eng.PartitionOf(a)
+	p := s.partitionOf(a)
 	return p, !slices.Contains(c.Owned(), p)
 }
 

@@ -225,7 +225,7 @@ func TestClusterHooks(t *testing.T) {
 	c := &fakeCluster{}
 	base := serve(t, eng, Options{Cluster: c})
 	mustPut(t, base, "/state/test/fn/x/i64", "text/plain", "5")
-	p := eng.PartitionOf(address.Address{Type: fnType, ID: "x"})
+	p := partitionOf(eng, address.Address{Type: fnType, ID: "x"})
 
 	r := send(t, base, "GET", "/state/test/fn/x/i64", nil)
 	if r.StatusCode != 503 || !slices.Equal(c.forwarded, []int{p}) || r.Header.Get("Retry-After") == "" {
@@ -263,7 +263,7 @@ func TestClusterHooks(t *testing.T) {
 	// then (had they all applied it) the owner; none answering, a 503
 	// naming them and the mutation id to complete it with.
 	r = send(t, base, "POST", "/pause/test/fn", []byte(`{"reason":"t"}`), "Content-Type", "application/json")
-	owner := eng.PartitionOf(address.Address{Type: fnType})
+	owner := partitionOf(eng, address.Address{Type: fnType})
 	var others []string
 	for p := range 4 {
 		if p != owner {

@@ -262,7 +262,7 @@ func (s *Server) serveFailing(w http.ResponseWriter, r *http.Request) {
 		Next    *string       `json:"next"`
 	}{Failing: []failingJSON{}}
 	for _, f := range list {
-		if (after != nil && !addressAfter(f.Addr, *after)) || (own != nil && !own[s.eng.PartitionOf(f.Addr)]) {
+		if (after != nil && !addressAfter(f.Addr, *after)) || (own != nil && !own[s.partitionOf(f.Addr)]) {
 			continue
 		}
 		if len(page.Failing) == limit {
@@ -410,7 +410,7 @@ func (s *Server) servePauses(w http.ResponseWriter, r *http.Request) {
 		Pauses []*pauseJSON `json:"pauses"`
 	}{Pauses: []*pauseJSON{}}
 	for _, p := range list {
-		if own != nil && p.Addr.ID != "" && !own[s.eng.PartitionOf(p.Addr)] {
+		if own != nil && p.Addr.ID != "" && !own[s.partitionOf(p.Addr)] {
 			continue
 		}
 		out.Pauses = append(out.Pauses, pauseOf(p.Addr, p.Pause))

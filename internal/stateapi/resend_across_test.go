@@ -45,9 +45,9 @@ func skipQueued(t *testing.T, base string, eng *engine.Engine, id string) string
 	return rc.DeadLetter
 }
 
-// serveOn serves an API over eng, any Engine, on httptest.
-func serveOn(t testing.TB, eng Engine, opts Options) string {
-	srv := httptest.NewServer(New(eng, opts).Handler(http.NotFoundHandler()))
+// serveOn serves an API over eng, any Engine, and st on httptest.
+func serveOn(t testing.TB, eng Engine, st Store, opts Options) string {
+	srv := httptest.NewServer(New(eng, st, opts).Handler(http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
@@ -101,7 +101,7 @@ func TestResendAcrossAnswersTheOwnersReceipt(t *testing.T) {
 	committed := &receiptNodes{fakeCluster: owned, answer: func() *forward.Answer {
 		return &forward.Answer{Node: "node-b", Status: 200, Body: []byte(`{"mutation":"` + mutation + `","status":"committed","checkpoint":7}`)}
 	}}
-	base := serveOn(t, acrossEngine{eng}, Options{Cluster: committed})
+	base := serveOn(t, acrossEngine{eng}, eng.Reads(), Options{Cluster: committed})
 	r := send(t, base, "POST", skip(), body, "Content-Type", "application/json", forward.Header, "node-c", PartitionHeader, "2")
 	var out resent
 	r.json(t, &out)
@@ -122,7 +122,7 @@ func TestResendAcrossAnswersTheOwnersReceipt(t *testing.T) {
 			return &forward.Answer{Node: "node-b", Status: 403, Body: []byte(`{"detail":"read scope needed"}`)}
 		}},
 	} {
-		base := serveOn(t, acrossEngine{eng}, Options{Cluster: c, MaxWait: 200 * time.Millisecond})
+		base := serveOn(t, acrossEngine{eng}, eng.Reads(), Options{Cluster: c, MaxWait: 200 * time.Millisecond})
 		r := send(t, base, "POST", skip(), body, "Content-Type", "application/json")
 		var out resent
 		r.json(t, &out)

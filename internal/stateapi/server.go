@@ -83,6 +83,7 @@ type Options struct {
 // Server serves the state API routes on the admin listener.
 type Server struct {
 	eng    Engine
+	st     Store
 	tokens []Token
 	opts   Options
 	// browsers refuses what a web page makes a browser send (guard.go).
@@ -90,9 +91,10 @@ type Server struct {
 	onces    onceCalls // changes other nodes sent once (once.go)
 }
 
-// New returns the API over a running engine (the embedded *engine.Engine, or
-// any other implementation of Engine).
-func New(eng Engine, opts Options) *Server {
+// New returns the API over the partitions of a running engine and the
+// durable store they write (the embedded *engine.Engine and its
+// engine.Reads).
+func New(eng Engine, st Store, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 8 << 20
 	}
@@ -103,7 +105,7 @@ func New(eng Engine, opts Options) *Server {
 		opts.Now = time.Now
 	}
 	// A malformed origin trusts nothing; Options.Validate reports it.
-	return &Server{eng: eng, tokens: opts.Tokens, opts: opts, browsers: browserguard.New(guardOptions(opts)), onces: onceCalls{m: map[string]*onceCall{}}}
+	return &Server{eng: eng, st: st, tokens: opts.Tokens, opts: opts, browsers: browserguard.New(guardOptions(opts)), onces: onceCalls{m: map[string]*onceCall{}}}
 }
 
 // route is one path of the API and the method that serves it.

@@ -118,7 +118,7 @@ func (s *Server) spreadTypePause(w http.ResponseWriter, r *http.Request, req eng
 	fw.Header.Set("Content-Type", "application/json")
 	fw.Header.Del("Statefun-Reason")
 	fw.Header.Del("Content-Length")
-	owner := s.eng.PartitionOf(req.Addr)
+	owner := s.partitionOf(req.Addr)
 	var others []int
 	for p := range s.eng.Partitions() {
 		if p != owner {

@@ -60,7 +60,7 @@ func startOwner(t *testing.T, tokens ...stateapi.Token) (*engine.Engine, string)
 		t.Fatal(err)
 	}
 	eng.Start()
-	srv := httptest.NewServer(stateapi.New(eng, stateapi.Options{Tokens: tokens, Nodes: trust.NewNodeAuth(secret, "shop", "owner")}).Handler(http.NotFoundHandler()))
+	srv := httptest.NewServer(stateapi.New(eng, eng.Reads(), stateapi.Options{Tokens: tokens, Nodes: trust.NewNodeAuth(secret, "shop", "owner")}).Handler(http.NotFoundHandler()))
 	t.Cleanup(func() {
 		srv.Close()
 		eng.Close()
@@ -139,7 +139,7 @@ func TestSendCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, _, _ := eng.Receipt("m-1")
+	stored, _, _ := eng.Reads().Receipt("m-1")
 	if rc.Mutation != "m-1" || rc.Reject != partition.Applied || rc.Ack != partition.AckCommitted || rc.Version == 0 || rc.Version != stored.GetVersion() || rc.Checkpoint != stored.GetCheckpoint() {
 		t.Errorf("receipt %+v, the owner stored %v", rc, stored)
 	}
@@ -211,8 +211,8 @@ func TestSendFollowsMove(t *testing.T) {
 	if len(tp.records) != 2 || tp.records[1].GetMutation().GetId() != "m-1" {
 		t.Errorf("%d commands produced; want the first and one more after the move, with the same id", len(tp.records))
 	}
-	stored, _, _ := eng.Receipt("m-1")
-	recs, err := eng.AuditOf("m-1", stored.GetAt())
+	stored, _, _ := eng.Reads().Receipt("m-1")
+	recs, err := eng.Reads().AuditOf("m-1", stored.GetAt())
 	if n := len(recs); err != nil || n != 1 {
 		t.Errorf("%d audit records of m-1; want 1", n)
 	}

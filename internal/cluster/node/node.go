@@ -84,7 +84,7 @@ type Node struct {
 	log         *slog.Logger
 	p           int
 	sess        *session.Session
-	eng         *engine.Engine
+	eng         Engine
 	producer    *kgo.Client // the playground ingress's: idempotent, acks=all
 	adm         *kadm.Client
 	maxRecord   int // bytes of key plus value a Kafka egress record may have
@@ -182,9 +182,41 @@ func (n *Node) Durability() engine.Durability { return n.sess }
 // and Kafka egress records, produced in the session's open transaction.
 func (n *Node) Outbound() engine.Outbound { return outbound{n} }
 
+// Engine is the engine as the node hands it to its session: the
+// partitions this node runs and the records of the messages topic for
+// them (the *engine.Engine made with the node's Durability and Outbound,
+// and Options.Owned). The session calls it from its Run goroutine only
+// (session.Engine).
+type Engine interface {
+	// Assign builds partition p's core from the store, which holds p's
+	// changelog to its end, and runs it. It refuses a partition assigned
+	// already, and one whose previous assignment still has requests that
+	// heard neither Durable nor Fail.
+	Assign(p int) error
+	// Revoke stops running p: its core is dropped and the callers waiting
+	// on it get engine.ErrMoved; its requests still in Durability settle
+	// harmlessly. Revoking a partition not assigned does nothing.
+	Revoke(p int)
+	// Full reports whether p is at its limit of queued messages or bytes,
+	// so its records are not fetched until it is not; false for a
+	// partition not owned.
+	Full(p int) bool
+	// ForgetReadPosition drops p's stored position in the messages topic:
+	// records now below it are new. Called after Assign, before p's first
+	// arrivals.
+	ForgetReadPosition(p int)
+	// SubmitArrivals makes records of the messages topic for p, in offset
+	// order, one request of Durability, submitted before it returns (their
+	// offsets commit with the transaction it is encoded into). A command
+	// whose mutation id was taken before is skipped, and a message whose
+	// ingress key was; it is never refused for a full partition. The
+	// channel gets nil once the request is durable, or its Fail error.
+	SubmitArrivals(p int, recs []engine.Arrival) (<-chan error, error)
+}
+
 // Bind attaches the engine (made with Durability, Outbound and Owned) to
 // the session. Call it before the engine starts.
-func (n *Node) Bind(e *engine.Engine) {
+func (n *Node) Bind(e Engine) {
 	n.eng = e
 	n.sess.Bind(arrivals{n})
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/ingress"
+	"github.com/statefun-go/statefun/internal/kafkaegress"
 	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/module"
 	"github.com/statefun-go/statefun/internal/stateapi"
@@ -102,6 +103,14 @@ type Config struct {
 	// mode only: a cluster node's ingress topics are consumed by its
 	// session.
 	KafkaIngressKeepMembership bool
+	// NewStore lets the runtime start a new empty store where the data
+	// directory lost the store it held (store.Options.NewStore,
+	// docs/failure-model.md); without it such a start is refused.
+	NewStore bool
+	// KafkaEgressResetMarkers names, per exactly-once Kafka egress id, the
+	// position marker of another store that the operator chose to replace
+	// (kafkaegress.Config.ResetMarker, docs/kafka-egress.md).
+	KafkaEgressResetMarkers map[string]kafkaegress.MarkerRef
 	// Cluster, when set, runs the application in cluster mode on Kafka
 	// (docs/cluster.md); nil runs it embedded. Partitions must then be 0:
 	// P is the application's.
@@ -145,6 +154,9 @@ func Start(cfg Config) (*App, error) {
 		}
 		if cfg.Partitions != 0 {
 			return nil, errors.New("app: Partitions is the embedded store's; in cluster mode P is the application's")
+		}
+		if len(cfg.KafkaEgressResetMarkers) > 0 {
+			return nil, errors.New("app: --kafka-egress-reset-marker is the embedded Kafka egress's; in cluster mode egress records are produced in the node's transactions, without position markers")
 		}
 		if err := cfg.Cluster.CheckTokens(len(cfg.API.Tokens) > 0); err != nil {
 			return nil, err
@@ -234,7 +246,7 @@ func Start(cfg Config) (*App, error) {
 		cn     *node.Node
 	)
 	if cfg.Cluster == nil {
-		kafka, routes, err = kafkaEgresses(mod, kplan, db, reg, cfg.Logger)
+		kafka, routes, err = kafkaEgresses(mod, kplan, db, reg, cfg.Logger, cfg.KafkaEgressResetMarkers)
 	} else {
 		// Kafka egress records are produced in the node's transaction;
 		// Kafka ingress topics are consumed by the node's session.
@@ -301,7 +313,17 @@ func Start(cfg Config) (*App, error) {
 		select {
 		case <-eng.Failed():
 		case <-db.Failed():
-			a.log.Error("the store failed; stopping (everything acknowledged is durable)", "error", db.Health())
+			var lost *store.DirLostError
+			if errors.As(db.Health(), &lost) {
+				// Pebble wrote on into files nobody can open again: what
+				// was acknowledged since the directory was last seen
+				// intact is not where a restart will look.
+				a.log.Error("the data directory was deleted or replaced under the running store; stopping. Work acknowledged since it was last seen intact may be lost: restore the directory from a backup, or start a new empty store with --new-store",
+					"data_dir", cfg.DataDir, "last_seen_intact", lost.LastSeen.UTC().Format(time.RFC3339Nano),
+					"noticed_at", lost.NoticedAt.UTC().Format(time.RFC3339Nano), "why", lost.Why)
+			} else {
+				a.log.Error("the store failed; stopping (everything acknowledged is durable)", "error", db.Health())
+			}
 		case <-a.closing:
 			return
 		}

@@ -217,6 +217,9 @@ func Start(cfg Config) (*App, error) {
 		return nil, err
 	}
 	kplan, err := planKafka(mod, fns)
+	if err == nil {
+		err = checkResets(kplan, cfg.KafkaEgressResetMarkers)
+	}
 	if err != nil {
 		fns.Close()
 		return nil, err

@@ -65,11 +65,6 @@ func kafkaEgresses(mod *module.Module, plan *kafkaPlan, db *store.DB, reg promet
 	if len(plan.egresses) > 0 {
 		em = kafkaegress.NewMetrics(reg)
 	}
-	for id := range resets {
-		if !slices.ContainsFunc(plan.egresses, func(ep egressPlan) bool { return ep.spec.ID.String() == id && ep.sem == kafkaegress.ExactlyOnce }) {
-			return nil, nil, fmt.Errorf("app: --kafka-egress-reset-marker %s: the module has no exactly-once Kafka egress %s (only those write position markers)", id, id)
-		}
-	}
 	for _, ep := range plan.egresses {
 		eg, p := ep.spec, ep.producer
 		warn(log, p.Warnings)
@@ -105,6 +100,18 @@ func kafkaEgresses(mod *module.Module, plan *kafkaPlan, db *store.DB, reg promet
 		return nil, nil, errs
 	}
 	return k, routes, nil
+}
+
+// checkResets refuses a --kafka-egress-reset-marker for an egress the
+// module does not have as an exactly-once Kafka egress (only those write
+// position markers), before anything is opened.
+func checkResets(plan *kafkaPlan, resets map[string]kafkaegress.MarkerRef) error {
+	for id := range resets {
+		if !slices.ContainsFunc(plan.egresses, func(ep egressPlan) bool { return ep.spec.ID.String() == id && ep.sem == kafkaegress.ExactlyOnce }) {
+			return fmt.Errorf("app: --kafka-egress-reset-marker %s: the module has no exactly-once Kafka egress %s (only those write position markers)", id, id)
+		}
+	}
+	return nil
 }
 
 // keepEgress returns the ids of the Kafka egresses, whose outboxes the

@@ -259,9 +259,9 @@ func (b *Batch) Commit(sync bool) error {
 	if sync {
 		opts = pebble.Sync
 		// A synced commit is what work is acknowledged on: first make
-		// sure it goes into the directory a restart will open (two
-		// stat calls, next to a sync of the log).
-		if err := b.db.CheckDir(); err != nil {
+		// sure it goes into the directory a restart will open (one
+		// stat call, next to a sync of the log).
+		if err := b.db.checkDir(false); err != nil {
 			b.Close()
 			return fmt.Errorf("store: commit: %w", err)
 		}

@@ -195,23 +195,31 @@ type dirWatch struct {
 	lastSeen time.Time
 }
 
-// check compares the directory and its IDFile with what Open found: nil
-// while they are the same, or a *DirLostError.
-func (w *dirWatch) check(now time.Time) error {
+// check compares the IDFile, and with full the directory too, with what
+// Open found: nil while they are the same, or a *DirLostError. The IDFile
+// alone tells a deleted, emptied or replaced directory (its path no longer
+// leads to the same file), at the cost of one stat call; the directory's
+// own inode says which of these it was.
+func (w *dirWatch) check(now time.Time, full bool) error {
 	why := ""
-	switch fi, err := w.fs.Stat(w.dir); {
+	switch fi, err := w.fs.Stat(w.fs.PathJoin(w.dir, IDFile)); {
 	case err != nil:
-		why = fmt.Sprintf("the directory is gone: %v", err)
-	case !fi.IsDir():
-		why = "it is no longer a directory"
-	case idOf(fi) != w.dirID:
-		why = "another directory is in its place"
-	default:
-		switch fi, err := w.fs.Stat(w.fs.PathJoin(w.dir, IDFile)); {
+		why = fmt.Sprintf("its %s file is gone: %v", IDFile, err)
+		full = true
+	case idOf(fi) != w.fileID:
+		why = fmt.Sprintf("another %s file is in its place", IDFile)
+		full = true
+	}
+	if full {
+		switch fi, err := w.fs.Stat(w.dir); {
 		case err != nil:
-			why = fmt.Sprintf("its %s file is gone (was it emptied?): %v", IDFile, err)
-		case idOf(fi) != w.fileID:
-			why = fmt.Sprintf("another %s file is in its place", IDFile)
+			why = fmt.Sprintf("the directory is gone: %v", err)
+		case !fi.IsDir():
+			why = "it is no longer a directory"
+		case idOf(fi) != w.dirID:
+			why = "another directory is in its place"
+		case why != "":
+			why += " (was the directory emptied?)"
 		}
 	}
 	w.mu.Lock()
@@ -225,16 +233,19 @@ func (w *dirWatch) check(now time.Time) error {
 
 // CheckDir checks that the data directory is still the one Open opened,
 // and fails the store (Health and Failed report a *DirLostError, wrapping
-// ErrFailed and ErrDirLost) if it is not. Synced commits call it, and a
-// background check every Options.DirCheckInterval.
-func (db *DB) CheckDir() error {
+// ErrFailed and ErrDirLost) if it is not. A background check calls it
+// every Options.DirCheckInterval; synced commits make the one-stat form of
+// it (checkDir).
+func (db *DB) CheckDir() error { return db.checkDir(true) }
+
+func (db *DB) checkDir(full bool) error {
 	if err := db.health.fatalErr(); err != nil {
 		return err
 	}
 	if db.watch == nil {
 		return nil
 	}
-	if err := db.watch.check(time.Now()); err != nil {
+	if err := db.watch.check(time.Now(), full); err != nil {
 		db.health.fail(err)
 		return db.health.fatalErr()
 	}

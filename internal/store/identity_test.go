@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -237,5 +238,21 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkCheckDir is the check every synced commit makes (one stat
+// call, next to BenchmarkCommit100States/sync=true's fsync), and the full
+// one of the background check.
+func BenchmarkCheckDir(b *testing.B) {
+	for _, full := range []bool{false, true} {
+		b.Run(fmt.Sprintf("full=%v", full), func(b *testing.B) {
+			db, _ := openTest(b, 2)
+			for b.Loop() {
+				if err := db.checkDir(full); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -423,7 +423,7 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	a.up.Store(true)
-	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir,
+	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir, "store", db.ID(),
 		"partitions", eng.Partitions(), "admin", a.addrs["admin"])
 	return a, nil
 }

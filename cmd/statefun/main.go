@@ -20,6 +20,7 @@ import (
 	"github.com/statefun-go/statefun/internal/app"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
+	"github.com/statefun-go/statefun/internal/kafkaegress"
 	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -238,6 +239,16 @@ func run(args []string, stderr io.Writer) int {
 	ingressAnswers := fs.Int("ingress-answers", envInt("STATEFUN_INGRESS_ANSWERS", 0), "playground ingress requests woken with their answer at once after a group commit, the rest in turn; 0 means two per processor (env STATEFUN_INGRESS_ANSWERS; docs/limits.md)")
 	pauseAfter := fs.String("pause-after", env("STATEFUN_PAUSE_AFTER", ""), "poison policy: pause an address after this many failed attempts of one batch, per function type: \"ns/type=5,ns/*=3,*=10\"; a type no rule names retries until it succeeds (env STATEFUN_PAUSE_AFTER; docs/partition.md)")
 	keepIngressMembership := fs.Bool("kafka-ingress-keep-membership", envBool("STATEFUN_KAFKA_INGRESS_KEEP_MEMBERSHIP", false), "embedded mode: a clean stop keeps each Kafka ingress a member of its consumer group instead of leaving it; a restart within the session timeout keeps its partitions without a rebalance, but any other consumer joining the group meanwhile waits for that timeout (env STATEFUN_KAFKA_INGRESS_KEEP_MEMBERSHIP; docs/kafka-ingress.md)")
+	newStore := fs.Bool("new-store", envBool("STATEFUN_NEW_STORE", false), "start a new empty store where the data directory lost the store it held (deleted, emptied or not mounted); without it such a start is refused. Everything the lost store held is gone for good; remove the flag after use (env STATEFUN_NEW_STORE; docs/failure-model.md)")
+	resets := resetMarkers{}
+	if v, ok := os.LookupEnv("STATEFUN_KAFKA_EGRESS_RESET_MARKER"); ok {
+		for _, item := range splitList(v) {
+			if err := resets.Set(item); err != nil && badEnv == "" {
+				badEnv = fmt.Sprintf("STATEFUN_KAFKA_EGRESS_RESET_MARKER=%q: %v", v, err)
+			}
+		}
+	}
+	fs.Var(resets, "kafka-egress-reset-marker", "EGRESS=STORE@POSITION: replace this position marker of another store, which the exactly-once Kafka egress EGRESS refuses (the refusal prints the value), by one of this store, and deliver this store's whole outbox; repeat for more egresses (env STATEFUN_KAFKA_EGRESS_RESET_MARKER, comma-separated; docs/kafka-egress.md)")
 	pauseOnViolation := fs.Bool("pause-on-violation", env("STATEFUN_PAUSE_ON_VIOLATION", "") == "true", "poison policy: pause an address at once when its function breaks the protocol (env STATEFUN_PAUSE_ON_VIOLATION=true)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -253,6 +264,10 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if clusterCfg != nil && *partitions != 0 {
 		fmt.Fprintf(stderr, "statefun run: --partitions is the embedded store's; in cluster mode P is the application's: use --cluster-partitions\n")
+		return 2
+	}
+	if clusterCfg != nil && len(resets) > 0 {
+		fmt.Fprintf(stderr, "statefun run: --kafka-egress-reset-marker is the embedded Kafka egress's; in cluster mode egress records are produced in the node's transactions, without position markers\n")
 		return 2
 	}
 	if clusterCfg != nil && *keepIngressMembership {
@@ -382,6 +397,8 @@ func run(args []string, stderr io.Writer) int {
 		Cluster:          clusterCfg,
 
 		KafkaIngressKeepMembership: *keepIngressMembership,
+		NewStore:                   *newStore,
+		KafkaEgressResetMarkers:    resets,
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "statefun: %v\n", err)
@@ -399,4 +416,33 @@ func run(args []string, stderr io.Writer) int {
 		code = 1
 	}
 	return code
+}
+
+// resetMarkers is the value of --kafka-egress-reset-marker: per egress id,
+// the marker to replace.
+type resetMarkers map[string]kafkaegress.MarkerRef
+
+func (r resetMarkers) String() string {
+	var out []string
+	for id, m := range r {
+		out = append(out, id+"="+m.String())
+	}
+	return strings.Join(out, ",")
+}
+
+// Set reads one EGRESS=STORE@POSITION.
+func (r resetMarkers) Set(v string) error {
+	id, ref, ok := strings.Cut(v, "=")
+	if !ok || !strings.Contains(id, "/") {
+		return fmt.Errorf("%q: want EGRESS=STORE@POSITION, like kc/out=5e1c0b9d7a3f4e21a0b1c2d3e4f50617@50000, as the refusal prints it", v)
+	}
+	m, err := kafkaegress.ParseMarkerRef(ref)
+	if err != nil {
+		return err
+	}
+	if _, dup := r[id]; dup {
+		return fmt.Errorf("%q: egress %s is named twice", v, id)
+	}
+	r[id] = m
+	return nil
 }

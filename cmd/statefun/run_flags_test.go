@@ -43,3 +43,32 @@ func TestSplitList(t *testing.T) {
 		t.Errorf("%q", got)
 	}
 }
+
+// --kafka-egress-reset-marker and its environment variable are parsed
+// before anything starts; a malformed value exits 2 naming the flag or the
+// variable.
+func TestRunRefusesBadResetMarker(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"--kafka-egress-reset-marker", "kc/out"}, "", "kafka-egress-reset-marker"},
+		{[]string{"--kafka-egress-reset-marker", "kc/out=abc"}, "", "want <store>@<position>"},
+		{[]string{"--kafka-egress-reset-marker", "kc/out=a@1", "--kafka-egress-reset-marker", "kc/out=b@2"}, "", "named twice"},
+		{nil, "kc/out=abc@x", "STATEFUN_KAFKA_EGRESS_RESET_MARKER"},
+	} {
+		if c.env != "" {
+			t.Setenv("STATEFUN_KAFKA_EGRESS_RESET_MARKER", c.env)
+		}
+		var stderr strings.Builder
+		args := append([]string{"--module", "does-not-exist.yaml", "--data-dir", t.TempDir()}, c.args...)
+		if code := run(args, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q %q: exit %d, %s", c.args, c.env, code, stderr.String())
+		}
+	}
+	m := resetMarkers{}
+	if err := m.Set("kc/out=none@5"); err != nil || m["kc/out"].Position != 5 || m["kc/out"].Store != "" {
+		t.Errorf("Set: %v %v", m, err)
+	}
+}

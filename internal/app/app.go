@@ -35,6 +35,7 @@ import (
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/ingress"
+	"github.com/statefun-go/statefun/internal/kafkaegress"
 	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/module"
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -123,6 +124,14 @@ type Config struct {
 	// mode only: a cluster node's ingress topics are consumed by its
 	// session.
 	KafkaIngressKeepMembership bool
+	// NewStore lets the runtime start a new empty store where the data
+	// directory lost the store it held (store.Options.NewStore,
+	// docs/failure-model.md); without it such a start is refused.
+	NewStore bool
+	// KafkaEgressResetMarkers names, per exactly-once Kafka egress id, the
+	// position marker of another store that the operator chose to replace
+	// (kafkaegress.Config.ResetMarker, docs/kafka-egress.md).
+	KafkaEgressResetMarkers map[string]kafkaegress.MarkerRef
 	// Cluster, when set, runs the application in cluster mode on Kafka
 	// (docs/cluster.md); nil runs it embedded. Partitions must then be 0:
 	// P is the application's.
@@ -166,6 +175,9 @@ func Start(cfg Config) (*App, error) {
 		}
 		if cfg.Partitions != 0 {
 			return nil, errors.New("app: Partitions is the embedded store's; in cluster mode P is the application's")
+		}
+		if len(cfg.KafkaEgressResetMarkers) > 0 {
+			return nil, errors.New("app: --kafka-egress-reset-marker is the embedded Kafka egress's; in cluster mode egress records are produced in the node's transactions, without position markers")
 		}
 		if err := cfg.Cluster.CheckTokens(len(cfg.API.Tokens) > 0); err != nil {
 			return nil, err
@@ -233,6 +245,9 @@ func Start(cfg Config) (*App, error) {
 		return nil, err
 	}
 	kplan, err := planKafka(mod, fns)
+	if err == nil {
+		err = checkResets(kplan, cfg.KafkaEgressResetMarkers)
+	}
 	if err != nil {
 		fns.Close()
 		return nil, err
@@ -268,7 +283,7 @@ func Start(cfg Config) (*App, error) {
 		cn     *node.Node
 	)
 	if cfg.Cluster == nil {
-		kafka, routes, err = kafkaEgresses(mod, kplan, db, reg, cfg.Logger)
+		kafka, routes, err = kafkaEgresses(mod, kplan, db, reg, cfg.Logger, cfg.KafkaEgressResetMarkers)
 	} else {
 		// Kafka egress records are produced in the node's transaction;
 		// Kafka ingress topics are consumed by the node's session.
@@ -335,7 +350,17 @@ func Start(cfg Config) (*App, error) {
 		select {
 		case <-eng.Failed():
 		case <-db.Failed():
-			a.log.Error("the store failed; stopping (everything acknowledged is durable)", "error", db.Health())
+			var lost *store.DirLostError
+			if errors.As(db.Health(), &lost) {
+				// Pebble wrote on into files nobody can open again: what
+				// was acknowledged since the directory was last seen
+				// intact is not where a restart will look.
+				a.log.Error("the data directory was deleted or replaced under the running store; stopping. Work acknowledged since it was last seen intact may be lost: restore the directory from a backup, or start a new empty store with --new-store",
+					"data_dir", cfg.DataDir, "last_seen_intact", lost.LastSeen.UTC().Format(time.RFC3339Nano),
+					"noticed_at", lost.NoticedAt.UTC().Format(time.RFC3339Nano), "why", lost.Why)
+			} else {
+				a.log.Error("the store failed; stopping (everything acknowledged is durable)", "error", db.Health())
+			}
 		case <-a.closing:
 			return
 		}
@@ -435,7 +460,7 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	a.up.Store(true)
-	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir,
+	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir, "store", db.ID(),
 		"partitions", eng.Partitions(), "admin", a.addrs["admin"])
 	return a, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -46,7 +47,7 @@ type ingressPlan struct {
 
 // kafkaEgresses makes a relay per planned io.statefun.kafka.v1/egress and
 // binds it, beside the playground egress, in the returned routes.
-func kafkaEgresses(mod *module.Module, plan *kafkaPlan, db *store.DB, reg prometheus.Registerer, log *slog.Logger) (*kafkaEdges, *egress.Routes, error) {
+func kafkaEgresses(mod *module.Module, plan *kafkaPlan, db *store.DB, reg prometheus.Registerer, log *slog.Logger, resets map[string]kafkaegress.MarkerRef) (*kafkaEdges, *egress.Routes, error) {
 	k := &kafkaEdges{log: log}
 	routes := egress.NewRoutes()
 	var topics []string
@@ -67,7 +68,13 @@ func kafkaEgresses(mod *module.Module, plan *kafkaPlan, db *store.DB, reg promet
 		eg, p := ep.spec, ep.producer
 		warn(log, p.Warnings)
 		id := eg.ID.String()
+		var reset *kafkaegress.MarkerRef
+		if m, ok := resets[id]; ok {
+			reset = &m
+		}
 		r, err := kafkaegress.New(kafkaegress.Config{
+			ResetMarker:        reset,
+			Operator:           Operator(),
 			ID:                 id,
 			Brokers:            kafkaclient.Brokers(eg.Address),
 			Semantic:           ep.sem,
@@ -92,6 +99,18 @@ func kafkaEgresses(mod *module.Module, plan *kafkaPlan, db *store.DB, reg promet
 		return nil, nil, errs
 	}
 	return k, routes, nil
+}
+
+// checkResets refuses a --kafka-egress-reset-marker for an egress the
+// module does not have as an exactly-once Kafka egress (only those write
+// position markers), before anything is opened.
+func checkResets(plan *kafkaPlan, resets map[string]kafkaegress.MarkerRef) error {
+	for id := range resets {
+		if !slices.ContainsFunc(plan.egresses, func(ep egressPlan) bool { return ep.spec.ID.String() == id && ep.sem == kafkaegress.ExactlyOnce }) {
+			return fmt.Errorf("app: --kafka-egress-reset-marker %s: the module has no exactly-once Kafka egress %s (only those write position markers)", id, id)
+		}
+	}
+	return nil
 }
 
 // keepEgress returns the ids of the Kafka egresses, whose outboxes the

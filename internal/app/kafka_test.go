@@ -17,6 +17,8 @@ import (
 	"github.com/apache/flink-statefun/statefun-sdk-go/v3/pkg/statefun"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/statefun-go/statefun/internal/kafkaegress"
 )
 
 // kafkaCounter is an official-SDK function server: kt/counter counts the
@@ -239,5 +241,30 @@ spec:
 	}
 	if _, err := os.Stat(data); err == nil {
 		t.Errorf("the store %s was created for a module that was refused", data)
+	}
+}
+
+// A --kafka-egress-reset-marker for an egress the module does not have as
+// an exactly-once Kafka egress is refused, naming the flag, before the
+// store is created.
+func TestResetMarkerOfUnknownEgressRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "module.yaml")
+	if err := os.WriteFile(path, []byte(kafkaModule("http://127.0.0.1:1/statefun", "127.0.0.1:1")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	a, err := Start(Config{ModulePath: path, DataDir: data, AdminAddr: "127.0.0.1:0", ListenHost: "127.0.0.1",
+		Partitions: 4, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		KafkaEgressResetMarkers: map[string]kafkaegress.MarkerRef{"kt/nope": {Store: "x", Position: 1}}})
+	if err == nil {
+		a.Close()
+		t.Fatal("Start accepted a reset of an egress the module does not have")
+	}
+	if want := "--kafka-egress-reset-marker kt/nope: the module has no exactly-once Kafka egress kt/nope"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q lacks %q", err, want)
+	}
+	if _, err := os.Stat(data); err == nil {
+		t.Errorf("the store %s was created for a refused start", data)
 	}
 }

@@ -2,6 +2,8 @@ package app
 
 import (
 	"fmt"
+	"os"
+	"os/user"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,6 +20,12 @@ func openStore(cfg Config, reg prometheus.Registerer) (*diskguard.Guard, *store.
 	opts.Partitions = cfg.Partitions
 	opts.Logger = newPebbleLogger(cfg.Logger)
 	opts.Metrics = store.NewMetrics(reg)
+	// An embedded store is the only copy of what it holds: record it
+	// beside its directory, so that a start on its empty place is refused
+	// unless told (--new-store). A cluster node's store is rebuilt from
+	// the application's changelog topics, so an empty one is normal.
+	opts.RecordBeside = cfg.Cluster == nil
+	opts.NewStore = cfg.NewStore || cfg.Cluster != nil
 	var guard *diskguard.Guard
 	if cfg.DiskReserve >= 0 {
 		reserve := cfg.DiskReserve
@@ -38,6 +46,17 @@ func openStore(cfg Config, reg prometheus.Registerer) (*diskguard.Guard, *store.
 	if err != nil {
 		return nil, nil, err
 	}
+	switch {
+	case db.Replaced() != "":
+		cfg.Logger.Warn("started a new empty store in place of the lost one (--new-store): everything the lost store held is gone",
+			"data_dir", cfg.DataDir, "lost_store", db.Replaced(), "new_store", db.ID(), "by", Operator())
+	case cfg.NewStore && cfg.Cluster == nil:
+		cfg.Logger.Warn("--new-store is set, but the data directory holds its store; remove the flag: while it is set, a start on a deleted data directory makes a new empty store without refusing",
+			"data_dir", cfg.DataDir, "store", db.ID())
+	}
+	if err := db.RecordErr(); err != nil {
+		cfg.Logger.Warn("the store is not recorded beside its data directory, so a start on its empty place will not be refused; make the parent directory writable", "error", err)
+	}
 	if db.ReplayedAtOpen() {
 		cfg.Logger.Info("the store was not closed cleanly; replayed its write-ahead log", "data_dir", cfg.DataDir)
 	}
@@ -47,4 +66,18 @@ func openStore(cfg Config, reg prometheus.Registerer) (*diskguard.Guard, *store.
 	// The engine refuses new work while guard.Admit says so; a nil guard
 	// admits everything.
 	return guard, db, nil
+}
+
+// Operator says who runs this process, for the log lines of operator
+// decisions (--new-store, --kafka-egress-reset-marker): user@host.
+func Operator() string {
+	name := "uid " + fmt.Sprint(os.Getuid())
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown-host"
+	}
+	return name + "@" + host
 }

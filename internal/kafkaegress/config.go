@@ -104,14 +104,20 @@ type Config struct {
 	// id, transaction timeout, acks and idempotence of the semantic) come
 	// after them and win. They must not set a transactional id.
 	ClientOpts []kgo.Opt
-	// Store, when set, lets the exactly-once relay check at start that the
-	// marker it reads back was written from this store: a position above
-	// the highest egress sequence number the store ever wrote means the
-	// store is not the one that delivered it (a new or restored data
-	// directory, or another runtime using the same transactional id), and
-	// the egress refuses to deliver until an operator resolves it. The
-	// store (*store.DB) implements it.
-	Store interface{ MaxEgressSeq() (uint64, error) }
+	// Store, when set, is the store whose outbox the relay delivers: the
+	// exactly-once relay writes its identity into every position marker
+	// and, at start, accepts only a marker it can prove was written from
+	// this store (docs/kafka-egress.md, "Whose marker is it"). The store
+	// (*store.DB) implements it. Nil trusts any marker (tests).
+	Store Store
+	// ResetMarker, when set, names the one marker of another store (or an
+	// unprovable one) that the operator chose to replace: met at start,
+	// the relay commits a marker of this store in its place and delivers
+	// the outbox from its oldest record. A marker it does not name is
+	// still refused.
+	ResetMarker *MarkerRef
+	// Operator says who asked for ResetMarker, for the log (user@host).
+	Operator string
 	// BatchRecords and BatchBytes bound one batch (one transaction, for
 	// exactly-once): at most this many records, and the batch is closed
 	// once its values and keys reach BatchBytes.

@@ -24,12 +24,12 @@ func TestExactlyOnceRelayCrash(t *testing.T) {
 				r1.crash = hook
 				rt := openRuntime(t, vfs.NewMem(), r1.Route, nil)
 				rt.ingest(t, 0, 60, 10)
-				r1.Start(rt.eng)
+				rt.start(r1)
 				await(t, "the crash", fired)
 				await(t, "the crashed relay to stop", r1.done) // dead, its client left open as a killed process's would be
 
 				r2 := newRelay(t, cfg)
-				r2.Start(rt.eng)
+				rt.start(r2)
 				waitDelivered(t, rt, c.ListenAddrs(), 60)
 				if point == crashBeforeCommit {
 					// The crashed batch reached the log and was aborted.
@@ -67,7 +67,7 @@ func TestExactlyOnceRuntimeCrashes(t *testing.T) {
 			crashed = fs.CrashClone(vfs.CrashCloneCfg{}) // the power goes out here
 			return true
 		}
-		r.Start(rt.eng)
+		rt.start(r)
 		await(t, "the crash", fired)
 		await(t, "the crashed relay to stop", r.done)
 		rt.close()
@@ -80,6 +80,6 @@ func TestExactlyOnceRuntimeCrashes(t *testing.T) {
 	// The last relay was made before its runtime, so its cleanup would run
 	// after the runtime's: stop it first, as Close's contract asks.
 	defer r.Close()
-	r.Start(rt.eng)
+	rt.start(r)
 	waitDelivered(t, rt, c.ListenAddrs(), n)
 }

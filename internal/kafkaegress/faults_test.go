@@ -46,7 +46,7 @@ func TestExactlyOnceUnderFaults(t *testing.T) {
 			h := c.Fault(tc.fault)
 			r := newRelay(t, testConfig(c, ExactlyOnce))
 			rt := openRuntime(t, vfs.NewMem(), r.Route, nil)
-			r.Start(rt.eng)
+			rt.start(r)
 			rt.ingest(t, 0, 80, 9)
 			waitDelivered(t, rt, c.ListenAddrs(), 80)
 			if h.Hits() == 0 {
@@ -79,7 +79,7 @@ func TestExactlyOnceCommitAnswerLost(t *testing.T) {
 	})
 	rt := openRuntime(t, vfs.NewMem(), r.Route, nil)
 	rt.ingest(t, 0, 30, 5)
-	r.Start(rt.eng)
+	rt.start(r)
 	// Had the relay sent the batch again after the lost answer, both
 	// copies would be committed: waitDelivered fails on any record a
 	// read_committed consumer sees twice. (The log itself may hold more
@@ -97,7 +97,7 @@ func TestExactlyOnceCoordinatorMoves(t *testing.T) {
 	c := newCluster(t)
 	r := newRelay(t, testConfig(c, ExactlyOnce))
 	rt := openRuntime(t, vfs.NewMem(), r.Route, nil)
-	r.Start(rt.eng)
+	rt.start(r)
 	var moves atomic.Int64
 	c.ControlKey(int16(kmsg.EndTxn), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
@@ -148,7 +148,7 @@ func TestKafkaDownAndBack(t *testing.T) {
 			cfg.Timeout = 500 * time.Millisecond
 			r := newRelay(t, cfg)
 			rt := openRuntime(t, vfs.NewMem(), r.Route, nil)
-			r.Start(rt.eng)
+			rt.start(r)
 			rt.ingest(t, 0, 20, 4)
 			waitFor(t, "the first records delivered", func() bool { return rt.outboxEmpty(t) })
 
@@ -186,7 +186,7 @@ func TestUnreachableBrokerReported(t *testing.T) {
 		Logger: quietLog()}
 	r := newRelay(t, cfg)
 	rt := openRuntime(t, vfs.NewMem(), r.Route, nil)
-	r.Start(rt.eng)
+	rt.start(r)
 	rt.ingest(t, 0, 3, 3)
 	var why error
 	waitFor(t, "a failure", func() bool {

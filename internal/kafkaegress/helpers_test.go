@@ -121,6 +121,13 @@ func openRuntime(t *testing.T, fs vfs.FS, route egress.RouteFunc, log *slog.Logg
 	return rt
 }
 
+// start starts r on the runtime's outbox, with its store to check markers
+// against, as the runtime does.
+func (rt *runtime) start(r *Relay) {
+	r.cfg.Store = rt.db
+	r.Start(rt.eng)
+}
+
 func (rt *runtime) close() {
 	if rt.eng != nil {
 		rt.eng.Close()

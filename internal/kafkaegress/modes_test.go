@@ -23,12 +23,12 @@ func TestAtLeastOnceNeverLoses(t *testing.T) {
 	r1.crash = hook
 	rt := openRuntime(t, vfs.NewMem(), r1.Route, nil)
 	rt.ingest(t, 0, 40, 6)
-	r1.Start(rt.eng)
+	rt.start(r1)
 	await(t, "the crash", fired)
 	await(t, "the crashed relay to stop", r1.done)
 
 	r2 := newRelay(t, cfg)
-	r2.Start(rt.eng)
+	rt.start(r2)
 	waitFor(t, "every record delivered", func() bool { return rt.outboxEmpty(t) })
 	recs := readTopic(t, c.ListenAddrs(), outTopic, true)
 	assertAtLeastOnce(t, recs, 40)
@@ -42,43 +42,13 @@ func TestNoneDelivers(t *testing.T) {
 	c := newCluster(t)
 	r := newRelay(t, testConfig(c, None))
 	rt := openRuntime(t, vfs.NewMem(), r.Route, nil)
-	r.Start(rt.eng)
+	rt.start(r)
 	rt.ingest(t, 0, 30, 4)
 	waitFor(t, "30 records", func() bool {
 		return rt.outboxEmpty(t) && len(readTopic(t, c.ListenAddrs(), outTopic, true)) == 30
 	})
 	if got := values(readTopic(t, c.ListenAddrs(), outTopic, true)); !slices.Equal(got, want(0, 30)) {
 		t.Fatalf("got %v", got)
-	}
-}
-
-// A marker for a position this store never wrote (a new data directory with
-// the same transactional id) stops the egress with a reason, instead of
-// silently skipping the new store's records as delivered.
-func TestMarkerFromAnotherStoreRefused(t *testing.T) {
-	c := newCluster(t)
-	cfg := testConfig(c, ExactlyOnce)
-	r1 := newRelay(t, cfg)
-	rt1 := openRuntime(t, vfs.NewMem(), r1.Route, nil)
-	r1.Start(rt1.eng)
-	rt1.ingest(t, 0, 20, 3)
-	waitDelivered(t, rt1, c.ListenAddrs(), 20)
-	r1.Close()
-
-	// A fresh store, same transactional id.
-	r2 := newRelay(t, cfg)
-	rt2 := openRuntime(t, vfs.NewMem(), r2.Route, nil)
-	r2.cfg.Store = rt2.db // *store.DB, as the runtime passes it
-	rt2.ingest(t, 100, 3, 3)
-	r2.Start(rt2.eng)
-	var why error
-	waitFor(t, "the refusal", func() bool {
-		why = r2.Ready()
-		return why != nil && strings.Contains(why.Error(), "never wrote a position above")
-	})
-	t.Log(why)
-	if rt2.outboxEmpty(t) {
-		t.Fatal("the new store's records were dropped as if delivered")
 	}
 }
 
@@ -92,7 +62,7 @@ func TestKcatReadsCommitted(t *testing.T) {
 	c := newCluster(t)
 	r := newRelay(t, testConfig(c, ExactlyOnce))
 	rt := openRuntime(t, vfs.NewMem(), r.Route, nil)
-	r.Start(rt.eng)
+	rt.start(r)
 	rt.ingest(t, 0, 50, 7)
 	waitDelivered(t, rt, c.ListenAddrs(), 50)
 

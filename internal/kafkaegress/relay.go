@@ -58,6 +58,19 @@ type Outbox interface {
 	AckEgress(ctx context.Context, egress, route string, pos uint64) error
 }
 
+// Store is what the exactly-once relay needs to know of the store whose
+// outbox it delivers (*store.DB implements it).
+type Store interface {
+	// ID is the store's identity, written into every position marker.
+	ID() string
+	// PreIDEgressSeq is the highest egress position the store wrote
+	// before it had an identity: markers without one, written by an older
+	// build, may be its own only up to it.
+	PreIDEgressSeq() uint64
+	// MaxEgressSeq is the highest egress position the store ever wrote.
+	MaxEgressSeq() (uint64, error)
+}
+
 // Relay delivers one Kafka egress's outbox to Kafka. Create it with New
 // (before the engine: its Route checks the records functions send), then
 // Start it on the engine, and Close it before closing the engine.
@@ -301,7 +314,13 @@ func (r *Relay) run(ctx context.Context, out Outbox) {
 			delay = r.cfg.RetryBase
 		}
 		r.setFailed(err)
-		r.log.Warn("kafka egress: delivery failed, will retry", "semantic", r.cfg.Semantic.String(), "retry_in", delay, "error", err)
+		var refused *MarkerRefusedError
+		if errors.As(err, &refused) {
+			r.log.Error("kafka egress: refusing to deliver: the position marker in Kafka is not this store's; nothing is delivered or removed from the outbox until an operator resolves it",
+				"marker", refused.Marker.String(), "transactional_id", r.cfg.TransactionalID, "retry_in", delay, "error", err)
+		} else {
+			r.log.Warn("kafka egress: delivery failed, will retry", "semantic", r.cfg.Semantic.String(), "retry_in", delay, "error", err)
+		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -337,7 +356,7 @@ func (r *Relay) session(ctx context.Context, out Outbox) (progressed bool, err e
 	r.setOK()
 	lastContact := time.Now()
 	for {
-		recs, last, err := r.readBatch(ctx, out, pos)
+		recs, last, dg, err := r.readBatch(ctx, out, pos)
 		if err != nil {
 			return progressed, stage("outbox", err)
 		}
@@ -364,7 +383,7 @@ func (r *Relay) session(ctx context.Context, out Outbox) (progressed bool, err e
 		}
 		if len(recs) > 0 {
 			r.setBusy(true)
-			err = r.deliver(ctx, cl, recs, last)
+			err = r.deliver(ctx, cl, recs, marker{Position: last, After: pos, Records: dg.n, Digest: dg.sum()})
 			r.setBusy(false)
 			if err != nil {
 				return progressed, err
@@ -409,24 +428,29 @@ func (r *Relay) resume(ctx context.Context, cl *kgo.Client, out Outbox) (uint64,
 		}
 		r.topicReady = true
 	}
-	pos, found, err := r.readMarker(tctx, cl)
-	if err != nil || !found {
+	m, err := r.readMarker(tctx, cl)
+	if err != nil || m == nil {
 		return 0, err
 	}
-	if r.cfg.Store != nil {
-		written, err := r.cfg.Store.MaxEgressSeq()
-		if err != nil {
+	if r.cfg.Store == nil {
+		// Nothing to check the marker against: trust it.
+		if err := r.ackThrough(ctx, out, m.Position); err != nil {
 			return 0, err
 		}
-		if pos > written {
-			return 0, fmt.Errorf("the marker topic %s says transactional id %s delivered up to outbox position %d, but this store never wrote a position above %d: the marker was written from another data directory (a new or restored one, or another runtime with the same transactional id); give this egress its own transactional id, or delete the marker record (key %q) if the old data directory is gone for good",
-				r.cfg.MarkerTopic, r.cfg.TransactionalID, pos, written, r.cfg.TransactionalID)
-		}
+		return m.Position, nil
 	}
-	if err := r.ackThrough(ctx, out, pos); err != nil {
+	err = r.judge(ctx, out, m)
+	var refused *MarkerRefusedError
+	if errors.As(err, &refused) && r.cfg.ResetMarker != nil && *r.cfg.ResetMarker == m.ref() {
+		if err := r.reset(ctx, cl, out, m); err != nil {
+			return 0, err
+		}
+		return 0, nil
+	}
+	if err != nil {
 		return 0, err
 	}
-	return pos, nil
+	return m.Position, nil
 }
 
 // ackThrough removes the records up to pos from the outbox. The outbox
@@ -454,14 +478,15 @@ func (r *Relay) ackThrough(ctx context.Context, out Outbox, pos uint64) error {
 	return nil
 }
 
-// readBatch reads the next batch after pos: the Kafka records, and the
-// position of the last outbox record it covers (pos when there is none).
-// A record that does not decode is logged, counted and skipped.
-func (r *Relay) readBatch(ctx context.Context, out Outbox, pos uint64) (recs []*kgo.Record, last uint64, err error) {
-	last = pos
+// readBatch reads the next batch after pos: the Kafka records, the
+// position of the last outbox record it covers (pos when there is none),
+// and the digest of the outbox records it covers (for the marker). A record
+// that does not decode is logged, counted and skipped.
+func (r *Relay) readBatch(ctx context.Context, out Outbox, pos uint64) (recs []*kgo.Record, last uint64, dg *batchDigest, err error) {
+	last, dg = pos, newDigest()
 	items, err := out.ReadEgressBatch(ctx, r.cfg.ID, r.cfg.ID, pos, r.cfg.BatchRecords)
 	if err != nil {
-		return nil, pos, err
+		return nil, pos, dg, err
 	}
 	bytes := 0
 	// Records past the byte bound are left for the next batch (read
@@ -471,6 +496,7 @@ func (r *Relay) readBatch(ctx context.Context, out Outbox, pos uint64) (recs []*
 			break
 		}
 		last = it.Pos
+		dg.add(it.Pos, it.Record)
 		kr, err := parse(it.Record.GetArgument(), r.maxRecord)
 		if err != nil {
 			r.log.Error("kafka egress: skipping an outbox record that cannot be delivered", "position", it.Pos, "error", err)
@@ -480,7 +506,7 @@ func (r *Relay) readBatch(ctx context.Context, out Outbox, pos uint64) (recs []*
 		recs = append(recs, kafkaRecord(kr))
 		bytes += len(kr.Key) + len(kr.Value)
 	}
-	return recs, last, nil
+	return recs, last, dg, nil
 }
 
 // firstErr collects the first error of a batch's produce promises.
@@ -508,10 +534,10 @@ func (f *firstErr) get() error {
 
 // deliver sends one batch by the egress's semantic; it returns nil once the
 // batch may leave the outbox.
-func (r *Relay) deliver(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, last uint64) error {
+func (r *Relay) deliver(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, m marker) error {
 	switch r.cfg.Semantic {
 	case ExactlyOnce:
-		return r.deliverTxn(ctx, cl, recs, last)
+		return r.deliverTxn(ctx, cl, recs, m)
 	case AtLeastOnce:
 		var fe firstErr
 		for _, kr := range recs {
@@ -541,7 +567,7 @@ func (r *Relay) deliver(ctx context.Context, cl *kgo.Client, recs []*kgo.Record,
 // It returns nil once the transaction is committed. A failure before the
 // commit aborts the transaction; a failed commit has an unknown outcome,
 // which the next session learns from the marker topic.
-func (r *Relay) deliverTxn(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, last uint64) error {
+func (r *Relay) deliverTxn(ctx context.Context, cl *kgo.Client, recs []*kgo.Record, m marker) error {
 	if err := cl.BeginTransaction(); err != nil {
 		return stage("produce", err)
 	}
@@ -549,7 +575,7 @@ func (r *Relay) deliverTxn(ctx context.Context, cl *kgo.Client, recs []*kgo.Reco
 	for _, kr := range recs {
 		cl.Produce(ctx, kr, fe.promise)
 	}
-	cl.Produce(ctx, r.markerRecord(last), fe.promise)
+	cl.Produce(ctx, r.markerRecord(m), fe.promise)
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	err := cl.Flush(fctx)
 	cancel()

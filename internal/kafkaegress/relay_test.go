@@ -23,7 +23,7 @@ func TestExactlyOnceDelivers(t *testing.T) {
 	cfg := testConfig(c, ExactlyOnce)
 	r := newRelay(t, cfg)
 	rt := openRuntime(t, vfs.NewMem(), r.Route, nil)
-	r.Start(rt.eng)
+	rt.start(r)
 
 	rt.ingest(t, 0, 100, 10)
 	recs := waitDelivered(t, rt, c.ListenAddrs(), 100)

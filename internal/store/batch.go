@@ -258,6 +258,16 @@ func (b *Batch) Commit(sync bool) error {
 	opts := pebble.NoSync
 	if sync {
 		opts = pebble.Sync
+		// A synced commit is what work is acknowledged on: first make
+		// sure it goes into the directory a restart will open (one
+		// stat call, next to a sync of the log).
+		if err := b.db.checkDir(false); err != nil {
+			b.Close()
+			return fmt.Errorf("store: commit: %w", err)
+		}
+	} else if err := b.db.health.fatalErr(); err != nil {
+		b.Close()
+		return fmt.Errorf("store: commit: %w", err)
 	}
 	err := pb.Commit(opts)
 	b.Close()

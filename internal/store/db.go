@@ -98,6 +98,22 @@ type Options struct {
 	// Logger receives Pebble's log lines. Nil means Pebble's default, the
 	// standard library's log package.
 	Logger pebble.Logger
+
+	// RecordBeside makes the store record its identity in a file beside
+	// its directory (RecordName), and Open refuse a missing or empty
+	// directory that the record says held a store (ErrStoreMissing),
+	// unless NewStore is set. Without it, a directory holding the store's
+	// IDFile but no store files is refused all the same (identity.go).
+	RecordBeside bool
+
+	// NewStore lets Open create a new empty store where there is evidence
+	// that a store was lost; Replaced then names the lost one.
+	NewStore bool
+
+	// DirCheckInterval is how often the store checks, besides at every
+	// synced commit, that its directory is still there (CheckDir). Zero
+	// means DefaultDirCheckInterval; negative means only at commits.
+	DirCheckInterval time.Duration
 }
 
 const (
@@ -144,6 +160,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.SweepInterval == 0 {
 		o.SweepInterval = DefaultSweepInterval
 	}
+	if o.DirCheckInterval == 0 {
+		o.DirCheckInterval = DefaultDirCheckInterval
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -185,6 +204,12 @@ type DB struct {
 	// changelogSweep, when set, takes the retention deletions of keys a
 	// partition's changelog wrote (cluster mode; retention.go).
 	changelogSweep atomic.Pointer[ChangelogSweep]
+
+	id        string // the store's identity (identity.go)
+	preIDSeq  uint64 // the egress positions written before it had one
+	replaced  string // the lost store a NewStore start replaced
+	recordErr error  // why RecordBeside could not record the store
+	watch     *dirWatch
 }
 
 // Open opens the store in dir, creating it if it does not exist.
@@ -203,6 +228,10 @@ type DB struct {
 // wrapping ErrFailed; the process should then exit.
 func Open(dir string, opts Options) (*DB, error) {
 	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	replaced, err := checkLost(dir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -267,9 +296,24 @@ func Open(dir string, opts Options) (*DB, error) {
 		_ = fsCloser.Close()
 		return nil, err
 	}
+	if err := db.loadIdentity(); err != nil {
+		_ = db.pdb.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	if err := db.watchDir(); err != nil {
+		_ = db.pdb.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	db.replaced = replaced
 	if opts.SweepInterval > 0 {
 		db.sweeper.Add(1)
 		go db.sweepLoop(opts.SweepInterval)
+	}
+	if opts.DirCheckInterval > 0 {
+		db.sweeper.Add(1)
+		go db.dirCheckLoop(opts.DirCheckInterval)
 	}
 	return db, nil
 }

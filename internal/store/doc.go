@@ -24,6 +24,7 @@
 //	changelog.go cluster mode: Batch.Ops, changelog positions and key index, apply and drop
 //	errors.go   ErrCorrupt, CorruptionError and the Open errors
 //	health.go   disk faults: Health, Failed, the Fatalf interception
+//	identity.go the store's identity, its directory's watch, lost stores at Open
 //	prealloc.go write-ahead log files preallocated 1 MiB at a time
 //	retention.go Retention, Sweep, the audit index backfill
 //	metrics.go  the sizes of the retained key spaces as Prometheus metrics

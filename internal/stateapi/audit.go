@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
@@ -181,6 +182,19 @@ func (s *Server) serveAudit(w http.ResponseWriter, r *http.Request) {
 	// already returned at the same millisecond.
 	filter := store.AuditFilter{From: from, To: to, Namespace: q.Get("namespace"), Type: q.Get("type"), ID: q.Get("id"),
 		State: q.Get("state"), Principal: q.Get("principal"), Mutation: q.Get("mutation"), Newest: newest}
+	if err := filter.Check(); err != nil {
+		// Answering it would read the whole log, however long: the
+		// filters narrow what an index selects.
+		var named []string
+		for _, p := range []string{"type", "state"} {
+			if q.Get(p) != "" {
+				named = append(named, "?"+p+"=")
+			}
+		}
+		fail(w, r, http.StatusBadRequest, fmt.Sprintf("%s alone would read the whole audit log; add ?mutation=, ?principal=, ?id= or ?namespace=: the log is indexed by those, by address (?namespace=&type=&id=) and type (?namespace=&type=), and by time (?since=, ?until=)",
+			strings.Join(named, " with ")))
+		return
+	}
 	match := func(a *protocol.AuditRecord) bool {
 		switch {
 		case cursor == nil:

@@ -274,6 +274,11 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 				}
 			}},
 
+		// Each would read the whole audit log: no index serves it.
+		{name: "400 the audit log by state alone", method: "GET", target: "/audit?state=i32", status: 400,
+			contains: []string{"?state= alone would read the whole audit log", "?mutation=, ?principal=, ?id= or ?namespace="}},
+		{name: "400 the audit log by type without namespace", method: "GET", target: "/audit?type=fn&state=i32", status: 400,
+			contains: []string{"?type= with ?state= alone"}},
 		{name: "400 no typename", method: "PUT", target: "/state/test/fn/p/unknown", body: "x", hdr: []string{"Content-Type", "text/plain"}, status: 400,
 			contains: []string{"no typename"}},
 		{name: "400 Statefun-Type that is not a typename", method: "PUT", target: "/state/test/fn/p/other", body: "x",

@@ -313,6 +313,14 @@ func (b *Batch) putAuditIndex(r *protocol.AuditRecord) {
 	b.set(b.key, nil)
 	b.key = auditWhoKey(b.key[:0], r.GetPrincipal(), at, id, state)
 	b.set(b.key, nil)
+	b.key = auditMutationKey(b.key[:0], at, id, state)
+	b.set(b.key, nil)
+	b.key = auditTypeKey(b.key[:0], auditTarget(r).Type, at, id, state)
+	b.set(b.key, nil)
+	b.key = auditIDKey(b.key[:0], auditTarget(r).ID, at, id, state)
+	b.set(b.key, nil)
+	b.key = auditNamespaceKey(b.key[:0], auditTarget(r).Type.Namespace, at, id, state)
+	b.set(b.key, nil)
 }
 
 // deleteAudit removes audit record r and its index entries.
@@ -323,6 +331,14 @@ func (b *Batch) deleteAudit(r *protocol.AuditRecord) {
 	b.key = auditAddrKey(b.key[:0], auditTarget(r), at, id, state)
 	b.delete(b.key)
 	b.key = auditWhoKey(b.key[:0], r.GetPrincipal(), at, id, state)
+	b.delete(b.key)
+	b.key = auditMutationKey(b.key[:0], at, id, state)
+	b.delete(b.key)
+	b.key = auditTypeKey(b.key[:0], auditTarget(r).Type, at, id, state)
+	b.delete(b.key)
+	b.key = auditIDKey(b.key[:0], auditTarget(r).ID, at, id, state)
+	b.delete(b.key)
+	b.key = auditNamespaceKey(b.key[:0], auditTarget(r).Type.Namespace, at, id, state)
 	b.delete(b.key)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,7 +40,8 @@ func TestBatchOps(t *testing.T) {
 		`put state("ns", "fn", "x", "s") len=18`,
 		`del state("ns", "fn", "x", "s")`,
 	}
-	if len(got) != 5 || !equalStrings(got[:2], want) || !strings.HasSuffix(got[3], "len=0") || !strings.HasSuffix(got[4], "len=0") {
+	indexes := got[min(3, len(got)):]
+	if len(got) != 9 || !equalStrings(got[:2], want) || slices.ContainsFunc(indexes, func(s string) bool { return !strings.HasSuffix(s, "len=0") }) {
 		t.Fatalf("ops = %q", got)
 	}
 	// Nothing reached the store.

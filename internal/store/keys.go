@@ -41,6 +41,14 @@ const (
 	spaceDeadLetter byte = 0x0F
 	// spacePause holds the pauses in force, by address (pauses.go).
 	spacePause byte = 0x13
+	// spaceAuditMutation indexes the audit log by mutation id.
+	spaceAuditMutation byte = 0x1A
+	// spaceAuditType indexes the audit log by function type.
+	spaceAuditType byte = 0x1B
+	// spaceAuditID indexes the audit log by the target's id.
+	spaceAuditID byte = 0x1C
+	// spaceAuditNamespace indexes the audit log by the target's namespace.
+	spaceAuditNamespace byte = 0x1D
 )
 
 // Names of the global meta keys (space 0x00). Part of the file format.
@@ -48,8 +56,11 @@ const (
 	metaFormat     = "format"     // value: FormatVersion, u32 BE
 	metaPartitions = "partitions" // value: the partition count P, u32 BE
 	// metaAuditIndexed marks a store whose audit records all have their
-	// index entries (0x0A, 0x0B); Open builds them for older stores.
-	metaAuditIndexed = "audit-indexed" // value: 1, u32 BE
+	// index entries in 0x0A and 0x0B; metaAuditIndexed2 one whose records
+	// also have them in 0x1A to 0x1D. Open builds what an older store
+	// lacks.
+	metaAuditIndexed  = "audit-indexed"   // value: 1, u32 BE
+	metaAuditIndexed2 = "audit-indexed-2" // value: 1, u32 BE
 	// metaEgressSeq is the highest egress sequence number ever written, so
 	// that numbers are never given twice, even once every outbox is empty
 	// (a consumer's position must never point at a later record).
@@ -419,6 +430,85 @@ func auditWhoKey(dst []byte, principal string, at int64, id, state string) []byt
 func auditWhoPrefix(dst []byte, principal string) []byte {
 	dst = append(dst, spaceAuditWho)
 	return appendString(dst, principal)
+}
+
+// auditMutationKey appends the key of an audit record's entry in the index
+// by mutation id.
+//
+//	+------+------------------+--------------------------------+------------------+----------------+
+//	| 0x1A | str(mutation id) | at i64 (unix ms, sign flipped) | str(mutation id) | str(statename) |
+//	+------+------------------+--------------------------------+------------------+----------------+
+//
+// The value is empty, as in auditAddrKey. The console links every receipt
+// to its records, so finding a mutation's records must not read the log.
+func auditMutationKey(dst []byte, at int64, id, state string) []byte {
+	dst = auditMutationPrefix(dst, id)
+	return auditSuffix(dst, at, id, state)
+}
+
+// auditMutationPrefix appends 0x1A | str(mutation id).
+func auditMutationPrefix(dst []byte, id string) []byte {
+	dst = append(dst, spaceAuditMutation)
+	return appendString(dst, id)
+}
+
+// auditTypeKey appends the key of an audit record's entry in the index by
+// function type.
+//
+//	+------+----------------+-----------+--------------------------------+------------------+----------------+
+//	| 0x1B | str(namespace) | str(type) | at i64 (unix ms, sign flipped) | str(mutation id) | str(statename) |
+//	+------+----------------+-----------+--------------------------------+------------------+----------------+
+//
+// The value is empty, as in auditAddrKey. The records of one type are one
+// range scan in time order, across its ids.
+func auditTypeKey(dst []byte, t address.TypeName, at int64, id, state string) []byte {
+	dst = auditTypePrefix(dst, t)
+	return auditSuffix(dst, at, id, state)
+}
+
+// auditTypePrefix appends 0x1B | str(namespace) | str(type).
+func auditTypePrefix(dst []byte, t address.TypeName) []byte {
+	dst = append(dst, spaceAuditType)
+	dst = appendString(dst, t.Namespace)
+	return appendString(dst, t.Name)
+}
+
+// auditIDKey appends the key of an audit record's entry in the index by the
+// target's id, whatever its type.
+//
+//	+------+---------+--------------------------------+------------------+----------------+
+//	| 0x1C | str(id) | at i64 (unix ms, sign flipped) | str(mutation id) | str(statename) |
+//	+------+---------+--------------------------------+------------------+----------------+
+//
+// The value is empty, as in auditAddrKey.
+func auditIDKey(dst []byte, id string, at int64, mutation, state string) []byte {
+	dst = auditIDPrefix(dst, id)
+	return auditSuffix(dst, at, mutation, state)
+}
+
+// auditIDPrefix appends 0x1C | str(id).
+func auditIDPrefix(dst []byte, id string) []byte {
+	dst = append(dst, spaceAuditID)
+	return appendString(dst, id)
+}
+
+// auditNamespaceKey appends the key of an audit record's entry in the
+// index by the target's namespace.
+//
+//	+------+----------------+--------------------------------+------------------+----------------+
+//	| 0x1D | str(namespace) | at i64 (unix ms, sign flipped) | str(mutation id) | str(statename) |
+//	+------+----------------+--------------------------------+------------------+----------------+
+//
+// The value is empty, as in auditAddrKey.
+func auditNamespaceKey(dst []byte, namespace string, at int64, mutation, state string) []byte {
+	dst = auditNamespacePrefix(dst, namespace)
+	return auditSuffix(dst, at, mutation, state)
+}
+
+// auditNamespacePrefix appends 0x1D | str(namespace).
+func auditNamespacePrefix(dst []byte, namespace string) []byte {
+	dst = append(dst, spaceAuditNamespace)
+	return appendString(dst, namespace)
 }
 
 // formatKey renders a key for error messages and test output, decoding the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/statefun-go/statefun/internal/address"
@@ -487,26 +488,54 @@ func (db *DB) AuditOf(id string, at int64) ([]*protocol.AuditRecord, error) {
 }
 
 // AuditFilter selects audit records for ScanAuditFiltered. Empty strings
-// match anything.
+// match anything. Every filter must be served by an index (Check): a
+// filter the log would have to be read through to answer is refused.
 type AuditFilter struct {
 	// From (inclusive) and To (exclusive) bound the records' times, in Unix
 	// milliseconds. Use math.MinInt64 and math.MaxInt64 for no bound.
 	From, To int64
-	// Namespace, Type and ID select the target address. With all three
-	// set, the scan walks the index by address.
+	// Namespace, Type and ID select the target address: all three (the
+	// index by address), Namespace and Type (the index by type), ID (the
+	// index by id) or Namespace (the index by namespace).
 	Namespace, Type, ID string
-	// State selects the state name.
+	// State selects the state name, among the records another field
+	// selects.
 	State string
-	// Principal selects who made the mutation. Without a complete address,
-	// the scan walks the index by principal.
+	// Principal selects who made the mutation (the index by principal).
 	Principal string
-	// Mutation selects one mutation id.
+	// Mutation selects one mutation id (the index by mutation).
 	Mutation string
 	// Newest scans newest first: the log's order reversed (time, then
 	// mutation id, then state, each descending). An operator during an
 	// incident reads the latest changes first, without paging through the
 	// whole log to reach them.
 	Newest bool
+}
+
+// ErrAuditFilterUnindexed is wrapped by the error of AuditFilter.Check (and
+// ScanAuditFiltered) for a filter no index of the audit log serves.
+var ErrAuditFilterUnindexed = errors.New("store: no index of the audit log serves this filter")
+
+// Check reports whether an index serves f: it names a mutation, a
+// principal, an id, a namespace (with or without a type), or no field
+// beyond the time window. A state name, or a type without its namespace,
+// narrow what one of those selects, and are refused on their own:
+// answering them would read the whole log.
+func (f AuditFilter) Check() error {
+	switch {
+	case f.Mutation != "", f.Principal != "", f.ID != "", f.Namespace != "":
+		return nil
+	case f.State == "" && f.Type == "":
+		return nil
+	}
+	var named []string
+	for _, c := range [...]struct{ name, v string }{{"type", f.Type}, {"state", f.State}} {
+		if c.v != "" {
+			named = append(named, c.name)
+		}
+	}
+	return fmt.Errorf("%w: %s alone; add a mutation, a principal, an id or a namespace: the log is indexed by those, by address and type, and by time",
+		ErrAuditFilterUnindexed, strings.Join(named, " and "))
 }
 
 // iterOrder returns the positioning and stepping functions of it for a
@@ -533,27 +562,49 @@ func (f *AuditFilter) match(r *protocol.AuditRecord) bool {
 }
 
 // ScanAuditFiltered calls fn with the audit records that pass f, oldest
-// first (newest first with f.Newest), until fn returns false — what ScanAudit and a filter would give,
-// without reading every record: a filter naming a whole address (namespace,
-// type and id) walks the index by address, one naming a principal the index
-// by principal, and only the rest scan the time range.
+// first (newest first with f.Newest), until fn returns false — what
+// ScanAudit and a filter would give, reading only the records an index
+// selects: by mutation, by whole address, by principal, by function type,
+// by id or by namespace, in that order of preference, or, with no field
+// beyond the time window, the window itself. A filter no index serves is refused with an
+// error wrapping ErrAuditFilterUnindexed (AuditFilter.Check).
 func (db *DB) ScanAuditFiltered(f AuditFilter, fn func(r *protocol.AuditRecord) bool) error {
+	_, err := db.scanAuditFiltered(f, fn)
+	return err
+}
+
+// scanAuditFiltered is ScanAuditFiltered, returning how many records it
+// read (its tests check that an index was used).
+func (db *DB) scanAuditFiltered(f AuditFilter, fn func(r *protocol.AuditRecord) bool) (read int, err error) {
+	if err := f.Check(); err != nil {
+		return 0, err
+	}
 	var prefix []byte
 	switch {
+	case f.Mutation != "":
+		prefix = auditMutationPrefix(nil, f.Mutation)
 	case f.Namespace != "" && f.Type != "" && f.ID != "":
 		prefix = auditAddrPrefix(nil, address.Address{Type: address.TypeName{Namespace: f.Namespace, Name: f.Type}, ID: f.ID})
 	case f.Principal != "":
 		prefix = auditWhoPrefix(nil, f.Principal)
+	case f.Namespace != "" && f.Type != "":
+		prefix = auditTypePrefix(nil, address.TypeName{Namespace: f.Namespace, Name: f.Type})
+	case f.ID != "":
+		prefix = auditIDPrefix(nil, f.ID)
+	case f.Namespace != "":
+		prefix = auditNamespacePrefix(nil, f.Namespace)
 	default:
-		return db.scanAudit(f.From, f.To, f.Newest, func(r *protocol.AuditRecord) bool {
+		err := db.scanAudit(f.From, f.To, f.Newest, func(r *protocol.AuditRecord) bool {
+			read++
 			return !f.match(r) || fn(r)
 		})
+		return read, err
 	}
 	lower := binary.BigEndian.AppendUint64(bytes.Clone(prefix), flipSign(f.From))
 	upper := binary.BigEndian.AppendUint64(bytes.Clone(prefix), flipSign(f.To))
 	it, err := db.newIter(lower, upper)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	key := []byte{spaceAudit}
 	first, next := iterOrder(it, f.Newest)
@@ -561,20 +612,21 @@ func (db *DB) ScanAuditFiltered(f AuditFilter, fn func(r *protocol.AuditRecord) 
 		key = append(key[:1], it.Key()[len(prefix):]...)
 		val, ok, err := db.get(key)
 		if err != nil {
-			return finish(it, err)
+			return read, finish(it, err)
 		}
 		if !ok {
 			continue // removed by retention since the iterator opened
 		}
+		read++
 		r := new(protocol.AuditRecord)
 		if err := unmarshalValue(key, val, r); err != nil {
-			return finish(it, err)
+			return read, finish(it, err)
 		}
 		if f.match(r) && !fn(r) {
 			break
 		}
 	}
-	return closeIter(it)
+	return read, closeIter(it)
 }
 
 // StateStats are the figures of one function type's durable state that

@@ -518,11 +518,11 @@ func (db *DB) sweepEgress(now time.Time, age time.Duration, limit int) (left, de
 	return total - d.n, d.n, nil
 }
 
-// indexAudit builds the audit index entries of a store written before the
-// index existed, in batches, then marks the store indexed. A store created
-// by this build is marked at once.
+// indexAudit builds the audit index entries of a store written before
+// the indexes existed (or before some of them did), in batches, then marks
+// the store indexed. A store created by this build is marked at once.
 func (db *DB) indexAudit() error {
-	if _, ok, err := db.metaU32(metaAuditIndexed); err != nil || ok {
+	if _, ok, err := db.metaU32(metaAuditIndexed2); err != nil || ok {
 		return err
 	}
 	it, err := db.newIter([]byte{spaceAudit}, []byte{spaceAudit + 1})
@@ -548,6 +548,7 @@ func (db *DB) indexAudit() error {
 		return err
 	}
 	b.set(metaKey(nil, metaAuditIndexed), appendU32(nil, 1))
+	b.set(metaKey(nil, metaAuditIndexed2), appendU32(nil, 1))
 	if err := b.Commit(true); err != nil {
 		return fmt.Errorf("store: index the audit log: %w", err)
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -276,7 +277,16 @@ func TestScanAuditFilteredMatchesScan(t *testing.T) {
 		{From: min, To: mid, Principal: "who2"},
 		{From: min, To: max, Principal: "who1", ID: "id2"},
 		{From: min, To: max, Namespace: "ns", Type: "fn", ID: "nobody"},
-		{From: min, To: max, Namespace: "ns", State: "s0"},
+		{From: min, To: max, Namespace: "ns", Type: "fn", State: "s0"},
+		{From: mid, To: max, Namespace: "ns", Type: "fn"},
+		{From: min, To: max, Mutation: mutationID(t0.Add(7*time.Second), 7)},
+		{From: min, To: max, Mutation: mutationID(t0.Add(7*time.Second), 7), State: "s0"},
+		{From: min, To: max, Mutation: "nobody"},
+		{From: mid, To: max},
+		{From: min, To: max, ID: "id2"},
+		{From: min, To: max, ID: "id2", State: "s1"},
+		{From: mid, To: max, Namespace: "ns"},
+		{From: min, To: max, Namespace: "other"},
 	} {
 		var got []string
 		if err := db.ScanAuditFiltered(f, func(r *protocol.AuditRecord) bool {
@@ -285,8 +295,19 @@ func TestScanAuditFilteredMatchesScan(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if want := all(f); !slices.Equal(got, want) {
+		want := all(f)
+		if !slices.Equal(got, want) {
 			t.Errorf("%+v:\n got %v\nwant %v", f, got, want)
+		}
+		// Through an index, the records read are the ones the index
+		// selects, not the log: at most the matches and those the extra
+		// fields (state, id) leave out.
+		read, err := db.scanAuditFiltered(f, func(*protocol.AuditRecord) bool { return true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bound := indexedBound(f, len(want)); read > bound {
+			t.Errorf("%+v: read %d records to find %d; want at most %d", f, read, len(want), bound)
 		}
 		// Newest first: the same records, the other way round.
 		f.Newest = true
@@ -307,6 +328,37 @@ func TestScanAuditFilteredMatchesScan(t *testing.T) {
 	if n != 3 {
 		t.Errorf("the scan went on after fn returned false: %d calls", n)
 	}
+	// What no index serves is refused, naming what to add.
+	for _, f := range []AuditFilter{
+		{From: min, To: max, State: "s0"},
+		{From: min, To: max, Type: "fn"},
+		{From: min, To: max, Type: "fn", State: "s1"},
+	} {
+		err := db.ScanAuditFiltered(f, func(*protocol.AuditRecord) bool { return true })
+		if !errors.Is(err, ErrAuditFilterUnindexed) || !strings.Contains(err.Error(), "add a mutation, a principal, an id or a namespace") {
+			t.Errorf("%+v: %v; want ErrAuditFilterUnindexed saying what to add", f, err)
+		}
+	}
+}
+
+// indexedBound is how many records a scan through an index may read for a
+// filter with want matches in TestScanAuditFilteredMatchesScan's log (300
+// records, ids n%5, principals n%4, states n%2): the index's selection
+// before the extra fields narrow it.
+func indexedBound(f AuditFilter, want int) int {
+	switch {
+	case f.Mutation != "":
+		return want + 1 // one mutation: one record here, whatever its state
+	case f.ID != "" && f.State != "":
+		return 2 * want
+	case f.Principal != "" && f.ID != "":
+		return 5 * want
+	case f.Namespace != "" && f.State != "":
+		return 2 * want
+	case f.ID != "" && f.State != "":
+		return 2 * want
+	}
+	return want // the index (or the window) selects exactly the matches
 }
 
 // TestOpenIndexesAnOlderAuditLog: a store whose audit records were written
@@ -324,6 +376,7 @@ func TestOpenIndexesAnOlderAuditLog(t *testing.T) {
 			b.setProto(b.key, r) // as an older build wrote it: no index
 		}
 		b.pb.Delete(metaKey(nil, metaAuditIndexed), nil)
+		b.pb.Delete(metaKey(nil, metaAuditIndexed2), nil)
 	})
 	_ = db.Close()
 	db, err = Open("db", Options{FS: fs, Logger: quietLogger{}, SweepInterval: -1})
@@ -331,10 +384,18 @@ func TestOpenIndexesAnOlderAuditLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	for _, f := range []AuditFilter{{Principal: "who"}, {Namespace: "ns", Type: "fn"}, {Namespace: "ns", Type: "fn", ID: "a"}, {ID: "a"}, {Namespace: "ns"}} {
+		f.From, f.To = math.MinInt64, math.MaxInt64
+		n := 0
+		_ = db.ScanAuditFiltered(f, func(*protocol.AuditRecord) bool { n++; return true })
+		if n != 10 {
+			t.Fatalf("%+v: the index finds %d of 10 older records", f, n)
+		}
+	}
 	n := 0
-	_ = db.ScanAuditFiltered(AuditFilter{From: math.MinInt64, To: math.MaxInt64, Principal: "who"}, func(*protocol.AuditRecord) bool { n++; return true })
-	if n != 10 {
-		t.Fatalf("the index finds %d of 10 older records", n)
+	_ = db.ScanAuditFiltered(AuditFilter{From: math.MinInt64, To: math.MaxInt64, Mutation: mutationID(t0.Add(3*time.Second), 3)}, func(*protocol.AuditRecord) bool { n++; return true })
+	if n != 1 {
+		t.Fatalf("the index by mutation finds %d records of m3, want 1", n)
 	}
 }
 

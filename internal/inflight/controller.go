@@ -117,6 +117,17 @@ func (c *controller) observe(rate, lat float64, waited bool) {
 	}
 }
 
+// starved doubles the limit: calls waited through a whole window in which
+// none ended, so no window can judge the limit, and the floor would hold a
+// slow function to a few calls a latency. The doubled limit is the new
+// base; its throughput is measured once calls end, and the probes down
+// that follow keep it only as far as throughput needs.
+func (c *controller) starved() {
+	c.limit = min(c.max, max(c.limit+1, 2*c.limit))
+	c.base, c.baseRate, c.baseLat = c.limit, 0, 0
+	c.probing, c.nextDown, c.cooldown, c.settling = 0, true, 0, true
+}
+
 // real tells whether a probe up's gain in throughput is the limit's doing,
 // from the calls' time in flight: with the limit holding the calls back,
 // throughput is calls in flight over time in flight (Little's law), so

@@ -17,10 +17,25 @@
 // it only when the work done per second rose with it; it probes a lower
 // one, and keeps it when the work done per second did not fall.
 //
-// A probe is judged over a window (at least Options.Window and
-// Options.MinUnits units of work), and only while the limit is what holds
-// the calls back (a call waited for a slot during the window): when demand
-// is below the limit there is nothing to learn, and the limit stays.
+// A probe is judged over a window (at least Options.Window, and at least
+// Options.MinUnits units of work or a few calls' time in flight, whichever
+// comes first), and only while the limit is what holds the calls back (a
+// call waited for a slot during the window): when demand is below the
+// limit there is nothing to learn, and the limit stays.
+//
+// A slow function gives no evidence for a long time: at a limit of 4 and
+// 30 s a call, a window of 64 units would last eight minutes, and the climb
+// to the tens of calls such a function needs would take hours. So the
+// waiting calls are looked at in time too, once per Options.Window while
+// any wait: when they would take more than a window to drain at the limit
+// (no call ended during the whole window, or the waiting calls times the
+// calls' time in flight, over the limit, exceed a window), the limit
+// doubles (up to Max) without waiting for throughput to prove it — a call
+// that takes longer than a window cannot be judged by one. The doubling
+// stops as soon as the calls that end got slower with it (the function
+// queues them: more calls would only wait inside it), until nobody waits.
+// The windows then judge the limit as usual, and probes down take back
+// what the doubling gave and throughput did not need.
 package inflight
 
 import (
@@ -69,6 +84,19 @@ type Limiter struct {
 	calls  int           // calls ended in the window
 	spent  time.Duration // their time in flight
 	waited bool          // a call waited for a slot during the window
+
+	// ticking is set while a timer will look at the waiting calls
+	// (starved).
+	ticking bool
+	// starveLat is the mean time in flight of the calls that ended in the
+	// window before the last doubling by starved (0: none yet); noStarve
+	// is set once a doubling made calls slower (the function queues
+	// them), until nobody waits.
+	starveLat time.Duration
+	noStarve  bool
+	// climbing is set while starved's last look doubled the limit: the
+	// windows judge nothing meanwhile (starved owns the limit).
+	climbing bool
 }
 
 type waiter struct {
@@ -137,6 +165,7 @@ func (l *Limiter) Acquire(ctx context.Context) (done func(units int), err error)
 		return l.releaser(), nil
 	}
 	l.waited = true
+	l.tickLocked()
 	l.mu.Unlock()
 	select {
 	case <-w.ready:
@@ -185,6 +214,9 @@ func (l *Limiter) release(units int, took time.Duration) {
 // where the waves fall, not the rate. The settling window after a change
 // lasts two calls' time in flight.
 func (l *Limiter) judge() {
+	if l.climbing {
+		return
+	}
 	now := l.opts.Now()
 	elapsed := now.Sub(l.start)
 	if l.ctl.settling {
@@ -193,7 +225,11 @@ func (l *Limiter) judge() {
 		if elapsed < 2*l.latency {
 			return
 		}
-	} else if elapsed < l.opts.Window || elapsed < windowLatencies*l.latency || l.units < l.opts.MinUnits {
+	} else if elapsed < l.opts.Window || elapsed < windowLatencies*l.latency ||
+		l.units < l.opts.MinUnits && (l.latency == 0 || l.calls < 2*l.ctl.limit) {
+		// Too short, or too little evidence: MinUnits units, or, for a
+		// function too slow to give them soon, two waves of calls at the
+		// limit over a few calls' time in flight.
 		return
 	}
 	lat := 0.0
@@ -202,6 +238,58 @@ func (l *Limiter) judge() {
 	}
 	l.ctl.observe(float64(l.units)/elapsed.Seconds(), lat, l.waited)
 	l.start, l.units, l.calls, l.spent, l.waited = now, 0, 0, 0, l.head < len(l.waiters)
+}
+
+// tickLocked arranges for starved to run a window from now, unless it will
+// already: a call waits, and a slow function may end none for longer than
+// a window. Under mu.
+func (l *Limiter) tickLocked() {
+	if l.opts.Fixed || l.ticking {
+		return
+	}
+	l.ticking = true
+	time.AfterFunc(l.opts.Window, l.starved)
+}
+
+// starved doubles the limit when the calls waiting would take more than a
+// window to drain at it (see the package comment) — no call ended during a
+// whole window, or the waiting calls times their time in flight over the
+// limit exceed a window — as long as the calls that end do not get slower
+// for it: a function that queues the extra calls gains nothing from them.
+// It looks again a window later while calls still wait.
+func (l *Limiter) starved() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ticking = false
+	waiting := len(l.waiters) - l.head
+	if waiting == 0 {
+		// Nobody waits: nothing to learn, no reason to look again; the
+		// next wave of demand may double again.
+		l.starveLat, l.noStarve, l.climbing = 0, false, false
+		return
+	}
+	now := l.opts.Now()
+	l.climbing = false
+	if now.Sub(l.start) >= l.opts.Window && l.ctl.limit < l.ctl.max && !l.noStarve {
+		double := l.calls == 0
+		if l.calls > 0 {
+			lat := l.spent / time.Duration(l.calls)
+			switch {
+			case l.starveLat > 0 && lat > l.starveLat*3/2:
+				l.noStarve = true // the function queues what it is given
+			case time.Duration(waiting)*lat/time.Duration(l.ctl.limit) > l.opts.Window:
+				double = true
+				l.starveLat = lat
+			}
+		}
+		if double {
+			l.climbing = true
+			l.ctl.starved()
+			l.start, l.units, l.calls, l.spent, l.waited = now, 0, 0, 0, true
+			l.grant()
+		}
+	}
+	l.tickLocked()
 }
 
 // grant hands free slots to the oldest waiters. Under mu.

@@ -990,7 +990,7 @@ func hostileIdleKeepAlive(t *testing.T, e *hostileEnv) hostileAllowed {
 	before := metric(t, e.rt, `statefun_listener_connections_total{outcome="served_after_closing_idle"}`)
 	for i := range hostileMaxConns + 16 {
 		c := hostileConn(t, e.rt.ingress)
-		fmt.Fprintf(c, "GET /sdktest/features/idle-%d HTTP/1.1\r\nHost: x\r\n\r\n", i)
+		fmt.Fprintf(c, "GET /sdktest/features/idle-%d HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", i)
 		c.SetReadDeadline(time.Now().Add(20 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
@@ -1036,7 +1036,7 @@ func hostileSilentConns(t *testing.T, e *hostileEnv) hostileAllowed {
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		fmt.Fprintf(c, "PUT /sdktest/features/silent-extra HTTP/1.1\r\nHost: x\r\nContent-Type: application/vnd.sdktest/Command\r\nContent-Length: 2\r\n\r\n{}")
+		fmt.Fprintf(c, "PUT /sdktest/features/silent-extra HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/vnd.sdktest/Command\r\nContent-Length: 2\r\n\r\n{}")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			return true

@@ -83,8 +83,15 @@ func (r *Router) Admitted(t address.TypeName) {
 }
 
 // Routable is Admit for the engine: whether a function's message to t, or
-// an operator's re-send to it, may be taken in.
-func (r *Router) Routable(t address.TypeName) error { return r.Admit(t) }
+// an operator's re-send to it, may be taken in. Its errors read as the
+// reason of a protocol violation ("target: <error>").
+func (r *Router) Routable(t address.TypeName) error {
+	err := r.Admit(t)
+	if errors.Is(err, ErrNoEndpoint) {
+		return fmt.Errorf("no endpoint serves function type %s", t)
+	}
+	return err
+}
 
 func (a *admitted) admit(ep *module.Endpoint, t address.TypeName, always bool) error {
 	if a.limit < 0 && !always {

@@ -487,7 +487,7 @@ type poolInvoker struct {
 }
 
 func (pi poolInvoker) invoke(p *part, inv partition.Invocation) {
-	pi.pool.Dispatch(inv, pi.e.callDone(p))
+	pi.pool.Dispatch(inv, pi.e.callDone(p), &p.heldBytes)
 }
 
 // callDone returns the completion of p's calls: metrics, then the result

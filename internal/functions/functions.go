@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/inflight"
@@ -180,10 +181,16 @@ func (r *Router) Call(ctx context.Context, t address.TypeName, req *protocol.ToF
 	}
 	done := 0 // the work the call did, which the adaptive limit maximizes
 	defer func() { release(done) }()
-	resp, err := ep.client.Invoke(ctx, mep.URL(t), req)
+	resp, err := r.invoke(ctx, ep, mep, t, req)
 	if err == nil {
 		done = len(req.GetInvocation().GetInvocations())
 	}
+	return resp, err
+}
+
+// invoke sends req to t's endpoint, holding one of its slots.
+func (r *Router) invoke(ctx context.Context, ep *endpoint, mep *module.Endpoint, t address.TypeName, req *protocol.ToFunction) (*protocol.FromFunction, error) {
+	resp, err := ep.client.Invoke(ctx, mep.URL(t), req)
 	if invoker.KindOf(err) == invoker.KindDecode {
 		// The function answered 2xx with a body that is not a
 		// FromFunction: it broke the protocol, as an invalid effect does.
@@ -191,6 +198,66 @@ func (r *Router) Call(ctx context.Context, t address.TypeName, req *protocol.ToF
 	}
 	return resp, err
 }
+
+// Start is Call without a goroutine waiting for the type's bulkhead: run
+// is given the call to make, once t has a slot — at once when one is free
+// (Start returns false), or later, in arrival order, from the goroutine of
+// the call that frees one (Start returns true: it queued). A backlog of
+// batches for a slow function then waits as data, not as goroutines, each
+// holding its request. run must not block: it hands call to a goroutine of
+// its own, which must call it once. A t that no endpoint serves gets
+// ErrNoEndpoint from call.
+func (r *Router) Start(t address.TypeName, req *protocol.ToFunction, run func(call func(ctx context.Context) (*protocol.FromFunction, error))) (queued bool) {
+	mep, ok := r.mod.EndpointFor(t)
+	if !ok {
+		run(func(context.Context) (*protocol.FromFunction, error) { return nil, noEndpointError{t} })
+		return false
+	}
+	ep := r.endpoints[mep]
+	b, err := ep.bulkheadOf(t)
+	if err != nil {
+		run(func(context.Context) (*protocol.FromFunction, error) { return nil, err })
+		return false
+	}
+	m := r.metrics
+	// The call may start, on another goroutine, before Go returns: the
+	// waiting gauge counts it only if Go queued it and it has not started.
+	var st waitState
+	queued = b.calls.Go(func(done func(units int)) {
+		if st.started() {
+			m.waiting(t, -1)
+		}
+		m.inFlight(t, 1)
+		m.limit(t, b.calls.Limit())
+		run(func(ctx context.Context) (*protocol.FromFunction, error) {
+			n := 0
+			defer func() {
+				m.inFlight(t, -1)
+				done(n)
+				ep.unref(t, b)
+			}()
+			resp, err := r.invoke(ctx, ep, mep, t, req)
+			if err == nil {
+				n = len(req.GetInvocation().GetInvocations())
+			}
+			return resp, err
+		})
+	})
+	if queued && st.queued() {
+		m.waiting(t, 1)
+	}
+	return queued
+}
+
+// waitState orders the two sides of a call that Go may start on another
+// goroutine before it returns.
+type waitState struct{ v atomic.Int32 } // 0 pending, 1 started, 2 counted as waiting
+
+// queued reports whether the call is still waiting, and counts it as such.
+func (w *waitState) queued() bool { return w.v.CompareAndSwap(0, 2) }
+
+// started reports whether the call was counted as waiting.
+func (w *waitState) started() bool { return w.v.Swap(1) == 2 }
 
 // minAdaptive is the floor of the adaptive limit: a few calls in flight
 // whatever the probes say, so that one slow call does not hold up a type.
@@ -200,19 +267,10 @@ const minAdaptive = 4
 // returns the function that gives it back, told the invocations the call
 // answered.
 func (e *endpoint) acquire(ctx context.Context, t address.TypeName, m *Metrics) (release func(done int), err error) {
-	e.mu.Lock()
-	b, ok := e.types[t]
-	if !ok {
-		calls, err := inflight.New(inflight.Options{Max: e.limit, Min: minAdaptive, Fixed: e.fixed})
-		if err != nil {
-			e.mu.Unlock()
-			return nil, fmt.Errorf("functions: %s: %w", t, err)
-		}
-		b = &bulkhead{calls: calls}
-		e.types[t] = b
+	b, err := e.bulkheadOf(t)
+	if err != nil {
+		return nil, err
 	}
-	b.refs++
-	e.mu.Unlock()
 
 	done, ok := b.calls.TryAcquire()
 	if !ok {
@@ -231,6 +289,24 @@ func (e *endpoint) acquire(ctx context.Context, t address.TypeName, m *Metrics) 
 		done(n)
 		e.unref(t, b)
 	}, nil
+}
+
+// bulkheadOf returns t's bulkhead, made on first use, with a reference
+// taken (unref gives it back).
+func (e *endpoint) bulkheadOf(t address.TypeName) (*bulkhead, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b, ok := e.types[t]
+	if !ok {
+		calls, err := inflight.New(inflight.Options{Max: e.limit, Min: minAdaptive, Fixed: e.fixed})
+		if err != nil {
+			return nil, fmt.Errorf("functions: %s: %w", t, err)
+		}
+		b = &bulkhead{calls: calls}
+		e.types[t] = b
+	}
+	b.refs++
+	return b, nil
 }
 
 // unref drops one reference to t's bulkhead and forgets the bulkhead when

@@ -100,9 +100,10 @@ type Limiter struct {
 }
 
 type waiter struct {
-	ready    chan struct{} // closed once the slot is the waiter's
-	granted  bool          // under mu
-	canceled bool          // under mu
+	ready    chan struct{} // closed once the slot is the waiter's (Acquire)
+	start    func(done func(units int)) // run with the slot (Go)
+	granted  bool                       // under mu
+	canceled bool                       // under mu
 }
 
 // New returns a Limiter.
@@ -159,14 +160,16 @@ func (l *Limiter) Acquire(ctx context.Context) (done func(units int), err error)
 	l.mu.Lock()
 	w := &waiter{ready: make(chan struct{})}
 	l.waiters = append(l.waiters, w)
-	l.grant() // the waiters ahead may all have left
+	run := l.grant() // the waiters ahead may all have left
 	if w.granted {
 		l.mu.Unlock()
+		l.startAll(run)
 		return l.releaser(), nil
 	}
 	l.waited = true
 	l.tickLocked()
 	l.mu.Unlock()
+	l.startAll(run)
 	select {
 	case <-w.ready:
 		return l.releaser(), nil
@@ -179,6 +182,35 @@ func (l *Limiter) Acquire(ctx context.Context) (done func(units int), err error)
 			l.release(0, 0)
 		}
 		return nil, context.Cause(ctx)
+	}
+}
+
+// Go runs start with a slot, as Acquire would give it, without a goroutine
+// waiting for one: at once, on the caller's goroutine, when a slot is free
+// and nobody waits (Go then returns false), or later, in arrival order, on
+// the goroutine whose call frees one (Go returns true: it queued). A
+// waiting call is only start, held as data: a backlog of calls waiting for
+// a slow function costs no goroutines. start must not block (it hands the
+// call to a goroutine of its own) and must see done called once.
+func (l *Limiter) Go(start func(done func(units int))) (queued bool) {
+	if done, ok := l.TryAcquire(); ok {
+		start(done)
+		return false
+	}
+	l.mu.Lock()
+	l.waiters = append(l.waiters, &waiter{start: start})
+	l.waited = true
+	l.tickLocked()
+	run := l.grant()
+	l.mu.Unlock()
+	l.startAll(run)
+	return true
+}
+
+// startAll runs the starts of waiters grant handed slots to, outside mu.
+func (l *Limiter) startAll(run []func(done func(units int))) {
+	for _, start := range run {
+		start(l.releaser())
 	}
 }
 
@@ -201,8 +233,9 @@ func (l *Limiter) release(units int, took time.Duration) {
 	if !l.opts.Fixed {
 		l.judge()
 	}
-	l.grant()
+	run := l.grant()
 	l.mu.Unlock()
+	l.startAll(run)
 }
 
 // judge ends the window once it is long enough, and lets the controller
@@ -258,6 +291,8 @@ func (l *Limiter) tickLocked() {
 // for it: a function that queues the extra calls gains nothing from them.
 // It looks again a window later while calls still wait.
 func (l *Limiter) starved() {
+	var run []func(done func(units int))
+	defer func() { l.startAll(run) }()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ticking = false
@@ -286,14 +321,15 @@ func (l *Limiter) starved() {
 			l.climbing = true
 			l.ctl.starved()
 			l.start, l.units, l.calls, l.spent, l.waited = now, 0, 0, 0, true
-			l.grant()
+			run = l.grant()
 		}
 	}
 	l.tickLocked()
 }
 
-// grant hands free slots to the oldest waiters. Under mu.
-func (l *Limiter) grant() {
+// grant hands free slots to the oldest waiters, and returns the starts of
+// the ones that called Go, to be run once mu is released. Under mu.
+func (l *Limiter) grant() (run []func(done func(units int))) {
 	for l.inFlight < l.ctl.limit && l.head < len(l.waiters) {
 		w := l.waiters[l.head]
 		l.waiters[l.head] = nil
@@ -303,6 +339,10 @@ func (l *Limiter) grant() {
 		}
 		w.granted = true
 		l.inFlight++
+		if w.start != nil {
+			run = append(run, w.start)
+			continue
+		}
 		close(w.ready)
 	}
 	if l.head == len(l.waiters) {
@@ -312,6 +352,7 @@ func (l *Limiter) grant() {
 		clear(l.waiters[n:])
 		l.waiters, l.head = l.waiters[:n], 0
 	}
+	return run
 }
 
 // windowLatencies is how many calls' time in flight a window spans at least.

@@ -47,8 +47,8 @@ func TestPoolReportsEveryCall(t *testing.T) {
 	done := func(inv partition.Invocation, resp *protocol.FromFunction, err error, took time.Duration) {
 		out <- outcome{inv, resp, err, took}
 	}
-	p.Dispatch(partition.Invocation{Addr: address.Address{Type: address.TypeName{Namespace: "n", Name: "good"}, ID: "1"}, Request: 1}, done)
-	p.Dispatch(partition.Invocation{Addr: address.Address{Type: address.TypeName{Namespace: "n", Name: "bad"}, ID: "2"}, Request: 2}, done)
+	p.Dispatch(partition.Invocation{Addr: address.Address{Type: address.TypeName{Namespace: "n", Name: "good"}, ID: "1"}, Request: 1}, done, nil)
+	p.Dispatch(partition.Invocation{Addr: address.Address{Type: address.TypeName{Namespace: "n", Name: "bad"}, ID: "2"}, Request: 2}, done, nil)
 	got := map[uint64]outcome{}
 	for range 2 {
 		o := <-out
@@ -76,7 +76,7 @@ func TestPoolAbandonsCallsAtShutdown(t *testing.T) {
 	reported := make(chan struct{}, 1)
 	p.Dispatch(partition.Invocation{Request: 1}, func(partition.Invocation, *protocol.FromFunction, error, time.Duration) {
 		reported <- struct{}{}
-	})
+	}, nil)
 	<-started
 	cancel()
 	// Call on this goroutine with the same (ended) context: it must not

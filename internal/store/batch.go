@@ -37,6 +37,9 @@ type Batch struct {
 	// touched lists the entries given a history record (history.go), for
 	// the retention sweep once the batch is committed.
 	touched []string
+	// added counts the records it adds to each space the retention bounds
+	// by count (pressure.go).
+	added [retainedSpaces]int32
 }
 
 // NewBatch returns an empty batch. Call Close when done with it, committed
@@ -152,6 +155,7 @@ func (b *Batch) PutMeta(p int, m PartitionMeta) {
 // PutEgress writes a record into the outbox (egress, route) at seq. egress is
 // the egress's typename as one string, "namespace/type".
 func (b *Batch) PutEgress(egress, route string, seq uint64, rec *protocol.EgressRecord) {
+	b.added[retainedEgress]++
 	if rec == nil {
 		panic("store: PutEgress with a nil record")
 	}
@@ -277,6 +281,8 @@ func (b *Batch) Commit(sync bool) error {
 	if len(b.touched) > 0 {
 		b.db.histTouched.add(b.touched)
 	}
+	b.db.wrote(&b.added)
+	b.added = [retainedSpaces]int32{}
 	return nil
 }
 
@@ -295,12 +301,14 @@ func (b *Batch) Close() {
 
 // PutReceipt writes a mutation's receipt, replacing an earlier one.
 func (b *Batch) PutReceipt(r *protocol.Receipt) {
+	b.added[retainedReceipts]++
 	b.setProto(receiptKey(b.key[:0], r.GetMutation()), r)
 }
 
 // PutAudit appends one record to the audit log, with its entries in the
 // indexes by target address and by principal.
 func (b *Batch) PutAudit(r *protocol.AuditRecord) {
+	b.added[retainedAudit]++
 	b.key = auditKey(b.key[:0], r.GetAt(), r.GetMutation(), r.GetState())
 	b.setProto(b.key, r)
 	b.putAuditIndex(r)

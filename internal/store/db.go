@@ -204,6 +204,10 @@ type DB struct {
 	// changelogSweep, when set, takes the retention deletions of keys a
 	// partition's changelog wrote (cluster mode; retention.go).
 	changelogSweep atomic.Pointer[ChangelogSweep]
+	// press counts the writes to the spaces the retention bounds since the
+	// last sweep, and kickAt is how many start one early (pressure.go).
+	press  pressure
+	kickAt [retainedSpaces]int64
 
 	id        string // the store's identity (identity.go)
 	preIDSeq  uint64 // the egress positions written before it had one
@@ -280,7 +284,8 @@ func Open(dir string, opts Options) (*DB, error) {
 		_ = fsCloser.Close()
 		return nil, fmt.Errorf("store: open %s: %w", dir, r.err)
 	}
-	db := &DB{pdb: r.pdb, dir: dir, health: h, fsCloser: fsCloser, opts: opts, stop: make(chan struct{})}
+	db := &DB{pdb: r.pdb, dir: dir, health: h, fsCloser: fsCloser, opts: opts, stop: make(chan struct{}),
+		press: pressure{kick: make(chan struct{}, 1)}, kickAt: opts.Retention.kickAt()}
 	if err := db.checkMeta(opts.Partitions); err != nil {
 		_ = db.pdb.Close()
 		_ = fsCloser.Close()

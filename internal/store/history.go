@@ -100,6 +100,7 @@ func historyHorizonKey(dst []byte, p int) []byte {
 // PutHistory writes the record of one change of state of a, made by commit
 // of a's partition, and its age index entry.
 func (b *Batch) PutHistory(a address.Address, state string, commit uint64, r *protocol.HistoryRecord) {
+	b.added[retainedHistory]++
 	b.key = historyKey(b.key[:0], a, state, commit)
 	b.setProto(b.key, r)
 	n := len(b.key)

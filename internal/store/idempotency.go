@@ -84,6 +84,7 @@ func decodeIdempotency(val []byte) (IdempotencyRecord, error) {
 // accepted, with its entry in the index by age. The engine puts it in the
 // batch that writes the request's message.
 func (b *Batch) PutIdempotency(scope, key string, r IdempotencyRecord) {
+	b.added[retainedIdempotency]++
 	b.key = idempotencyKey(b.key[:0], scope, key)
 	b.val = appendIdempotency(b.val[:0], r)
 	b.set(b.key, b.val)

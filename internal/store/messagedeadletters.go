@@ -32,6 +32,7 @@ func messageDeadLetterKey(dst []byte, id string) []byte {
 
 // PutMessageDeadLetter stores a skipped message.
 func (b *Batch) PutMessageDeadLetter(d *protocol.MessageDeadLetter) {
+	b.added[retainedMessageDeadLetters]++
 	b.key = messageDeadLetterKey(b.key[:0], d.GetId())
 	b.setProto(b.key, d)
 }

@@ -153,6 +153,9 @@ func (db *DB) sweepLoop(interval time.Duration) {
 		case <-db.stop:
 			return
 		case <-t.C:
+		case <-db.press.kick:
+			// A space took in a tenth of its limit since the last
+			// sweep (pressure.go).
 		}
 	}
 }
@@ -166,6 +169,7 @@ func (db *DB) sweepLoop(interval time.Duration) {
 func (db *DB) Sweep() (SweepStats, error) {
 	db.sweepMu.Lock()
 	defer db.sweepMu.Unlock()
+	db.swept()
 	var st SweepStats
 	if err := db.health.err(time.Now()); err != nil {
 		return st, nil // no deletions on a failing disk; try again later

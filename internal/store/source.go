@@ -233,6 +233,7 @@ func decodeDeadLetter(val []byte, d *DeadLetter, skipPayload bool) error {
 // PutDeadLetter stores a record an ingress could not deliver. The engine
 // puts it in the batch that writes the position past it.
 func (b *Batch) PutDeadLetter(d *DeadLetter) {
+	b.added[retainedDeadLetters]++
 	if d.Partition < 0 || d.Offset < 0 {
 		panic(fmt.Sprintf("store: dead letter at partition %d offset %d", d.Partition, d.Offset))
 	}

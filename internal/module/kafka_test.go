@@ -402,3 +402,16 @@ spec:
 		t.Errorf("Kafka egresses %+v; want example/out", m.KafkaEgresses)
 	}
 }
+
+// The legacy format's bare `http`, written as a component document's kind,
+// loads as the v1 endpoint (docs/module.md says why it is taken).
+func TestBareHTTPKindInAComponentDocument(t *testing.T) {
+	m := mustParse(t, `kind: http
+spec:
+  functions: example/*
+  urlPathTemplate: http://functions:8000/{function.name}
+`)
+	if len(m.Endpoints) != 1 || m.Endpoints[0].Kind != KindHTTPEndpointV1 {
+		t.Errorf("endpoints %+v; want one of kind %s", m.Endpoints, KindHTTPEndpointV1)
+	}
+}

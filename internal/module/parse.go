@@ -267,10 +267,13 @@ func (p *parser) component(num int, root *yaml.Node) {
 
 // alternativeKinds are the other names StateFun 3.x's component binders
 // take for a kind in a component document: each v1 kind without its
-// version. (The bare `http` is a kind of the legacy format alone, where
-// legacyKinds converts it; in a component document StateFun refuses it,
-// as a kind must be a typename.)
+// version. The bare `http` is the legacy format's name for a v1 endpoint
+// (legacyKinds); StateFun refuses it in a component document (a kind there
+// must be a typename), but modules written by hand mix the two styles, and
+// taking it can break no module StateFun runs, so it is taken as the v1
+// endpoint here too (docs/module.md).
 var alternativeKinds = map[string]string{
+	"http":                        KindHTTPEndpointV1,
 	"io.statefun.endpoints/http":  KindHTTPEndpointV1,
 	"io.statefun.kafka/ingress":   KindKafkaIngress,
 	"io.statefun.kafka/egress":    KindKafkaEgress,

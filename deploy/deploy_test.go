@@ -10,7 +10,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/module"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 func TestComposeModule(t *testing.T) {

@@ -100,7 +100,7 @@ type Limiter struct {
 }
 
 type waiter struct {
-	ready    chan struct{} // closed once the slot is the waiter's (Acquire)
+	ready    chan struct{}              // closed once the slot is the waiter's (Acquire)
 	start    func(done func(units int)) // run with the slot (Go)
 	granted  bool                       // under mu
 	canceled bool                       // under mu

@@ -3,7 +3,7 @@ package module
 import (
 	"strings"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // The legacy format is StateFun's single-document module.yaml (format

@@ -64,8 +64,8 @@ func TestWaitingCallsAreDataNotGoroutines(t *testing.T) {
 	want := int64(0)
 	for i := range batches {
 		body := &protocol.ToFunction{Request: &protocol.ToFunction_Invocation_{Invocation: &protocol.ToFunction_InvocationBatchRequest{
-			Target: &protocol.Address{Namespace: counter.Namespace, Type: counter.Name, Id: fmt.Sprint("id", i)},
-			State:  []*protocol.ToFunction_PersistedValue{{StateName: "blob", StateValue: &protocol.TypedValue{Typename: "x/y", HasValue: true, Value: state}}},
+			Target:      &protocol.Address{Namespace: counter.Namespace, Type: counter.Name, Id: fmt.Sprint("id", i)},
+			State:       []*protocol.ToFunction_PersistedValue{{StateName: "blob", StateValue: &protocol.TypedValue{Typename: "x/y", HasValue: true, Value: state}}},
 			Invocations: []*protocol.ToFunction_Invocation{{Argument: &protocol.TypedValue{Typename: "io.statefun.types/string", HasValue: true, Value: []byte("x")}}},
 		}}}
 		if i >= 2 {

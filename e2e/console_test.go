@@ -168,7 +168,8 @@ func TestConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(kafka.Close)
-	module := saModule(saEndpoint{"console/*", url})
+	// gone/* is served by nobody: a function endpoint that is down.
+	module := saModule(saEndpoint{"console/*", url}, saEndpoint{"gone/*", fmt.Sprintf("http://127.0.0.1:%d/", freePort(t))})
 	rt := newRuntimeWith(t, func(in, out int) string {
 		return module(in, out) + fmt.Sprintf(`---
 kind: io.statefun.kafka.v1/ingress
@@ -236,6 +237,46 @@ spec:
 	t.Run("kafka ingress dead letters", env.testKafkaDeadLetters)
 	t.Run("read-only token", env.testReadOnly)
 	t.Run("phone width", env.testPhone)
+	t.Run("a function endpoint that is down", env.testEndpointDown)
+}
+
+// testEndpointDown: a message for gone/*, whose server nobody runs, makes
+// its endpoint down; every page then shows one banner naming it, read
+// from GET /endpoints.
+func (e *cnEnv) testEndpointDown(t *testing.T) {
+	if status, err := e.rt.send("/gone/fn/x", "console/Ping", "hello"); err != nil || status != 200 {
+		t.Fatalf("message to gone/fn: %d %v", status, err)
+	}
+	api := e.api.withT(t)
+	eventually(t, 30*time.Second, "gone/* down", func() bool {
+		var out struct {
+			Endpoints []struct {
+				Functions string
+				Up        bool
+			}
+		}
+		if err := json.Unmarshal(api.do(http.MethodGet, "/endpoints", "").body, &out); err != nil {
+			t.Fatal(err)
+		}
+		for _, ep := range out.Endpoints {
+			if ep.Functions == "gone/*" && !ep.Up {
+				return true
+			}
+		}
+		return false
+	})
+	ctx := e.tab(t)
+	e.signIn(t, ctx, cnOperatorToken, "operator")
+	e.goTo(t, ctx, "#/", `[data-endpoint="gone/*"]`)
+	text := evaluate[string](t, ctx, "the banner", `document.querySelector('[data-endpoint="gone/*"]').innerText`)
+	if !strings.Contains(text, "Function endpoint gone/* is down") || !strings.Contains(text, "could not connect") {
+		t.Errorf("the banner: %q", text)
+	}
+	if n := evaluate[int](t, ctx, "banners", `document.querySelectorAll('#banners .notice').length`); n != 1 {
+		t.Errorf("%d banners, want the one endpoint that is down", n)
+	}
+	e.shoot(t, ctx, "endpoint-down")
+	e.checkA11y(t, ctx, "endpoint-down")
 }
 
 // cnChromium finds the browser, or fails (skips only when asked to).

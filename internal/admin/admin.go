@@ -4,6 +4,7 @@
 package admin
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,11 +16,16 @@ import (
 // Health answers readiness: nil when the runtime serves, else why not.
 type Health func() error
 
+// Warnings lists what an operator should know while the runtime is ready
+// (a function endpoint that is down): /readyz stays 200 and adds them, one
+// per line. Nil means none.
+type Warnings func() []string
+
 // Handler returns the admin mux: /metrics (Prometheus), /healthz (the
 // process is up), /readyz (the runtime is restored and running), and the
 // console at /ui/ (docs/console.md), which calls the state API served
 // beside this mux.
-func Handler(g prometheus.Gatherer, ready Health) *http.ServeMux {
+func Handler(g prometheus.Gatherer, ready Health, warnings Warnings) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -31,6 +37,11 @@ func Handler(g prometheus.Gatherer, ready Health) *http.ServeMux {
 			return
 		}
 		w.Write([]byte("ready\n"))
+		if warnings != nil {
+			for _, line := range warnings() {
+				fmt.Fprintf(w, "warning: %s\n", line)
+			}
+		}
 	})
 	ui := console.Handler()
 	mux.Handle("/ui", ui)

@@ -240,7 +240,7 @@ func Start(cfg Config) (*App, error) {
 		}, func() float64 { return float64(lane.Woken()) }))
 	}
 	fns, err := functions.New(mod, functions.Options{MaxCallsPerType: cfg.MaxCallsPerType, FixedCalls: cfg.FixedCalls,
-		MaxWildcardTypes: cfg.MaxWildcardTypes, Metrics: functions.NewMetrics(reg)})
+		MaxWildcardTypes: cfg.MaxWildcardTypes, Metrics: functions.NewMetrics(reg), Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -394,6 +394,13 @@ func Start(cfg Config) (*App, error) {
 	// everything else goes to the admin mux.
 	apiOpts := cfg.API
 	apiOpts.Metrics = reg // GET /overview reads the engine's counters and gauges
+	apiOpts.Endpoints = func() []stateapi.EndpointStatus {
+		var out []stateapi.EndpointStatus
+		for _, e := range fns.Endpoints() {
+			out = append(out, stateapi.EndpointStatus(e))
+		}
+		return out
+	}
 	var (
 		sink ingress.Sink = eng
 		api  *stateapi.Server
@@ -423,7 +430,7 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	api = stateapi.New(eng, eng.Reads(), apiOpts)
-	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready)), cfg.TLSCert, cfg.TLSKey); err != nil {
+	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready, fns.Down)), cfg.TLSCert, cfg.TLSKey); err != nil {
 		a.Close()
 		return nil, err
 	}

@@ -137,6 +137,12 @@ func (e *Engine) logFailure(p int, f partition.Failure) {
 	if f.Attempt > 3 && !f.Violation {
 		level = e.log.Error
 	}
+	if d, ok := e.opts.Functions.(endpointHealth); ok && !f.Paused &&
+		invokererr.KindOf(f.Err) == invokererr.KindConnect && d.EndpointDown(f.Addr.Type) {
+		// Every address of a down endpoint fails so: the endpoint's
+		// state says it once (functions.Router).
+		level = e.log.Debug
+	}
 	if !f.Paused && invokererr.IsUnknownFunctionType(f.Err) {
 		// Every address of a type its function server does not know
 		// fails the same way, and keeps failing until the type is
@@ -185,4 +191,10 @@ func (u *unknownTypes) first(t address.TypeName) bool {
 	}
 	u.types[t] = struct{}{}
 	return true
+}
+
+// endpointHealth is a Functions that knows whether the endpoint serving a
+// type is down (functions.Router.EndpointDown).
+type endpointHealth interface {
+	EndpointDown(t address.TypeName) bool
 }

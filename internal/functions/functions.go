@@ -35,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -77,6 +78,9 @@ type Options struct {
 	// wildcard endpoint serves (see Admit). Zero means
 	// DefaultMaxWildcardTypes; negative means no bound.
 	MaxWildcardTypes int
+	// Logger receives an endpoint's changes of state (down, reachable
+	// again); nil logs nothing.
+	Logger *slog.Logger
 }
 
 // Router calls remote functions through the endpoint module.yaml binds to
@@ -87,6 +91,7 @@ type Router struct {
 	endpoints map[*module.Endpoint]*endpoint
 	metrics   *Metrics
 	types     admitted // the types wildcard endpoints serve so far
+	log       *slog.Logger
 }
 
 // endpoint is one module.yaml endpoint: its client and its bulkhead.
@@ -97,6 +102,8 @@ type endpoint struct {
 
 	mu    sync.Mutex
 	types map[address.TypeName]*bulkhead
+
+	health health // is its server reachable (health.go)
 }
 
 // bulkhead bounds the calls in flight of one function type: at most the
@@ -114,7 +121,7 @@ func New(mod *module.Module, opts Options) (*Router, error) {
 	if opts.MaxCallsPerType < 0 {
 		return nil, fmt.Errorf("functions: MaxCallsPerType %d is negative", opts.MaxCallsPerType)
 	}
-	r := &Router{mod: mod, endpoints: map[*module.Endpoint]*endpoint{}, metrics: opts.Metrics,
+	r := &Router{mod: mod, endpoints: map[*module.Endpoint]*endpoint{}, metrics: opts.Metrics, log: opts.Logger,
 		types: admitted{limit: opts.MaxWildcardTypes, names: map[*module.Endpoint]map[string]struct{}{}}}
 	if r.types.limit == 0 {
 		r.types.limit = DefaultMaxWildcardTypes
@@ -136,6 +143,9 @@ func New(mod *module.Module, opts Options) (*Router, error) {
 		}
 		r.endpoints[ep] = &endpoint{client: c, limit: LimitPerType(ep, opts.MaxCallsPerType), fixed: opts.FixedCalls,
 			types: map[address.TypeName]*bulkhead{}}
+		if opts.Metrics != nil {
+			opts.Metrics.endpointUp.WithLabelValues(ep.Functions.String()).Set(1)
+		}
 	}
 	return r, nil
 }
@@ -191,6 +201,7 @@ func (r *Router) Call(ctx context.Context, t address.TypeName, req *protocol.ToF
 // invoke sends req to t's endpoint, holding one of its slots.
 func (r *Router) invoke(ctx context.Context, ep *endpoint, mep *module.Endpoint, t address.TypeName, req *protocol.ToFunction) (*protocol.FromFunction, error) {
 	resp, err := ep.client.Invoke(ctx, mep.URL(t), req)
+	r.observe(mep, ep, err)
 	if invoker.KindOf(err) == invoker.KindDecode {
 		// The function answered 2xx with a body that is not a
 		// FromFunction: it broke the protocol, as an invalid effect does.

@@ -11,6 +11,7 @@ type Metrics struct {
 	waitingCalls  *prometheus.GaugeVec
 	inFlightCalls *prometheus.GaugeVec
 	callLimit     *prometheus.GaugeVec
+	endpointUp    *prometheus.GaugeVec
 }
 
 // NewMetrics creates the gauges and registers them with reg (nil: not
@@ -29,9 +30,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "statefun_function_calls_limit",
 			Help: "The calls in flight a function type may have now: its adaptive limit (docs/limits.md), at most its bulkhead, by function type.",
 		}, []string{"function"}),
+		endpointUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "statefun_function_endpoint_up",
+			Help: "1 while a module.yaml endpoint's function server answers, 0 once 3 calls in a row could not connect to it (until one gets an answer), by the functions it serves.",
+		}, []string{"endpoint"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.waitingCalls, m.inFlightCalls, m.callLimit)
+		reg.MustRegister(m.waitingCalls, m.inFlightCalls, m.callLimit, m.endpointUp)
 	}
 	return m
 }

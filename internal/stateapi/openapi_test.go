@@ -578,6 +578,8 @@ func TestOpenAPIOperations(t *testing.T) {
 		"whoami":                     {"GET", "/whoami", "", ""},
 		"headWhoami":                 {"HEAD", "/whoami", "", ""},
 		"getOverview":                {"GET", "/overview", "", ""},
+		"getEndpoints":               {"GET", "/endpoints", "", ""},
+		"headEndpoints":              {"HEAD", "/endpoints", "", ""},
 		"headGetOverview":            {"HEAD", "/overview", "", ""},
 	}
 	for _, op := range s.ops {

@@ -78,6 +78,10 @@ type Options struct {
 	// 503 of a request about a partition that node owns: no request is
 	// sent to a member this node does not trust.
 	Distrusted func(node string) string
+	// Endpoints reports the module's function endpoints and whether each
+	// is reachable, as this node's calls saw them (GET /endpoints). Nil:
+	// none listed.
+	Endpoints func() []EndpointStatus
 }
 
 // Server serves the state API routes on the admin listener.
@@ -136,6 +140,7 @@ var routes = []route{
 	{"/dead-letters/", (*Server).serveDeadLetters},
 	{"/whoami", (*Server).serveWhoami},
 	{"/overview", (*Server).serveOverview},
+	{"/endpoints", (*Server).serveEndpoints},
 }
 
 // Register mounts the API's routes on mux.

@@ -56,8 +56,24 @@ function gate(problem) {
   input.focus();
 }
 
+// endpointBanners shows a banner for each function endpoint whose server
+// is down (GET /endpoints), on every page: a server that is down is one
+// fact, not a failing row per address. It never holds the page up.
+async function endpointBanners() {
+  let eps;
+  try { eps = (await request('/endpoints')).data.endpoints; } catch { return; }
+  const down = eps.filter((e) => !e.up);
+  replace(document.getElementById('banners'), ...down.map((e) =>
+    h('div', {class: 'notice error', 'data-endpoint': e.functions},
+      h('div', {class: 'body'},
+        h('div', {class: 'title'}, `Function endpoint ${e.functions} is down`),
+        h('div', null, `${e.url} — ${e.failuresInARow} calls in a row could not connect${e.since ? ' since ' + new Date(e.since).toLocaleString() : ''}. Messages to its functions wait in their inboxes and are retried.`),
+        e.lastError ? h('div', {class: 'muted'}, h('code', null, e.lastError)) : null))));
+}
+
 // render shows the page the hash names.
 async function render() {
+  endpointBanners();
   for (const f of leaveHooks) f();
   leaveHooks = [];
   const gen = ++generation;

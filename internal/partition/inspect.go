@@ -111,6 +111,9 @@ type InboxMessage struct {
 	Caller *address.Address
 	// Size is the argument's value in bytes.
 	Size int
+	// Value is the argument's value: the core's own bytes, to be read and
+	// never changed (the state API shows a bounded prefix).
+	Value []byte
 	// ArrivedAt is when the core got it: its arrival, or the restart that
 	// replayed it.
 	ArrivedAt int64
@@ -221,7 +224,8 @@ func inboxMessage(q queued) InboxMessage {
 		return m
 	}
 	m.Typename = q.inv.GetArgument().GetTypename()
-	m.Size = len(q.inv.GetArgument().GetValue())
+	m.Value = q.inv.GetArgument().GetValue()
+	m.Size = len(m.Value)
 	if cl := q.inv.GetCaller(); cl != nil {
 		ca := toAddress(cl)
 		m.Caller = &ca

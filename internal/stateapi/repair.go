@@ -18,6 +18,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/partition"
+	"github.com/statefun-go/statefun/internal/types"
 )
 
 // This file is the repair loop's side of the API: what is failing, what
@@ -98,6 +99,40 @@ type messageJSON struct {
 	Caller    *addressJSON `json:"caller"`
 	Size      int          `json:"size"`
 	ArrivedAt time.Time    `json:"arrivedAt"`
+	// Value is the message's argument, typed like a state value; nil for
+	// an operator mutation.
+	Value *messageValueJSON `json:"value,omitempty"`
+}
+
+// MaxShownMessageBytes bounds the bytes of one message's value GET /inbox
+// shows: an inbox lists up to ?limit= messages, each up to what its
+// endpoint carries (megabytes), and an operator reading the batch that is
+// stuck needs its beginning, not a page of hundreds of megabytes.
+const MaxShownMessageBytes = 4096
+
+// messageValueJSON is a message's argument in GET /inbox: its value as JSON
+// when the typename is a built-in scalar or the bytes are JSON (as for a
+// state entry), its bytes as base64, both of at most MaxShownMessageBytes
+// (Truncated says the value is longer: its size is the message's).
+type messageValueJSON struct {
+	JSON      any    `json:"json,omitempty"`
+	Base64    string `json:"base64"`
+	Truncated bool   `json:"truncated"`
+}
+
+func messageValueOf(typename string, v []byte) *messageValueJSON {
+	out := &messageValueJSON{}
+	shown := v
+	if len(shown) > MaxShownMessageBytes {
+		shown, out.Truncated = shown[:MaxShownMessageBytes], true
+	}
+	out.Base64 = base64.StdEncoding.EncodeToString(shown)
+	if !out.Truncated {
+		if j, ok, err := types.JSONValue(typename, v); err == nil && ok {
+			out.JSON = j
+		}
+	}
+	return out
 }
 
 type inflightJSON struct {
@@ -163,6 +198,9 @@ func pauseOf(a address.Address, p *partition.Pause) *pauseJSON {
 func messageOf(m partition.InboxMessage) messageJSON {
 	out := messageJSON{Key: engine.FormatInboxKey(m.Key), Mutation: m.Mutation,
 		Typename: m.Typename, Size: m.Size, ArrivedAt: ms(m.ArrivedAt)}
+	if m.Mutation == "" {
+		out.Value = messageValueOf(m.Typename, m.Value)
+	}
 	if m.Caller != nil {
 		c := addressOf(*m.Caller)
 		out.Caller = &c

@@ -154,11 +154,19 @@ func (e *cnEnv) testEditMessage(t *testing.T) {
 	ctx := e.tab(t)
 	e.signIn(t, ctx, cnOperatorToken, "operator")
 	e.goTo(t, ctx, "#/browse/console/counter/"+id, `[data-status="paused"]`)
+	// The message that poisons the address shows its value where it waits.
+	waitText(t, ctx, ".msg-value", "poison")
 	click(t, ctx, inflightButton("Edit"))
 	run(t, ctx, "the message editor", chromedp.WaitVisible(chromedp.CSS("dialog[open] #msg-value")))
 	if tn := get(t, ctx, "the typename", chromedp.Value(chromedp.CSS("#msg-typename"))); tn != "console/Ping" {
 		t.Fatalf("the editor starts from typename %q", tn)
 	}
+	if v := get(t, ctx, "the value", chromedp.Value(chromedp.CSS("#msg-value"))); v != "poison" {
+		t.Fatalf("the editor starts from the value %q, want the message's", v)
+	}
+	// Typing shows the change as a diff, as an entry's edit does.
+	run(t, ctx, "a change", chromedp.SendKeys(chromedp.CSS("#msg-value"), " no more"))
+	waitText(t, ctx, "#msg-diff", "poison no more")
 	e.checkA11y(t, ctx, "message editor")
 	// A value that is not base64 is refused in the dialog.
 	run(t, ctx, "a bad base64 value",

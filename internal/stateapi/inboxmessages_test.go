@@ -120,6 +120,17 @@ func TestInboxActionsTakeMessagesKeys(t *testing.T) {
 	if !slices.Equal(keys, []string{"0/messages/40", "0/messages/41", "0/messages/42"}) {
 		t.Fatalf("GET /inbox lists the keys %q, want 0/messages/40..42", keys)
 	}
+	// Each message shows its value, typed as a state value would be.
+	var values []string
+	for _, m := range append(slices.Clone(in.Inflight.Messages), in.Queued.Messages...) {
+		if m.Value == nil || m.Value.Truncated {
+			t.Fatalf("message %s: value %+v", m.Key, m.Value)
+		}
+		values = append(values, string(m.Value.JSON))
+	}
+	if !slices.Equal(values, []string{`"poison"`, `"m1"`, `"m2"`}) {
+		t.Errorf("GET /inbox shows the values %q, want poison, m1, m2", values)
+	}
 	// A messages key that is not in the inbox: 404, nothing done.
 	if r := send(t, api, "POST", "/inbox/test/fn/x/skip", []byte(`{"key":"0/messages/999"}`)); r.StatusCode != 404 {
 		t.Fatalf("skip of an unknown messages key: %s %s", r.Status, r.body)
@@ -140,5 +151,29 @@ func TestInboxActionsTakeMessagesKeys(t *testing.T) {
 	waitFor(t, "m1 and the edited m2", func() bool { return len(fn.seen("x")) == 2 })
 	if got := fn.seen("x"); !slices.Equal(got, []string{"m1", "m2 edited"}) {
 		t.Fatalf("after the skip, the edit and the resume the function saw %v", got)
+	}
+}
+
+// A message's value in GET /inbox: JSON when it reads so, base64 always,
+// at most MaxShownMessageBytes of it (truncated then, and no JSON).
+func TestMessageValueShownBounded(t *testing.T) {
+	short, err := types.ParseText(types.String, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := messageValueOf(types.String, short); string(v.JSON) != `"hello"` || v.Truncated || v.Base64 != base64.StdEncoding.EncodeToString(short) {
+		t.Errorf("a short string: %+v", v)
+	}
+	if v := messageValueOf("example/Order", []byte(`{"id":7}`)); v.JSON == nil || v.Truncated {
+		t.Errorf("JSON bytes: %+v", v)
+	}
+	if v := messageValueOf("example/Blob", []byte{0xff, 0x00}); v.JSON != nil || v.Base64 != "/wA=" {
+		t.Errorf("bytes: %+v", v)
+	}
+	big := make([]byte, 3*MaxShownMessageBytes)
+	v := messageValueOf("example/Blob", big)
+	shown, err := base64.StdEncoding.DecodeString(v.Base64)
+	if err != nil || len(shown) != MaxShownMessageBytes || !v.Truncated || v.JSON != nil {
+		t.Errorf("a long value: %d bytes shown, truncated %v, json %v", len(shown), v.Truncated, v.JSON)
 	}
 }

@@ -115,9 +115,9 @@ const MaxShownMessageBytes = 4096
 // state entry), its bytes as base64, both of at most MaxShownMessageBytes
 // (Truncated says the value is longer: its size is the message's).
 type messageValueJSON struct {
-	JSON      any    `json:"json,omitempty"`
-	Base64    string `json:"base64"`
-	Truncated bool   `json:"truncated"`
+	JSON      json.RawMessage `json:"json,omitempty"`
+	Base64    string          `json:"base64"`
+	Truncated bool            `json:"truncated"`
 }
 
 func messageValueOf(typename string, v []byte) *messageValueJSON {

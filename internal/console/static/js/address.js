@@ -5,7 +5,7 @@
 import {h, replace, table, fmtTime, fmtBytes, ago, route, addrPath} from './dom.js';
 import {request, ApiError, reasonHeaders} from './api.js';
 import {errorBox, addressCrumbs, writeButton, confirmWrite, showReceipt, notify} from './ui.js';
-import {show, valueFromEnvelope} from './values.js';
+import {show, valueFromEnvelope, valueFromBytes, editText, showDiff, bytesView, b64ToBytes} from './values.js';
 
 const REFRESH_MS = 2500;
 
@@ -147,6 +147,7 @@ function messageRows(ctx, ns, type, id, msgs, opts) {
   return msgs.map((m, i) => ({attrs: {dataset: {key: m.key}}, cells: [
     h('code', null, m.key),
     m.mutation ? h('span', {class: 'badge info'}, 'operator mutation ' + m.mutation) : h('code', null, m.typename),
+    m.value ? messageValue(m) : h('span', {class: 'muted'}, '—'),
     m.caller ? m.caller.namespace + '/' + m.caller.type + '/' + m.caller.id : h('span', {class: 'muted'}, 'ingress'),
     {v: fmtBytes(m.size), cls: 'num hide-narrow'},
     [fmtTime(m.arrivedAt), h('div', {class: 'muted'}, ago(m.arrivedAt))],
@@ -170,21 +171,50 @@ function messageRows(ctx, ns, type, id, msgs, opts) {
   ]}));
 }
 
+// messageValue shows a message's value as an entry's is shown (the first
+// 4 KiB of it: GET /inbox bounds what it sends).
+function messageValue(m) {
+  const v = valueFromBytes(m.typename, m.value.base64);
+  const text = v.kind === 'bytes' ? utf8(m.value.base64) : null;
+  return h('div', {class: 'msg-value', dataset: {kind: v.kind}},
+    text != null ? bytesView({length: m.size, base64: m.value.base64, text}) : show(v, {compact: true}),
+    m.value.truncated ? h('div', {class: 'hint'}, `The first ${fmtBytes(4096)} of ${fmtBytes(m.size)}.`) : null);
+}
+
+// utf8 is the text of base64 bytes when they are UTF-8, else null.
+function utf8(base64) {
+  try { return new TextDecoder('utf-8', {fatal: true}).decode(b64ToBytes(base64)); } catch { return null; }
+}
+
 // editMessage replaces the typename and value of a message where it
-// waits (POST /inbox/…/edit). The API does not show a queued message's
-// value, so there is nothing to diff against; the value it replaces is
-// kept in the edit's audit record, which the receipt links to.
+// waits (POST /inbox/…/edit). The form starts from the message's value
+// (as GET /inbox shows it) and shows the change as a diff, as an entry's
+// edit does; the value it replaces is also kept in the edit's audit
+// record, which the receipt links to.
 async function editMessage(ctx, path, m, opts) {
+  const before = m.value && !m.value.truncated ? valueFromBytes(m.typename, m.value.base64) : null;
+  // JSON and other UTF-8 bytes are edited as their own text (JSON not
+  // pretty-printed: the message keeps the bytes the operator does not
+  // change); other bytes as base64.
+  const raw = before && (before.kind === 'json' || before.kind === 'bytes') ? utf8(m.value.base64) : null;
+  const asBytes = before && before.kind === 'bytes' && raw == null;
+  const beforeText = !before ? '' : raw != null ? raw : editText(before, 'base64');
   const typename = h('input', {id: 'msg-typename', name: 'typename', type: 'text', autocomplete: 'off', required: true, value: m.typename, 'aria-describedby': 'msg-typename-hint'});
-  const format = h('select', {id: 'msg-format', name: 'format'}, h('option', {value: 'text'}, 'text (UTF-8)'), h('option', {value: 'base64'}, 'base64 (any bytes)'));
+  const format = h('select', {id: 'msg-format', name: 'format'}, h('option', {value: 'text', selected: !asBytes}, 'text (UTF-8)'), h('option', {value: 'base64', selected: asBytes}, 'base64 (any bytes)'));
   const value = h('textarea', {id: 'msg-value', name: 'value', rows: 6, spellcheck: 'false', required: true});
+  value.value = beforeText;
+  const diff = h('div', {id: 'msg-diff', 'aria-live': 'polite'});
+  const redraw = () => replace(diff, before ? showDiff(beforeText, value.value) : null);
+  value.addEventListener('input', redraw);
+  redraw();
   const extra = h('div', null,
-    h('p', {class: 'muted'}, 'The runtime does not show a waiting message\'s value: the one this edit replaces is kept in its audit record. The message keeps its place' +
-      (opts.inflight ? ' in the failed batch, which a resume retries with it.' : ' in the queue.')),
+    h('p', {class: 'muted'}, (before ? 'The form starts from the message\'s value. ' : 'The message\'s value is longer than the console shows: type the whole new value. ') +
+      'The message keeps its place' + (opts.inflight ? ' in the failed batch, which a resume retries with it.' : ' in the queue.')),
     h('div', {class: 'field'}, h('label', {for: 'msg-typename'}, 'Typename'), typename,
       h('div', {class: 'hint', id: 'msg-typename-hint'}, `Now ${m.typename}; keep it to change only the value.`)),
     h('div', {class: 'field'}, h('label', {for: 'msg-format'}, 'Value as'), format),
-    h('div', {class: 'field'}, h('label', {for: 'msg-value'}, 'New value'), value));
+    h('div', {class: 'field'}, h('label', {for: 'msg-value'}, 'New value'), value),
+    diff);
   const ok = await confirmWrite({title: `Edit message ${m.key}?`, extra, confirmLabel: 'Edit message',
     validate: () => {
       if (!typename.value.trim()) return [typename, 'Give the message\'s typename (the current one to keep it).'];
@@ -201,7 +231,7 @@ async function editMessage(ctx, path, m, opts) {
 function renderInbox(box, ctx, ns, type, id, inbox) {
   const path = addrPath(ns, type, id);
   const f = inbox.inflight;
-  const msgHeaders = ['Key', 'Type', 'From', ['Size', 'num hide-narrow'], 'Arrived', ['', 'actions']];
+  const msgHeaders = ['Key', 'Type', 'Value', 'From', ['Size', 'num hide-narrow'], 'Arrived', ['', 'actions']];
   const delayedRows = inbox.delayed.map((d) => ({attrs: {dataset: {timer: d.timer}}, cells: [
     [fmtTime(d.dueAt), h('div', {class: 'muted'}, ago(d.dueAt))],
     d.sender ? d.sender.namespace + '/' + d.sender.type + '/' + d.sender.id : h('span', {class: 'muted'}, 'ingress'),

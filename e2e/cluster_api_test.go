@@ -12,6 +12,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -206,6 +208,55 @@ func TestClusterAPIEveryNode(t *testing.T) {
 		owned, err := sumMetric(nodes, "statefun_cluster_owned_partitions")
 		return err == nil && owned == 8
 	})
+
+	// GET /cluster, asked of any node, lists the three nodes, each having
+	// answered, their serving partitions the 8 in all, as the group's
+	// owners say; after traffic (below) each has committed.
+	clusterOf := func(n *clusterNode) clusterView {
+		resp, b, err := n.apiGet("/cluster")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /cluster on %s: %v %v %s", n.id, err, resp, b)
+		}
+		var v clusterView
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	waitFor(t, 30*time.Second, "GET /cluster lists the three nodes serving the 8 partitions", func() bool {
+		v := clusterOf(nodes[1])
+		serving := 0
+		for _, cn := range v.Nodes {
+			if !cn.Answered || !cn.Ready {
+				return false
+			}
+			serving += len(cn.Serving)
+			for _, p := range cn.Serving {
+				if v.Owners[strconv.Itoa(p)] != cn.Node {
+					return false
+				}
+			}
+		}
+		return len(v.Nodes) == 3 && serving == 8 && len(v.Owners) == 8 && len(v.Unowned) == 0 && v.Partitions == 8 && v.App == "api"
+	})
+
+	// The console's cluster page, on one node, shows the three.
+	console := &cnEnv{base: "http://" + nodes[0].admin + "/ui/", browser: cnBrowser(t, cnChromium(t)), axe: cnAxe(t),
+		shots: filepath.Join(os.TempDir(), "statefun-console-screenshots")}
+	if err := os.MkdirAll(console.shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tab := console.tab(t)
+	console.goTo(t, tab, "#/cluster", `tr[data-node="node-c"]`)
+	waitText(t, tab, "#nav-cluster", "Cluster")
+	if n := evaluate[int](t, tab, "node rows", `document.querySelectorAll('tr[data-node]').length`); n != 3 {
+		t.Errorf("the cluster page lists %d nodes, want 3", n)
+	}
+	if u := textOf(t, tab, "[data-unowned]"); u != "—" {
+		t.Errorf("the cluster page names unowned partitions %q", u)
+	}
+	console.shoot(t, tab, "cluster")
+	console.checkA11y(t, tab, "cluster")
 
 	// Traffic through every node's ingress.
 	const keys = 30
@@ -552,5 +603,21 @@ func TestClusterAPIEveryNode(t *testing.T) {
 		if !slices.Equal(ids, wantIDs) || missing != "" {
 			t.Errorf("ids listed on %s after the move: %v (missing %q)", n.id, ids, missing)
 		}
+	}
+}
+
+// clusterView is GET /cluster's answer, as the e2e tests read it.
+type clusterView struct {
+	App        string
+	Partitions int
+	Owners     map[string]string
+	Unowned    []int
+	Nodes      []struct {
+		Node       string
+		Answered   bool
+		Ready      bool
+		Serving    []int
+		Commits    int64
+		LastCommit *time.Time
 	}
 }

@@ -193,26 +193,7 @@ spec:
 	env := &cnEnv{rt: rt, fn: fn, api: saAPIOf(t, "http://"+rt.admin, saClient).as(cnOperatorToken),
 		base: "http://" + rt.admin + "/ui/", shots: shots, axe: axe, kafka: brokersOf(kafka)}
 
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1366, 900),
-	)
-	defer cancel()
-	browser, cancelBrowser := chromedp.NewContext(alloc)
-	defer cancelBrowser()
-	if err := chromedp.Do(browser); err != nil {
-		t.Fatalf("starting %s: %v", chromium, err)
-	}
-	env.browser = browser
+	env.browser = cnBrowser(t, chromium)
 
 	// The subtests run in order on one runtime and one browser (each in a
 	// tab of its own, signed in afresh). Each works on ids of its own,
@@ -876,4 +857,29 @@ func (e *cnEnv) testPhone(t *testing.T) {
 	}
 	e.shoot(t, ctx, "phone")
 	e.checkA11y(t, ctx, "phone")
+}
+
+// cnBrowser starts the headless Chromium the console tests drive, closed
+// when the test ends.
+func cnBrowser(t *testing.T, chromium string) context.Context {
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1366, 900),
+	)
+	t.Cleanup(cancel)
+	browser, cancelBrowser := chromedp.NewContext(alloc)
+	t.Cleanup(cancelBrowser)
+	if err := chromedp.Do(browser); err != nil {
+		t.Fatalf("starting %s: %v", chromium, err)
+	}
+	return browser
 }

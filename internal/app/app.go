@@ -394,6 +394,9 @@ func Start(cfg Config) (*App, error) {
 	// everything else goes to the admin mux.
 	apiOpts := cfg.API
 	apiOpts.Metrics = reg // GET /overview reads the engine's counters and gauges
+	if cn != nil {
+		apiOpts.ClusterView = func(ctx context.Context) stateapi.ClusterView { return clusterView(cn.View(ctx)) }
+	}
 	apiOpts.Endpoints = func() []stateapi.EndpointStatus {
 		var out []stateapi.EndpointStatus
 		for _, e := range fns.Endpoints() {

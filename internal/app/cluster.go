@@ -203,3 +203,27 @@ func newCommands(cfg Config, cn *node.Node, local func(ctx context.Context, id s
 	return command.New(command.Config{Produce: cn.Ingest, Owner: cn.Owner, Self: cfg.Cluster.NodeID,
 		Local: local, DecodeReceipt: stateapi.DecodeReceipt, Partitions: partitions, Budget: cfg.API.MaxWait, Logger: cfg.Logger, Auth: auth})
 }
+
+// clusterView is a node's view of the cluster as the state API shows it
+// (GET /cluster).
+func clusterView(v node.View) stateapi.ClusterView {
+	ints := func(ps []int32) []int {
+		out := make([]int, len(ps))
+		for i, p := range ps {
+			out[i] = int(p)
+		}
+		return out
+	}
+	s := v.Self
+	out := stateapi.ClusterView{App: v.App, Partitions: v.Partitions, GroupState: v.GroupState, GroupErr: v.GroupErr, Owners: v.Owners,
+		Self: stateapi.ClusterNode{Node: s.Node, AdminURL: s.AdminURL, Ready: s.Ready, NotReady: s.NotReady, Member: s.Member,
+			Generation: s.Generation, Serving: ints(s.Serving), Restoring: ints(s.Restoring), Lag: map[int]int64{},
+			LastCommit: s.LastCommit, Commits: s.Commits, Aborts: s.Aborts}}
+	for p, l := range s.Lag {
+		out.Self.Lag[int(p)] = l
+	}
+	for _, m := range v.Members {
+		out.Members = append(out.Members, stateapi.ClusterMember{Node: m.Node, AdminURL: m.AdminURL, StartedAt: m.StartedAt, Distrusted: m.Distrusted})
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package stateapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -478,7 +479,14 @@ func asAnyList(v any) []any {
 func TestOpenAPIOperations(t *testing.T) {
 	s := theSpec(t)
 	eng := startWithFunction(t, engineConfig{})
-	api := serve(t, eng, Options{})
+	// A view of a cluster of one node, so that GET /cluster answers as
+	// in cluster mode (its schema is checked against it).
+	api := serve(t, eng, Options{ClusterView: func(context.Context) ClusterView {
+		return ClusterView{App: "app", Partitions: 2, GroupState: "Stable", Owners: map[int]string{0: "a"},
+			Self: ClusterNode{Node: "a", AdminURL: "http://a:8070", Ready: true, Member: "a-1", Generation: 3,
+				Serving: []int{0}, Lag: map[int]int64{0: 5}, LastCommit: time.Now(), Commits: 7},
+			Members: []ClusterMember{{Node: "a", AdminURL: "http://a:8070", StartedAt: time.Now()}, {Node: "b", AdminURL: "http://b:8070", StartedAt: time.Now()}}}
+	}})
 
 	mustPut(t, api, "/state/test/fn/ops/i32", "text/plain", "42")
 	mustPut(t, api, "/state/test/fn/ops/str", "text/plain", "hello")
@@ -579,6 +587,8 @@ func TestOpenAPIOperations(t *testing.T) {
 		"headWhoami":                 {"HEAD", "/whoami", "", ""},
 		"getOverview":                {"GET", "/overview", "", ""},
 		"getEndpoints":               {"GET", "/endpoints", "", ""},
+		"getCluster":                 {"GET", "/cluster", "", ""},
+		"headCluster":                {"HEAD", "/cluster", "", ""},
 		"headEndpoints":              {"HEAD", "/endpoints", "", ""},
 		"headGetOverview":            {"HEAD", "/overview", "", ""},
 	}

@@ -82,6 +82,9 @@ type Options struct {
 	// is reachable, as this node's calls saw them (GET /endpoints). Nil:
 	// none listed.
 	Endpoints func() []EndpointStatus
+	// ClusterView, in cluster mode, says what this node knows of the
+	// cluster (GET /cluster). Nil in embedded mode: /cluster is a 404.
+	ClusterView func(ctx context.Context) ClusterView
 }
 
 // Server serves the state API routes on the admin listener.
@@ -141,6 +144,7 @@ var routes = []route{
 	{"/whoami", (*Server).serveWhoami},
 	{"/overview", (*Server).serveOverview},
 	{"/endpoints", (*Server).serveEndpoints},
+	{"/cluster", (*Server).serveCluster},
 }
 
 // Register mounts the API's routes on mux.

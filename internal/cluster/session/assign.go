@@ -151,6 +151,7 @@ func (s *Session) handleEvents(rctx context.Context) error {
 		}
 	}
 	s.m.full.Set(float64(len(s.cyc.Paused())))
+	s.publishParts()
 	return nil
 }
 

@@ -83,7 +83,9 @@ func (s *Session) poll(ctx context.Context, t *cycle.Txn) (pl polled, err error)
 			}
 			p := fp.Partition
 			last := fp.Records[len(fp.Records)-1].Offset
-			s.m.lag.WithLabelValues(label(p)).Set(float64(max(fp.LastStableOffset-(last+1), 0)))
+			lag := max(fp.LastStableOffset-(last+1), 0)
+			s.m.lag.WithLabelValues(label(p)).Set(float64(lag))
+			s.st.setLag(p, lag)
 			n += len(fp.Records)
 			aborting := !t.MayEncode()
 			if !t.Polled(p) {
@@ -277,7 +279,10 @@ func (s *Session) commit(ctx, rctx context.Context, t *cycle.Txn, reqs []Request
 		outcome = cycle.Committed
 	}
 	res := t.Finish(outcome, time.Now())
-	defer func() { s.m.full.Set(float64(len(s.cyc.Paused()))) }()
+	defer func() {
+		s.m.full.Set(float64(len(s.cyc.Paused())))
+		s.publishParts()
+	}()
 	if !res.Committed {
 		cause := errors.New(res.Reason.Explain())
 		for i, r := range reqs {
@@ -294,6 +299,7 @@ func (s *Session) commit(ctx, rctx context.Context, t *cycle.Txn, reqs []Request
 			}
 		}
 		s.m.aborts.WithLabelValues(string(res.Reason)).Inc()
+		s.st.aborted()
 		if res.Reason == cycle.Group {
 			// The other causes were logged where they arose.
 			s.log.Info("cluster: the transaction was not committed (a rebalance revoked partitions, or Kafka refused its offset commit or EndTxn); its work is redone", "partitions", res.Touched)
@@ -316,6 +322,7 @@ func (s *Session) commit(ctx, rctx context.Context, t *cycle.Txn, reqs []Request
 		s.cfg.Ingress.Committed(r, skipped[i])
 	}
 	s.m.commits.Inc()
+	s.st.committed(time.Now())
 	s.m.txnDur.Observe(time.Since(start).Seconds())
 	s.m.txnRecords.Observe(float64(pr.records))
 	s.m.txnBytes.Observe(float64(pr.bytes))

@@ -240,6 +240,11 @@ type Session struct {
 	restoreWG  sync.WaitGroup
 	txn        atomic.Pointer[producing] // the open transaction, while requests encode
 
+	// What Status reads (status.go).
+	st        status
+	partsMu   sync.Mutex
+	partsView map[int32]bool // assigned partitions: serving (true) or restoring
+
 	// testHookCommit, if set, runs on Run's goroutine after a cycle took
 	// its requests and before it begins the transaction, with the
 	// requests (tests stall a node there).

@@ -11,6 +11,7 @@ import {address} from './address.js';
 import {entry} from './entry.js';
 import {audit} from './audit.js';
 import {deadLetters, ingressDeadLetters} from './deadletters.js';
+import {cluster} from './cluster.js';
 
 const main = document.getElementById('main');
 let generation = 0; // bumps on every navigation; a page's timers check it
@@ -26,6 +27,9 @@ async function whoami() {
     session.canWrite ? null : h('span', {class: 'badge paused', id: 'read-only'}, 'read-only'),
     session.tokens ? h('button', {type: 'button', class: 'small', onclick: signOut}, 'Forget token') : null);
   document.getElementById('nav').hidden = false;
+  // The cluster's page exists in cluster mode only (GET /cluster is a 404
+  // in embedded mode).
+  request('/cluster', {method: 'HEAD'}).then(() => { document.getElementById('nav-cluster').hidden = false; }, () => {});
 }
 
 function signOut() {
@@ -89,7 +93,7 @@ async function render() {
   for (const a of document.querySelectorAll('#nav a')) {
     if (a.dataset.nav === section) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
   }
-  const titles = {overview: 'Overview', browse: 'Browse', audit: 'Audit log', 'dead-letters': 'Dead letters'};
+  const titles = {overview: 'Overview', browse: 'Browse', audit: 'Audit log', 'dead-letters': 'Dead letters', cluster: 'Cluster'};
   document.title = [segs.slice(1).join('/'), titles[section], 'statefun console'].filter(Boolean).join(' · ');
   try {
     switch (section) {
@@ -101,6 +105,7 @@ async function render() {
         else await types(main, ctx);
         break;
       case 'audit': await audit(main, ctx); break;
+      case 'cluster': await cluster(main, ctx); break;
       case 'dead-letters':
         if (segs.length === 3) await ingressDeadLetters(main, ctx, segs[1], segs[2]);
         else await deadLetters(main, ctx);

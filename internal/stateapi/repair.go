@@ -260,7 +260,7 @@ func (s *Server) serveFailing(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.authorize(w, r, ScopeRead); !ok {
 		return
 	}
-	if err := checkParams(r, "type", "after", "limit"); err != nil {
+	if err := checkParams(r, "type", "after", "limit", "group"); err != nil {
 		fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -268,6 +268,17 @@ func (s *Server) serveFailing(w http.ResponseWriter, r *http.Request) {
 	t, err := typeParam(q.Get("type"))
 	if err != nil {
 		fail(w, r, http.StatusBadRequest, err.Error())
+		return
+	}
+	switch g := q.Get("group"); {
+	case g == "error" && (q.Has("after") || q.Has("limit")):
+		fail(w, r, http.StatusBadRequest, "?group=error answers every group at once: it takes no ?after= or ?limit=")
+		return
+	case g == "error":
+		s.serveFailingGroups(w, r, t)
+		return
+	case q.Has("group"):
+		fail(w, r, http.StatusBadRequest, "?group= takes error (the failing addresses grouped by type and error)")
 		return
 	}
 	limit, err := limitParam(r, 100, MaxFailingLimit)

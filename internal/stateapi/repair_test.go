@@ -375,3 +375,50 @@ func TestRepairRoutesClosed(t *testing.T) {
 		}
 	}
 }
+
+// GET /failing?group=error: four addresses failing on the same bad value
+// are one group of four, with its sample of ids and the oldest failure;
+// the grouping takes the id and numbers out of the error.
+func TestFailingGroupedByError(t *testing.T) {
+	fn := &poisonFunction{}
+	eng := startPolicyEngine(t, fn.start(t), 3, prometheus.NewRegistry())
+	api := serve(t, eng, Options{})
+	ingestText(t, eng, "warmup", "w")
+	waitFor(t, "test/fn to register its states", func() bool { return len(eng.SpecsOf(fnType)) == len(fnSpecs) })
+	ids := []string{"g1", "g2", "g3", "g4"}
+	for _, id := range ids {
+		mustPut(t, api, "/state/test/fn/"+id+"/str", "text/plain", "poison", "Statefun-Reason", "bad import")
+		ingestText(t, eng, id, "m")
+	}
+	var page struct {
+		Groups []failingGroupJSON `json:"groups"`
+		Next   *string            `json:"next"`
+	}
+	waitFor(t, "four addresses failing", func() bool {
+		send(t, api, "GET", "/failing?group=error&type=test/fn", nil).json(t, &page)
+		return len(page.Groups) == 1 && page.Groups[0].Addresses == 4
+	})
+	g := page.Groups[0]
+	if g.Namespace != "test" || g.Type != "fn" || !slices.Equal(g.Sample, ids) || g.Since.IsZero() || g.Example == "" || page.Next != nil {
+		t.Errorf("the group: %+v", page)
+	}
+	for _, c := range []struct{ target, want string }{
+		{"/failing?group=error&limit=5", "takes no ?after= or ?limit="},
+		{"/failing?group=type", "?group= takes error"},
+	} {
+		if r := send(t, api, "GET", c.target, nil); r.StatusCode != 400 || !strings.Contains(string(r.body), c.want) {
+			t.Errorf("GET %s: %s %s", c.target, r.Status, r.body)
+		}
+	}
+}
+
+func TestErrorClass(t *testing.T) {
+	for _, c := range []struct{ err, id, want string }{
+		{`invoker: POST http://f:8000/statefun: function answered 500: "count is -5 for order-17"`, "order-17", `invoker: POST http://f:N/statefun: function answered N: "count is -N for <id>"`},
+		{"cannot connect: dial tcp 127.0.0.1:9: connection refused", "a", "cannot connect: dial tcp N.N.N.N:N: connection refused"},
+	} {
+		if got := errorClass(c.err, c.id); got != c.want {
+			t.Errorf("errorClass(%q, %q) = %q; want %q", c.err, c.id, got, c.want)
+		}
+	}
+}

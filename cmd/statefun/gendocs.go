@@ -115,7 +115,7 @@ command line.
 	}
 	collect(root)
 	for _, cmd := range all {
-		fmt.Fprintf(&b, "- [`%s`](#%s) — %s\n", cmd.CommandPath(), anchor(cmd.CommandPath()), cmd.Short)
+		fmt.Fprintf(&b, "- [`%s`](#%s) — %s\n", cmd.CommandPath(), anchor(cmd.CommandPath()), mdText(cmd.Short))
 	}
 	for _, cmd := range all {
 		writeCommandReference(&b, cmd)
@@ -134,7 +134,7 @@ func writeCommandReference(b *strings.Builder, cmd *cobra.Command) {
 		text = cmd.Short
 	}
 	if text != "" {
-		fmt.Fprintf(b, "%s\n\n", strings.TrimSpace(text))
+		fmt.Fprintf(b, "%s\n\n", mdText(strings.TrimSpace(text)))
 	}
 	b.WriteString("```\n")
 	for _, l := range synopsis(cmd) {
@@ -145,7 +145,7 @@ func writeCommandReference(b *strings.Builder, cmd *cobra.Command) {
 		b.WriteString("\nCommands:\n\n")
 		for _, sub := range cmd.Commands() {
 			if sub.IsAvailableCommand() {
-				fmt.Fprintf(b, "- [`%s`](#%s) — %s\n", sub.Name(), anchor(sub.CommandPath()), sub.Short)
+				fmt.Fprintf(b, "- [`%s`](#%s) — %s\n", sub.Name(), anchor(sub.CommandPath()), mdText(sub.Short))
 			}
 		}
 	}
@@ -159,7 +159,7 @@ func writeCommandReference(b *strings.Builder, cmd *cobra.Command) {
 		}
 	}
 	if foot := cmd.Annotations[footAnnotation]; foot != "" {
-		fmt.Fprintf(b, "\n%s\n", foot)
+		fmt.Fprintf(b, "\n%s\n", mdText(foot))
 	}
 }
 
@@ -196,12 +196,9 @@ func flagTable(flags []*pflag.Flag) string {
 		}
 		def := f.DefValue
 		switch {
-		case f.Value.Type() == "bool" && def == "false":
-			def = ""
 		case def == "" || def == "[]":
-			def = ""
-		case f.Value.Type() == "string" || f.Value.Type() == "format":
-			def = "`" + def + "`"
+		case f.Value.Type() == "duration":
+			def = "`" + shortDuration(def) + "`"
 		default:
 			def = "`" + def + "`"
 		}
@@ -212,5 +209,30 @@ func flagTable(flags []*pflag.Flag) string {
 
 // mdCell escapes s for a Markdown table cell.
 func mdCell(s string) string {
-	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(mdText(s))
+}
+
+// mdText escapes what Markdown would read as HTML or emphasis in prose;
+// lines indented as code are left as they are.
+func mdText(s string) string {
+	esc := strings.NewReplacer("<", "&lt;", ">", "&gt;", "*", `\*`)
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "\t") && !strings.HasPrefix(l, "    ") {
+			lines[i] = esc.Replace(l)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// shortDuration drops the zero minutes and seconds Go prints: 24h0m0s is
+// 24h, 1m0s is 1m.
+func shortDuration(s string) string {
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

@@ -44,7 +44,12 @@ given the --cluster-* settings, as one node of an application on Kafka
 (docs/cluster.md). The admin listener (--admin-addr) serves the state API,
 /metrics, /healthz, /readyz and the console.
 
-SIGINT or SIGTERM stops it cleanly; a second signal ends it at once.`,
+SIGINT or SIGTERM stops it cleanly; a second signal ends it at once.
+
+Besides the flags' variables: STATEFUN_CLUSTER_SECRET gives the cluster
+secret itself (it has no flag: a command line is visible to every user of the
+machine); GOGC, when set, replaces the collector setting of 400 run uses
+(docs/benchmarks.md).`,
 		Args: noArgs,
 	}
 	fs := cmd.Flags()

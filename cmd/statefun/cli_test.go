@@ -120,6 +120,14 @@ func TestVersionAndHelp(t *testing.T) {
 	if code := mainErr([]string{"completion", "bash"}, &out1, &errb); code != 0 || !strings.Contains(out1.String(), "statefun") {
 		t.Errorf("completion bash: exit %d, %q", code, errb.String())
 	}
+	out1.Reset()
+	if code := mainErr([]string{"__complete", "state", "get", "-o", ""}, &out1, &errb); code != 0 || !strings.Contains(out1.String(), "table\n") {
+		t.Errorf("completion of -o: exit %d, %q", code, out1.String())
+	}
+	out1.Reset()
+	if code := mainErr([]string{"__complete", "state", "res"}, &out1, &errb); code != 0 || !strings.Contains(out1.String(), "restore") || !strings.Contains(out1.String(), "resume") {
+		t.Errorf("completion of a command: exit %d, %q", code, out1.String())
+	}
 }
 
 // Bad usage is exit status 2 with a message naming the flag or argument,
@@ -231,6 +239,10 @@ func TestStateHumanOutput(t *testing.T) {
 	}
 	if r := rt.ok(t, "", "skipped", dls[0].ID); !regexpLine(r.stdout, `^SKIPPED\s+`+rfc3339+`$`) || !regexpLine(r.stdout, `^REASON\s+look$`) {
 		t.Errorf("skipped <id>:\n%s", r.stdout)
+	}
+	rt.ok(t, "", "put", "-q", "example/person", "with space", "visits", "1")
+	if r := rt.ok(t, "", "ls", "-o", "table", "example/person"); r.stdout != "ID\nh\nseed\n'with space'\n" {
+		t.Errorf("ls -o table of ids: %q", r.stdout)
 	}
 	if r := rt.ok(t, "", "get", "-o", "table", "example/person", "h", "visits"); !regexpLine(r.stdout, `^visits\s+io.statefun.types/int\s+\d+\s+-\s+2$`) {
 		t.Errorf("get -o table:\n%s", r.stdout)

@@ -40,6 +40,9 @@ type cli struct {
 	// terminal reports whether stdin or stdout is a terminal; tests replace
 	// it.
 	terminal func(f any) bool
+	// completing is set for a shell's completion request (cobra's hidden
+	// __complete command).
+	completing bool
 }
 
 func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {
@@ -48,6 +51,7 @@ func newCLI(stdin io.Reader, stdout, stderr io.Writer) *cli {
 
 // execute runs args (without the program name) and returns the exit code.
 func (c *cli) execute(args []string) int {
+	c.completing = len(args) > 0 && strings.HasPrefix(args[0], "__complete")
 	root := newRootCmd(c)
 	root.SetArgs(normalizeArgs(root, args))
 	cmd, err := root.ExecuteC()

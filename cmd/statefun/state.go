@@ -118,6 +118,18 @@ func (c *stateCLI) stateCommand(cmd *cobra.Command, run func(cmd *cobra.Command,
 	}
 	cmd.Annotations[positionalAnnotation] = "true"
 	cmd.Flags().SortFlags = false
+	// Arguments are types, ids and state names, never files.
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	if c.completing {
+		// cobra keeps flag completions in a map of its own for the life of
+		// the process: only a completion request, a process of its own,
+		// fills it.
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if ch, ok := f.Value.(*choiceValue); ok {
+				_ = cmd.RegisterFlagCompletionFunc(f.Name, cobra.FixedCompletions(ch.choices, cobra.ShellCompDirectiveNoFileComp))
+			}
+		})
+	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := applyEnv(c.flags, c.env); err != nil {
 			return err

@@ -267,7 +267,7 @@ one page is printed and, when there are more, the --after of the next page is
 printed on stderr. Listings of types and ids read the durable store.`,
 		Annotations: map[string]string{synopsisAnnotation: `ls [-o name|table|json]                                 function types
 ls [-o name|table|json] <namespace>                     the types of one namespace
-ls [--prefix P] [--after A] [--limit N] [-0] [-o name|json] <namespace>/<type>   ids holding state
+ls [--prefix P] [--after A] [--limit N] [-0] [-o name|table|json] <namespace>/<type>   ids holding state
 ls [-o table|name|json] <namespace>/<type> <id>         entries of an instance`},
 	}
 	var (
@@ -349,12 +349,17 @@ func (c *stateCLI) lsTypes(cl *stateclient.Client, ns, output string) error {
 }
 
 func (c *stateCLI) lsIDs(cl *stateclient.Client, t stateclient.TypeName, output, prefix, after string, limit int, nul bool) error {
-	end := "\n"
-	if nul {
-		end = "\x00"
-	}
-	if output == "table" {
-		return usagef("-o table: ids are listed one per line (-o name) or as JSON (-o json)")
+	// line is how one id is printed: as is (name), or shell-quoted under a
+	// head (table), so that an id with a space or a newline reads as one.
+	line := func(id string) string { return id + "\n" }
+	switch {
+	case nul && output == "table":
+		return usagef("-0 ends each id with a NUL byte: it applies to -o name, not -o table")
+	case nul:
+		line = func(id string) string { return id + "\x00" }
+	case output == "table":
+		line = func(id string) string { return shellQuote(id) + "\n" }
+		fmt.Fprintln(c.stdout, "ID")
 	}
 	page := &stateclient.IDPage{IDs: []string{}}
 	if limit > 0 {
@@ -372,7 +377,7 @@ func (c *stateCLI) lsIDs(cl *stateclient.Client, t stateclient.TypeName, output,
 				page.IDs = append(page.IDs, id)
 				continue
 			}
-			if _, err := io.WriteString(c.stdout, id+end); err != nil {
+			if _, err := io.WriteString(c.stdout, line(id)); err != nil {
 				return err
 			}
 		}
@@ -384,7 +389,7 @@ func (c *stateCLI) lsIDs(cl *stateclient.Client, t stateclient.TypeName, output,
 		return writeJSON(c.stdout, page)
 	}
 	for _, id := range page.IDs {
-		if _, err := io.WriteString(c.stdout, id+end); err != nil {
+		if _, err := io.WriteString(c.stdout, line(id)); err != nil {
 			return err
 		}
 	}

@@ -296,7 +296,7 @@ func TestBadCommandLine(t *testing.T) {
 				return []string{"run", "--module", "module.yaml", "--frob", "--data-dir", "data"}
 			},
 			code: 2,
-			want: []string{"flag provided but not defined: -frob", "Usage of statefun run:", "-data-dir string"},
+			want: []string{"statefun run: unknown flag: --frob", "Usage: statefun run", `"statefun run --help"`},
 		},
 		{
 			name: "stray argument",

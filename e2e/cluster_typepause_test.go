@@ -82,7 +82,7 @@ func typePause(t *testing.T, n *clusterNode, action, reason string, timeout time
 	for {
 		t.Logf("%s of kc/counter on %s: 503, partitions %v missing; sending it again as %s", action, n.id, pr.Missing, pr.Mutation)
 		time.Sleep(time.Second)
-		cmd := exec.Command(binary, "state", action, "--reason", reason, "--mutation-id", pr.Mutation, "kc/counter")
+		cmd := exec.Command(binary, "state", action, "-o", "json", "--reason", reason, "--mutation-id", pr.Mutation, "kc/counter")
 		cmd.Env = append(os.Environ(), "STATEFUN_SERVER=http://"+n.admin)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -231,7 +231,7 @@ func TestClusterPauseTypeEveryNode(t *testing.T) {
 	// The pause sent again with its id (a client that lost the answer),
 	// with the CLI's --mutation-id: its receipt, nothing paused again, no
 	// second audit record.
-	cmd := exec.Command(binary, "state", "pause", "--mutation-id", pause.Mutation, "kc/counter")
+	cmd := exec.Command(binary, "state", "pause", "-o", "json", "--mutation-id", pause.Mutation, "kc/counter")
 	cmd.Env = append(os.Environ(), "STATEFUN_SERVER=http://"+nodes[2].admin)
 	out, err := cmd.Output()
 	var again receipt

@@ -2,13 +2,13 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/cluster/trust"
@@ -18,7 +18,8 @@ import (
 // clusterFlags are the cluster settings of run (docs/cluster.md,
 // "Configuration"). Given any of them, run is in cluster mode.
 type clusterFlags struct {
-	fs                          *flag.FlagSet
+	fs                          *pflag.FlagSet
+	env                         envSource
 	brokers, appID, nodeID, adv *string
 	partitions, replication     *int
 	retention, commitInterval   *time.Duration
@@ -31,24 +32,39 @@ type clusterFlags struct {
 }
 
 // registerClusterFlags registers the cluster flags of run on fs, each with
-// its environment variable.
-func registerClusterFlags(fs *flag.FlagSet) *clusterFlags {
-	c := &clusterFlags{fs: fs}
-	c.brokers = fs.String("cluster-brokers", env("STATEFUN_CLUSTER_BROKERS", ""), "cluster mode: Kafka bootstrap brokers, host:port separated by commas (env STATEFUN_CLUSTER_BROKERS; docs/cluster.md)")
-	c.appID = fs.String("cluster-app-id", env("STATEFUN_CLUSTER_APP_ID", ""), "cluster mode: the application id every node of the application shares; names its Kafka topics and consumer group (env STATEFUN_CLUSTER_APP_ID)")
-	c.nodeID = fs.String("cluster-node-id", env("STATEFUN_CLUSTER_NODE_ID", ""), "cluster mode: this node's id, stable across restarts, unique among running nodes (env STATEFUN_CLUSTER_NODE_ID)")
-	c.adv = fs.String("cluster-advertise", env("STATEFUN_CLUSTER_ADVERTISE", ""), "cluster mode: the http(s) URL other nodes reach this node's admin listener at (env STATEFUN_CLUSTER_ADVERTISE)")
-	c.partitions = fs.Int("cluster-partitions", envInt("STATEFUN_CLUSTER_PARTITIONS", 0), "cluster mode: P of a new application; 0 adopts the application's, or 16 for a new one (env STATEFUN_CLUSTER_PARTITIONS)")
-	c.replication = fs.Int("cluster-replication", envInt("STATEFUN_CLUSTER_REPLICATION", 0), "cluster mode: replication factor of the internal topics this node creates; 0 means 3, or the number of brokers when fewer (env STATEFUN_CLUSTER_REPLICATION)")
-	c.retention = fs.Duration("cluster-messages-retention", envDuration("STATEFUN_CLUSTER_MESSAGES_RETENTION", clusterconfig.DefaultMessagesRetention), "cluster mode: retention of the messages topic when this node creates it; -1s keeps records forever (env STATEFUN_CLUSTER_MESSAGES_RETENTION)")
-	c.commitInterval = fs.Duration("cluster-commit-interval", envDuration("STATEFUN_CLUSTER_COMMIT_INTERVAL", clusterconfig.DefaultCommitInterval), "cluster mode: how often a node commits its Kafka transaction (env STATEFUN_CLUSTER_COMMIT_INTERVAL)")
-	c.leave = fs.Bool("cluster-leave-on-stop", envBool("STATEFUN_CLUSTER_LEAVE_ON_STOP", false), "cluster mode: a clean stop (SIGTERM) removes this node from the group at once, so its partitions move without waiting for the session timeout; for a node stopped for good (env STATEFUN_CLUSTER_LEAVE_ON_STOP)")
-	c.probeInterval = fs.Duration("cluster-peer-probe-interval", envDuration("STATEFUN_CLUSTER_PEER_PROBE_INTERVAL", clusterconfig.DefaultPeerProbeInterval), "cluster mode: how often this node probes the admin URL of each other node that owns partitions (env STATEFUN_CLUSTER_PEER_PROBE_INTERVAL)")
-	c.downAfter = fs.Duration("cluster-peer-down-after", envDuration("STATEFUN_CLUSTER_PEER_DOWN_AFTER", clusterconfig.DefaultPeerDownAfter), "cluster mode: how long another node may answer no probe, with no progress in Kafka, before this node removes it from the group so that its partitions move at once; a negative duration turns the probing off (env STATEFUN_CLUSTER_PEER_DOWN_AFTER)")
-	c.giveUpAfter = fs.Duration("cluster-give-up-after", envDuration("STATEFUN_CLUSTER_GIVE_UP_AFTER", clusterconfig.DefaultGiveUpAfter), "cluster mode: how long Kafka may refuse this node's commits, none committing, before it leaves the group and stops with an error; a negative duration never gives up (env STATEFUN_CLUSTER_GIVE_UP_AFTER)")
-	c.propsFile = fs.String("cluster-properties", env("STATEFUN_CLUSTER_PROPERTIES", ""), "cluster mode: a Kafka client properties file (key=value lines, as client.properties); --cluster-property overrides it (env STATEFUN_CLUSTER_PROPERTIES)")
-	c.secretFile = fs.String("cluster-secret-file", env("STATEFUN_CLUSTER_SECRET_FILE", ""), "cluster mode: a file holding the cluster secret every node shares (at least 32 characters); nodes trust only member records and requests authenticated with it. STATEFUN_CLUSTER_SECRET may give the secret itself instead. Required with --api-tokens (env STATEFUN_CLUSTER_SECRET_FILE; docs/cluster.md, \"Trust between nodes\")")
-	fs.Func("cluster-property", "cluster mode: one Kafka client property key=value, e.g. security.protocol=SASL_SSL; repeatable (docs/kafka.md, client properties)", func(v string) error {
+// its environment variable (applyEnv reads them from env; given and secret
+// read env too).
+func registerClusterFlags(fs *pflag.FlagSet, env envSource) *clusterFlags {
+	c := &clusterFlags{fs: fs, env: env}
+	c.brokers = fs.String("cluster-brokers", "", "cluster mode: Kafka bootstrap brokers, host:port separated by commas (docs/cluster.md)")
+	bindEnv(fs, "cluster-brokers", "STATEFUN_CLUSTER_BROKERS")
+	c.appID = fs.String("cluster-app-id", "", "cluster mode: the application id every node of the application shares; names its Kafka topics and consumer group")
+	bindEnv(fs, "cluster-app-id", "STATEFUN_CLUSTER_APP_ID")
+	c.nodeID = fs.String("cluster-node-id", "", "cluster mode: this node's id, stable across restarts, unique among running nodes")
+	bindEnv(fs, "cluster-node-id", "STATEFUN_CLUSTER_NODE_ID")
+	c.adv = fs.String("cluster-advertise", "", "cluster mode: the http(s) URL other nodes reach this node's admin listener at")
+	bindEnv(fs, "cluster-advertise", "STATEFUN_CLUSTER_ADVERTISE")
+	c.partitions = fs.Int("cluster-partitions", 0, "cluster mode: P of a new application; 0 adopts the application's, or 16 for a new one")
+	bindEnv(fs, "cluster-partitions", "STATEFUN_CLUSTER_PARTITIONS")
+	c.replication = fs.Int("cluster-replication", 0, "cluster mode: replication factor of the internal topics this node creates; 0 means 3, or the number of brokers when fewer")
+	bindEnv(fs, "cluster-replication", "STATEFUN_CLUSTER_REPLICATION")
+	c.retention = fs.Duration("cluster-messages-retention", clusterconfig.DefaultMessagesRetention, "cluster mode: retention of the messages topic when this node creates it; -1s keeps records forever")
+	bindEnv(fs, "cluster-messages-retention", "STATEFUN_CLUSTER_MESSAGES_RETENTION")
+	c.commitInterval = fs.Duration("cluster-commit-interval", clusterconfig.DefaultCommitInterval, "cluster mode: how often a node commits its Kafka transaction")
+	bindEnv(fs, "cluster-commit-interval", "STATEFUN_CLUSTER_COMMIT_INTERVAL")
+	c.leave = fs.Bool("cluster-leave-on-stop", false, "cluster mode: a clean stop (SIGTERM) removes this node from the group at once, so its partitions move without waiting for the session timeout; for a node stopped for good")
+	bindEnv(fs, "cluster-leave-on-stop", "STATEFUN_CLUSTER_LEAVE_ON_STOP")
+	c.probeInterval = fs.Duration("cluster-peer-probe-interval", clusterconfig.DefaultPeerProbeInterval, "cluster mode: how often this node probes the admin URL of each other node that owns partitions")
+	bindEnv(fs, "cluster-peer-probe-interval", "STATEFUN_CLUSTER_PEER_PROBE_INTERVAL")
+	c.downAfter = fs.Duration("cluster-peer-down-after", clusterconfig.DefaultPeerDownAfter, "cluster mode: how long another node may answer no probe, with no progress in Kafka, before this node removes it from the group so that its partitions move at once; a negative duration turns the probing off")
+	bindEnv(fs, "cluster-peer-down-after", "STATEFUN_CLUSTER_PEER_DOWN_AFTER")
+	c.giveUpAfter = fs.Duration("cluster-give-up-after", clusterconfig.DefaultGiveUpAfter, "cluster mode: how long Kafka may refuse this node's commits, none committing, before it leaves the group and stops with an error; a negative duration never gives up")
+	bindEnv(fs, "cluster-give-up-after", "STATEFUN_CLUSTER_GIVE_UP_AFTER")
+	c.propsFile = fs.String("cluster-properties", "", "cluster mode: a Kafka client properties file (key=value lines, as client.properties); --cluster-property overrides it")
+	bindEnv(fs, "cluster-properties", "STATEFUN_CLUSTER_PROPERTIES")
+	c.secretFile = fs.String("cluster-secret-file", "", "cluster mode: a file holding the cluster secret every node shares (at least 32 characters); nodes trust only member records and requests authenticated with it. STATEFUN_CLUSTER_SECRET may give the secret itself instead. Required with --api-tokens (docs/cluster.md, \"Trust between nodes\")")
+	bindEnv(fs, "cluster-secret-file", "STATEFUN_CLUSTER_SECRET_FILE")
+	fs.Func("cluster-property", "cluster mode: one Kafka client property `key=value`, e.g. security.protocol=SASL_SSL; repeatable (docs/kafka.md, client properties)", func(v string) error {
 		p, err := clusterconfig.ParsePropertyFlag(v)
 		if err != nil {
 			return errors.New(strings.TrimPrefix(err.Error(), "cluster: "+clusterconfig.PropertyFlag+" "))
@@ -66,12 +82,12 @@ func registerClusterFlags(fs *flag.FlagSet) *clusterFlags {
 // environment variable.
 func (c *clusterFlags) given() bool {
 	set := false
-	c.fs.Visit(func(f *flag.Flag) {
+	c.fs.Visit(func(f *pflag.Flag) {
 		if strings.HasPrefix(f.Name, "cluster-") {
 			set = true
 		}
 	})
-	for _, kv := range os.Environ() {
+	for _, kv := range c.env.environ() {
 		if strings.HasPrefix(kv, "STATEFUN_CLUSTER_") {
 			set = true
 		}
@@ -156,7 +172,7 @@ func (c *clusterFlags) config() (*clusterconfig.Config, error) {
 // given. The secret itself has no flag: a command line is visible to
 // every user of the machine (ps).
 func (c *clusterFlags) secret() ([]byte, error) {
-	v, inEnv := os.LookupEnv("STATEFUN_CLUSTER_SECRET")
+	v, inEnv := c.env.lookup("STATEFUN_CLUSTER_SECRET")
 	switch {
 	case *c.secretFile != "" && inEnv:
 		return nil, errors.New("--cluster-secret-file and STATEFUN_CLUSTER_SECRET are both given: give the cluster secret one way")
@@ -174,11 +190,4 @@ func (c *clusterFlags) secret() ([]byte, error) {
 		return s, nil
 	}
 	return nil, nil
-}
-
-// printErrors prints each line of err after prefix.
-func printErrors(w io.Writer, prefix string, err error) {
-	for _, line := range strings.Split(err.Error(), "\n") {
-		fmt.Fprintf(w, "%s%s\n", prefix, strings.TrimPrefix(line, "cluster: "))
-	}
 }

@@ -2,13 +2,14 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // testSecret is a cluster secret long enough.
@@ -65,7 +66,7 @@ func TestRunRefusesBadClusterSettings(t *testing.T) {
 		{"down after 0", with(clusterArgs, "--cluster-peer-down-after", "0s"), [2]string{}, []string{"statefun run: --cluster-peer-down-after 0: want a duration like 2s"}},
 		{"down after short", with(clusterArgs, "--cluster-peer-down-after", "100ms"), [2]string{}, []string{"statefun run: --cluster-peer-down-after: 100ms: want at least two probe intervals (1s)"}},
 		{"give up env", clusterArgs, [2]string{"STATEFUN_CLUSTER_GIVE_UP_AFTER", "0s"}, []string{"statefun run: --cluster-give-up-after 0: want a duration like 30s"}},
-		{"property form", with(clusterArgs, "--cluster-property", "acks"), [2]string{}, []string{`invalid value "acks" for flag -cluster-property: "acks": want key=value`}},
+		{"property form", with(clusterArgs, "--cluster-property", "acks"), [2]string{}, []string{`statefun run: invalid value "acks" for --cluster-property: "acks": want key=value`}},
 		{"property refused", with(clusterArgs, "--cluster-property", "acks=1"), [2]string{}, []string{`statefun run: --cluster-property: acks: cannot be set in cluster mode (got "1"): cluster mode writes with acks=all`}},
 		{"property twice", with(clusterArgs, "--cluster-property", "linger.ms=1", "--cluster-property", "linger.ms=2"), [2]string{}, []string{"statefun run: --cluster-property linger.ms: set twice"}},
 		{"properties file", with(clusterArgs, "--cluster-properties", file), [2]string{}, []string{"statefun run: " + file + ":2:1: sasl.mechanism: sasl.mechanism GSSAPI is not supported"}},
@@ -198,10 +199,13 @@ spec:
 func TestClusterFlagsToConfig(t *testing.T) {
 	parse := func(args ...string) *clusterFlags {
 		t.Helper()
-		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		c := registerClusterFlags(fs)
+		c := registerClusterFlags(fs, processEnv())
 		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if err := applyEnv(fs, processEnv()); err != nil {
 			t.Fatal(err)
 		}
 		return c

@@ -2,11 +2,12 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -53,10 +54,13 @@ func TestRunRefusesBadStoreFlags(t *testing.T) {
 func TestDeadLetterRetentionFlags(t *testing.T) {
 	parse := func(args ...string) *store.Retention {
 		t.Helper()
-		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		ret := retentionFlags(fs)
 		if err := fs.Parse(args); err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if err := applyEnv(fs, processEnv()); err != nil {
 			t.Fatalf("%q: %v", args, err)
 		}
 		if err := checkRetention(ret); err != nil {

@@ -1,16 +1,17 @@
 package main
 
 // `statefun state`: the command line of the state access API
-// (docs/state-api.md). This file holds the dispatch, the flags every
-// command shares, argument parsing and the mapping of errors to exit codes;
-// state_cmds.go the commands, state_edit.go `edit` and its diff.
+// (docs/state-api.md). This file holds the command group, the flags every
+// command shares, argument parsing and the wording of errors;
+// state_cmds.go the commands, state_edit.go `edit` and its diff,
+// output.go how results are printed.
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,152 +19,124 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/statefun-go/statefun/pkg/stateclient"
 )
 
-const stateUsage = `Usage: statefun state [global flags] <command> [flags] <args>
-
-Read, write and delete the state of a running statefun through its state
-access API (the admin listener of "statefun run"). A function instance is
+const stateLong = `Read, write, delete and repair the state of a running statefun through its
+state access API (the admin listener of "statefun run"). A function instance is
 two arguments, its type and its id, so an id may hold '/', spaces or any
 character: statefun state get example/person 'Bob/Smith' visits.
-Put an id that starts with '-' after "--".
+Put an id that starts with '-' after "--"; a negative number is an argument.
 
-Commands:
-  get     <ns>/<type> <id> <state>           print a value (-o text|raw|json)
-  put     <ns>/<type> <id> <state> <value>   set a value; <value> "-" reads stdin
-  delete  <ns>/<type> <id> <state>           drop one entry
-  delete  --all <ns>/<type> <id>             drop every entry of an instance
-  ls                                         function types
-  ls      <ns>                               the function types of a namespace
-  ls      <ns>/<type>                        ids holding state, one per line
-  ls      <ns>/<type> <id>                   the entries of an instance
-  edit    <ns>/<type> <id> <state>           edit the JSON envelope in $EDITOR,
-                                             write it back with If-Match
-  revert  <mutation-id>                      undo a mutation
-  history <ns>/<type> <id> <state>           every committed change of an entry, with its cause
-  restore --as-of C|--as-of-time T <ns>/<type> <id> [<state>]
-                                             set an instance (or entry) back to a point in time
-  receipt <mutation-id>                      a mutation's receipt (--wait 10s)
-  audit   [--namespace --type --id --state --principal --mutation --since --until --limit]
-                                             the audit log
-  dead-letters                               the dead letters of every Kafka ingress, counted
-  dead-letters [--topic --partition --reason --since --until --limit] <ns>/<name>
-                                             one ingress's dead letters (records it could not deliver)
-  failing [<ns>/<type>]                      addresses whose batch keeps failing
-  inbox   <ns>/<type> <id>                   what an address holds: failing batch, queue, timers
-  pause   [--reason --for --until] <ns>/<type> [<id>]
-                                             hold an address (no id: every address of the type)
-  resume  [--reason] <ns>/<type> [<id>]      release it: retry the failed batch, then the queue
-  pauses  [<ns>/<type>]                      the pauses in force
-  skip    [--key --reason] <ns>/<type> <id>  move a message (the head) to the message dead letters
-  edit-message [--key] --typename (--text | --file) <ns>/<type> <id>
-                                             replace a queued message's typename and value
-  cancel  (--key | --timer | --sender --cancellation-token) <ns>/<type> <id>
-                                             drop a queued or a delayed message (revertible)
-  delete-address [--reason] <ns>/<type> <id> drop a paused address's state, inbox and timers (revertible)
-  skipped [--type <ns>/<type>] [<id>]        the skipped messages (message dead letters)
-  resend  [--to <ns>/<type>/<id>] <id>       send a skipped message again
+Flags may come before or after the command and its arguments.`
 
-Global flags, before or after the command:
-  --server URL       the admin listener (env STATEFUN_SERVER; default http://127.0.0.1:8070)
-  --token TOKEN      bearer token (env STATEFUN_TOKEN)
-  --token-file FILE  read the bearer token from FILE (env STATEFUN_TOKEN_FILE)
-  --cacert FILE      trust the PEM certificates in FILE for https (env STATEFUN_CACERT)
-  --timeout D        time limit of each request (default 30s)
+const stateFoot = `Output: -o table (the default, for people) or -o json (stable, for scripts);
+get prints the value itself, ls one name per line. Times are RFC 3339 in UTC.
+Commands that delete or overwrite a whole instance (delete --all, restore,
+delete-address) ask for confirmation on a terminal; without one they need --yes.
 
 Exit status: 0 done, 1 failed (not found, condition failed, refused, no
-server...), 2 wrong usage. Run "statefun state <command> -h" for its flags.
-`
+server...), 2 wrong usage.`
 
-// stateCLI runs one `statefun state` command.
+// stateCLI runs the `statefun state` commands of one cli: the global flags
+// of the state client, bound by newStateCmd.
 type stateCLI struct {
-	stdin          io.Reader
-	stdout, stderr io.Writer
+	*cli
 
 	server, token, tokenFile, cacert string
 	timeout                          time.Duration
-
-	// terminal reports whether stdin or stdout is a terminal; tests replace
-	// it.
-	terminal func(f any) bool
+	// flags is the state command's persistent flag set, to tell a flag
+	// given from its environment variable.
+	flags *pflag.FlagSet
 }
 
-// usageError is wrong usage: exit code 2.
-type usageError struct{ msg string }
+// newStateCLI returns a stateCLI over the streams; its run runs one
+// command line of `statefun state`.
+func newStateCLI(stdin io.Reader, stdout, stderr io.Writer) *stateCLI {
+	return &stateCLI{cli: newCLI(stdin, stdout, stderr)}
+}
 
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
-
-// stateMain runs `statefun state <args>` and returns the exit code. It has
-// the shape of mainErr, plus stdin, so tests run it in-process.
+// stateMain runs `statefun state <args>` and returns the exit code.
 func stateMain(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return newStateCLI(stdin, stdout, stderr).run(args)
 }
 
-func newStateCLI(stdin io.Reader, stdout, stderr io.Writer) *stateCLI {
-	return &stateCLI{stdin: stdin, stdout: stdout, stderr: stderr, timeout: 30 * time.Second,
-		server:    env("STATEFUN_SERVER", "http://127.0.0.1:8070"),
-		token:     env("STATEFUN_TOKEN", ""),
-		tokenFile: env("STATEFUN_TOKEN_FILE", ""),
-		cacert:    env("STATEFUN_CACERT", ""),
-		terminal:  isTerminal,
-	}
-}
-
 // run runs `statefun state <args>` and returns the exit code.
 func (c *stateCLI) run(args []string) int {
-	stdout, stderr := c.stdout, c.stderr
-	fs := c.flagSet("statefun state", nil)
-	fs.Usage = func() { fmt.Fprint(stderr, stateUsage) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() == 0 {
-		fmt.Fprint(stderr, stateUsage)
-		return 2
-	}
-	name, rest := fs.Arg(0), fs.Args()[1:]
-	cmds := map[string]func([]string) error{
-		"get": c.get, "put": c.put, "delete": c.delete, "ls": c.ls,
-		"edit": c.edit, "revert": c.revert, "receipt": c.receipt, "audit": c.audit,
-		"dead-letters": c.deadLetters, "history": c.history, "restore": c.restore,
-		"failing": c.failing, "inbox": c.inbox, "pauses": c.pauses, "pause": c.pause, "resume": c.resume,
-		"skip": c.skip, "edit-message": c.editMessage, "cancel": c.cancel, "delete-address": c.deleteAddress,
-		"skipped": c.skipped, "resend": c.resend,
-	}
-	if name == "help" {
-		fmt.Fprint(stdout, stateUsage)
-		return 0
-	}
-	cmd, ok := cmds[name]
-	if !ok {
-		fmt.Fprintf(stderr, "statefun state: unknown command %q\n\n%s", name, stateUsage)
-		return 2
-	}
-	return c.exit("statefun state "+name, cmd(rest))
+	return c.cli.execute(append([]string{"state"}, args...))
 }
 
-// exit prints err and returns its exit code.
-func (c *stateCLI) exit(prog string, err error) int {
-	var ue usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errParse):
-		return 2 // the flag package printed it
-	case errors.As(err, &ue):
-		fmt.Fprintf(c.stderr, "%s: %s\nRun %q for usage.\n", prog, ue.msg, prog+" -h")
-		return 2
+// newStateCmd builds `statefun state` and its commands.
+func newStateCmd(cl *cli) *cobra.Command {
+	c := &stateCLI{cli: cl}
+	cmd := &cobra.Command{
+		Use:         "state <command> [flags] <args>",
+		Short:       "Read, write and repair a running application's state (the state API)",
+		Long:        stateLong,
+		Annotations: map[string]string{footAnnotation: stateFoot},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				writeHelp(c.stderr, cmd)
+				return exitError{2}
+			case args[0] == "help":
+				writeHelp(c.stderr, cmd)
+				return nil
+			}
+			return usagef("unknown command %q%s", args[0], suggest(cmd, args[0]))
+		},
 	}
-	fmt.Fprintf(c.stderr, "%s: %s\n", prog, describe(err))
-	return 1
+	fs := cmd.PersistentFlags()
+	fs.SortFlags = false
+	fs.StringVar(&c.server, "server", "http://127.0.0.1:8070", "the admin listener's URL")
+	bindEnv(fs, "server", "STATEFUN_SERVER")
+	fs.Var(secretValue{&c.token}, "token", "bearer token; --token-file keeps it off the command line")
+	bindEnv(fs, "token", "STATEFUN_TOKEN")
+	fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token from this file")
+	bindEnv(fs, "token-file", "STATEFUN_TOKEN_FILE")
+	fs.StringVar(&c.cacert, "cacert", "", "trust the PEM certificates in this file for https")
+	bindEnv(fs, "cacert", "STATEFUN_CACERT")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "time limit of each request; 0 for none")
+	c.flags = fs
+	cmd.AddCommand(
+		c.getCmd(), c.putCmd(), c.deleteCmd(), c.lsCmd(), c.editCmd(), c.revertCmd(), c.historyCmd(), c.restoreCmd(),
+		c.receiptCmd(), c.auditCmd(), c.deadLettersCmd(), c.failingCmd(), c.inboxCmd(), c.pauseCmd(), c.resumeCmd(),
+		c.pausesCmd(), c.skipCmd(), c.editMessageCmd(), c.cancelCmd(), c.deleteAddressCmd(), c.skippedCmd(), c.resendCmd(),
+	)
+	return cmd
+}
+
+// stateCommand returns a command of `statefun state`: its arguments may be
+// anything, among its flags (normalizeArgs), and its run reads the global
+// flags' environment variables first.
+func (c *stateCLI) stateCommand(cmd *cobra.Command, run func(cmd *cobra.Command, args []string) error) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[positionalAnnotation] = "true"
+	cmd.Flags().SortFlags = false
+	// Arguments are types, ids and state names, never files.
+	cmd.ValidArgsFunction = cobra.NoFileCompletions
+	if c.completing {
+		// cobra keeps flag completions in a map of its own for the life of
+		// the process: only a completion request, a process of its own,
+		// fills it.
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if ch, ok := f.Value.(*choiceValue); ok {
+				_ = cmd.RegisterFlagCompletionFunc(f.Name, cobra.FixedCompletions(ch.choices, cobra.ShellCompDirectiveNoFileComp))
+			}
+		})
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := applyEnv(c.flags, c.env); err != nil {
+			return err
+		}
+		return run(cmd, args)
+	}
+	return cmd
 }
 
 // hintError adds advice to an error's description.
@@ -210,88 +183,33 @@ func describe(err error) string {
 	return strings.TrimPrefix(err.Error(), "stateclient: ")
 }
 
-// errParse is a flag error the flag package has printed already.
-var errParse = errors.New("flag parse error")
-
-// flagSet returns a FlagSet with the global flags, bound to c so they may
-// come before or after the command name. synopsis, when set, is printed by
-// -h above the flags.
-func (c *stateCLI) flagSet(name string, synopsis []string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
-	fs.StringVar(&c.server, "server", c.server, "the admin listener's URL (env STATEFUN_SERVER)")
-	fs.Var(secretFlag{&c.token}, "token", "bearer token (env STATEFUN_TOKEN)")
-	fs.StringVar(&c.tokenFile, "token-file", c.tokenFile, "read the bearer token from this file (env STATEFUN_TOKEN_FILE)")
-	fs.StringVar(&c.cacert, "cacert", c.cacert, "trust the PEM certificates in this file for https (env STATEFUN_CACERT)")
-	fs.DurationVar(&c.timeout, "timeout", c.timeout, "time limit of each request; 0 for none")
-	if synopsis != nil {
-		fs.Usage = func() {
-			fmt.Fprintln(c.stderr, "Usage:")
-			for _, s := range synopsis {
-				fmt.Fprintln(c.stderr, "  "+s)
-			}
-			fmt.Fprintln(c.stderr, "\nFlags:")
-			fs.PrintDefaults()
-		}
+// bearerToken returns the token the global flags give: --token or
+// --token-file on the command line (not both), else STATEFUN_TOKEN_FILE,
+// else STATEFUN_TOKEN.
+func (c *stateCLI) bearerToken() (string, error) {
+	tokenSet, fileSet := c.flags.Changed("token"), c.flags.Changed("token-file")
+	if tokenSet && fileSet {
+		return "", usagef("give --token or --token-file, not both")
 	}
-	return fs
-}
-
-// secretFlag is a string flag whose value -h does not print.
-type secretFlag struct{ p *string }
-
-func (s secretFlag) String() string     { return "" }
-func (s secretFlag) Set(v string) error { *s.p = v; return nil }
-
-// parse parses args with flags anywhere among the positional arguments
-// (until "--", after which every argument is positional) and returns the
-// positional ones. An argument that looks like a negative number ("-5",
-// "-0.5") is positional, so `put ... count -5` works.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
-			}
-			return nil, errParse
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		// Take positional arguments up to the next flag.
-		i := 0
-		for i < len(rest) && (!strings.HasPrefix(rest[i], "-") || rest[i] == "-" || isNegativeNumber(rest[i])) {
-			i++
-		}
-		pos = append(pos, rest[:i]...)
-		args = rest[i:]
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
+	file := c.tokenFile
+	if tokenSet {
+		file = ""
 	}
-}
-
-func isNegativeNumber(s string) bool {
-	return len(s) >= 2 && s[0] == '-' && (s[1] >= '0' && s[1] <= '9' || s[1] == '.' && len(s) > 2 && s[2] >= '0' && s[2] <= '9')
+	if file == "" {
+		return c.token, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // client returns the API client the global flags describe.
 func (c *stateCLI) client() (*stateclient.Client, error) {
-	token := c.token
-	if c.tokenFile != "" {
-		b, err := os.ReadFile(c.tokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := c.bearerToken()
+	if err != nil {
+		return nil, err
 	}
 	opts := []stateclient.Option{stateclient.WithToken(token), stateclient.WithTimeout(c.timeout),
 		stateclient.WithUserAgent("statefun-cli/" + version())}
@@ -365,6 +283,11 @@ func describeEntry(a stateclient.Address, state string) string {
 	return fmt.Sprintf("%s/%s %s %s", a.Namespace, a.Type, shellQuote(a.ID), shellQuote(state))
 }
 
+// describeAddress names an address for messages: example/person Bob.
+func describeAddress(a stateclient.Address) string {
+	return fmt.Sprintf("%s/%s %s", a.Namespace, a.Type, shellQuote(a.ID))
+}
+
 // shellQuote returns s as is when a shell would read it as one word, else
 // in single quotes.
 func shellQuote(s string) string {
@@ -384,3 +307,44 @@ func isTerminal(f any) bool {
 }
 
 func (c *stateCLI) ctx() context.Context { return context.Background() }
+
+// confirm asks a yes/no question on stderr and reads the answer from stdin.
+func (c *stateCLI) confirm(question string) (bool, error) {
+	fmt.Fprint(c.stderr, question)
+	line, err := bufio.NewReader(c.stdin).ReadString('\n')
+	if err != nil && line == "" {
+		fmt.Fprintln(c.stderr)
+		return false, nil
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true, nil
+	}
+	return false, nil
+}
+
+// yesFlag registers --yes/-y: do without asking for confirmation.
+func yesFlag(fs *pflag.FlagSet, p *bool, what string) {
+	fs.BoolVarP(p, "yes", "y", false, what+" without asking for confirmation (required when stdin is not a terminal)")
+}
+
+// confirmDestructive asks before a command that deletes or overwrites a
+// whole instance: on a terminal it asks question; without one it refuses
+// unless --yes was given, saying so. Declining is exit status 1 with
+// nothing changed.
+func (c *stateCLI) confirmDestructive(yes bool, question string) error {
+	if yes {
+		return nil
+	}
+	if !c.terminal(c.stdin) {
+		return usagef("stdin is not a terminal, so this cannot be confirmed: pass --yes to do it without asking")
+	}
+	ok, err := c.confirm(question + " [y/N] ")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("not confirmed: nothing was changed")
+	}
+	return nil
+}

@@ -56,8 +56,8 @@ func TestStateBinary(t *testing.T) {
 
 	r := run("", "put", "example/person", "ada 😀/x", "visits", "7", "--reason", "from the binary")
 	check(r, 0, "*", "")
-	if !strings.Contains(r.stdout, `"status": "committed"`) {
-		t.Errorf("put prints the receipt: %s", r)
+	if !regexpLine(r.stdout, `^MUTATION\s+STATUS\s+VERSION\s+CHECKPOINT\s+COMMIT\s+REASON$`) || !regexpLine(r.stdout, `^\S+\s+committed\s+\S+\s+\d+\s+\d+\.\d+\s+-$`) {
+		t.Errorf("put prints the receipt as a table: %s", r)
 	}
 	check(run("Ada", "put", "-q", "example/person", "ada 😀/x", "name", "-"), 0, "", "")
 	check(run("", "get", "example/person", "ada 😀/x", "visits"), 0, "7", "")

@@ -2,38 +2,37 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
-	"unicode"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/statefun-go/statefun/pkg/stateclient"
 )
 
-// get prints one value.
-func (c *stateCLI) get(args []string) error {
-	fs := c.flagSet("statefun state get", []string{
-		"statefun state get [-o auto|text|raw|json] <namespace>/<type> <id> <state>",
-		"",
-		"auto (the default) prints the value as text when it has a text form (the built-in",
-		"scalar types, JSON), else its exact bytes; text requires a text form; raw prints the",
-		"exact stored bytes (the SDK's encoding); json prints the envelope with typename,",
-		"version, expiry, value and valueBase64. Text is printed as stored; a newline is",
-		"added only when stdout is a terminal. A value that is not there is exit status 1.",
-	})
-	var output string
-	fs.StringVar(&output, "o", "auto", "output: auto, text, raw or json")
-	fs.StringVar(&output, "output", "auto", "same as -o")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// getCmd prints one value.
+func (c *stateCLI) getCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "get [-o auto|text|raw|json|table] <namespace>/<type> <id> <state>",
+		Short: "Print a value",
+		Long: `Prints one entry's value. auto (the default) prints the value as text when it has
+a text form (the built-in scalar types, JSON), else its exact bytes; text requires
+a text form; raw prints the exact stored bytes (the SDK's encoding); json prints
+the envelope with typename, version, expiry, value and valueBase64; table the
+entry's type, version, expiry and value on one row. Text is printed as stored; a
+newline is added only when stdout is a terminal. A value that is not there is
+exit status 1.`,
 	}
+	var output string
+	outputVarP(cmd.Flags(), &output, "auto", "auto", "text", "raw", "json", "table")
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.get(pos, output) })
+}
+
+func (c *stateCLI) get(pos []string, output string) error {
 	a, state, err := entryArgs(pos)
 	if err != nil {
 		return err
@@ -50,14 +49,22 @@ func (c *stateCLI) get(args []string) error {
 		accept = "text/plain"
 	case "raw":
 		accept = "application/octet-stream"
-	case "json":
+	case "json", "table":
 		env, err := cl.GetEnvelope(c.ctx(), a, state)
 		if err != nil {
 			return err
 		}
-		return writeJSON(c.stdout, env)
-	default:
-		return usagef("-o %q: want auto, text, raw or json", output)
+		if output == "json" {
+			return writeJSON(c.stdout, env)
+		}
+		tw := newTable(c.stdout)
+		fmt.Fprintln(tw, "STATE\tTYPE\tVERSION\tEXPIRES\tVALUE")
+		value := "base64:" + env.ValueBase64
+		if env.Value != nil {
+			value = oneLine(string(env.Value))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", shellQuote(env.State), env.Typename, orDash(env.Version), formatTimePtr(env.ExpiresAt), value)
+		return tw.Flush()
 	}
 	v, err := cl.Get(c.ctx(), a, state, accept)
 	if err != nil {
@@ -84,16 +91,19 @@ type mutationFlags struct {
 	ack    string
 	reason string
 	quiet  bool
+	output string
 }
 
-func (m *mutationFlags) register(fs interface {
-	StringVar(*string, string, string, string)
-	BoolVar(*bool, string, bool, string)
-}) {
-	fs.StringVar(&m.ack, "ack", "", "answer when the mutation is committed (default), applied or accepted")
+func (m *mutationFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&m.reason, "reason", "", "why, recorded in the audit log")
-	fs.BoolVar(&m.quiet, "q", false, "print nothing on success (not the receipt)")
-	fs.BoolVar(&m.quiet, "quiet", false, "same as -q")
+	fs.StringVar(&m.ack, "ack", "", "answer when the mutation is committed (default), applied or accepted")
+	m.registerOutput(fs)
+}
+
+// registerOutput registers -q and -o of a command that prints a receipt.
+func (m *mutationFlags) registerOutput(fs *pflag.FlagSet) {
+	fs.BoolVarP(&m.quiet, "quiet", "q", false, "print nothing on success (not the receipt)")
+	outputVarP(fs, &m.output, "table", "table", "json")
 }
 
 func (m *mutationFlags) ackMode() (stateclient.Ack, error) {
@@ -104,30 +114,19 @@ func (m *mutationFlags) ackMode() (stateclient.Ack, error) {
 	return "", usagef("--ack %q: want committed, applied or accepted", m.ack)
 }
 
-// printReceipts prints receipts as JSON: one object, or an array for more.
-func (c *stateCLI) printReceipts(m *mutationFlags, rs ...stateclient.Receipt) error {
-	if m.quiet {
-		return nil
+// putCmd sets one value.
+func (c *stateCLI) putCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "put [flags] <namespace>/<type> <id> <state> <value>",
+		Short: "Set a value; <value> \"-\" reads stdin",
+		Long: `Sets one entry. <value> is text parsed into the state's type (--format text, the
+default): 42, true, 3.5, any text for a string, JSON for a JSON type. "-" reads
+the value from stdin, taken as is (a string keeps a trailing newline). --format
+raw takes the exact bytes to store; --format json the envelope of "get -o json".
+The type is --type, else the one the function registered, else the existing
+value's. Prints the receipt.`,
+		Annotations: map[string]string{synopsisAnnotation: "put [flags] <namespace>/<type> <id> <state> <value>\nput [flags] <namespace>/<type> <id> <state> - < file"},
 	}
-	if len(rs) == 1 {
-		return writeJSON(c.stdout, rs[0])
-	}
-	return writeJSON(c.stdout, rs)
-}
-
-// put sets one value.
-func (c *stateCLI) put(args []string) error {
-	fs := c.flagSet("statefun state put", []string{
-		"statefun state put [flags] <namespace>/<type> <id> <state> <value>",
-		"statefun state put [flags] <namespace>/<type> <id> <state> - < file",
-		"",
-		"<value> is text parsed into the state's type (--format text, the default): 42,",
-		"true, 3.5, any text for a string, JSON for a JSON type. \"-\" reads the value from",
-		"stdin, taken as is (a string keeps a trailing newline). --format raw takes the exact",
-		"bytes to store; --format json the envelope of \"get -o json\". The type is --type,",
-		"else the one the function registered, else the existing value's. Prints the",
-		"receipt as JSON.",
-	})
 	var (
 		m           mutationFlags
 		format      string
@@ -135,15 +134,18 @@ func (c *stateCLI) put(args []string) error {
 		ifMatch     string
 		ifNoneMatch bool
 	)
-	m.register(fs)
-	fs.StringVar(&format, "format", "text", "what <value> is: text, raw (exact bytes) or json (the envelope)")
+	fs := cmd.Flags()
+	choiceVarP(fs, &format, "format", "", "text", []string{"text", "raw", "json"}, "what <value> is: text, raw (exact bytes) or json (the envelope)")
 	fs.StringVar(&typename, "type", "", "store the value as this typename, e.g. io.statefun.types/long")
 	fs.StringVar(&ifMatch, "if-match", "", "write only if the entry's version is this (from get -o json or a receipt)")
 	fs.BoolVar(&ifNoneMatch, "if-none-match", false, "write only if the entry has no value (create)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	m.register(fs)
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error {
+		return c.put(pos, &m, format, stateclient.PutOptions{Typename: typename, IfMatch: ifMatch, IfNoneMatch: ifNoneMatch})
+	})
+}
+
+func (c *stateCLI) put(pos []string, m *mutationFlags, format string, opts stateclient.PutOptions) error {
 	if len(pos) != 4 {
 		if len(pos) > 0 {
 			if _, err := typeArg(pos[0]); err != nil {
@@ -156,10 +158,7 @@ func (c *stateCLI) put(args []string) error {
 	if err != nil {
 		return err
 	}
-	contentType, ok := map[string]string{"text": "text/plain; charset=utf-8", "raw": "application/octet-stream", "json": "application/json"}[format]
-	if !ok {
-		return usagef("--format %q: want text, raw or json", format)
-	}
+	contentType := map[string]string{"text": "text/plain; charset=utf-8", "raw": "application/octet-stream", "json": "application/json"}[format]
 	ack, err := m.ackMode()
 	if err != nil {
 		return err
@@ -174,34 +173,40 @@ func (c *stateCLI) put(args []string) error {
 	if err != nil {
 		return err
 	}
-	rc, err := cl.Put(c.ctx(), a, state, body, contentType, stateclient.PutOptions{
-		Typename: typename, IfMatch: ifMatch, IfNoneMatch: ifNoneMatch, Ack: ack, Reason: m.reason})
+	opts.Ack, opts.Reason = ack, m.reason
+	rc, err := cl.Put(c.ctx(), a, state, body, contentType, opts)
 	if err != nil {
 		return err
 	}
-	return c.printReceipts(&m, *rc)
+	return c.printReceipts(m, *rc)
 }
 
-// delete drops one entry or, with --all, every entry of an instance.
-func (c *stateCLI) delete(args []string) error {
-	fs := c.flagSet("statefun state delete", []string{
-		"statefun state delete [flags] <namespace>/<type> <id> <state>",
-		"statefun state delete --all [flags] <namespace>/<type> <id>",
-		"",
-		"Prints the receipt as JSON. An entry without a value is exit status 1.",
-	})
+// deleteCmd drops one entry or, with --all, every entry of an instance.
+func (c *stateCLI) deleteCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "delete [flags] <namespace>/<type> <id> <state>",
+		Short: "Drop one entry, or with --all every entry of an instance",
+		Long: `Drops one entry, or with --all every entry of the instance (as one mutation;
+"statefun state revert" puts them back). --all asks for confirmation on a
+terminal and needs --yes without one. Prints the receipt. An entry without a
+value is exit status 1.`,
+		Annotations: map[string]string{synopsisAnnotation: "delete [flags] <namespace>/<type> <id> <state>\ndelete --all [--yes] [flags] <namespace>/<type> <id>"},
+	}
 	var (
 		m       mutationFlags
 		all     bool
+		yes     bool
 		ifMatch string
 	)
-	m.register(fs)
+	fs := cmd.Flags()
 	fs.BoolVar(&all, "all", false, "drop every entry of the instance")
+	yesFlag(fs, &yes, "with --all, drop them")
 	fs.StringVar(&ifMatch, "if-match", "", "delete only if the entry's version is this (not with --all)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	m.register(fs)
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.delete(pos, &m, all, yes, ifMatch) })
+}
+
+func (c *stateCLI) delete(pos []string, m *mutationFlags, all, yes bool, ifMatch string) error {
 	ack, err := m.ackMode()
 	if err != nil {
 		return err
@@ -222,11 +227,14 @@ func (c *stateCLI) delete(args []string) error {
 		if err != nil {
 			return err
 		}
+		if err := c.confirmDestructive(yes, fmt.Sprintf("Delete every entry of %s?", describeAddress(a))); err != nil {
+			return err
+		}
 		rc, err := cl.DeleteAddress(c.ctx(), a, opts)
 		if err != nil {
 			return err
 		}
-		return c.printReceipts(&m, *rc)
+		return c.printReceipts(m, *rc)
 	}
 	if len(pos) == 2 {
 		return usagef("want <namespace>/<type> <id> <state>; to drop every entry of the instance, add --all")
@@ -243,36 +251,42 @@ func (c *stateCLI) delete(args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.printReceipts(&m, *rc)
+	return c.printReceipts(m, *rc)
 }
 
-// ls lists types, ids or entries.
-func (c *stateCLI) ls(args []string) error {
-	fs := c.flagSet("statefun state ls", []string{
-		"statefun state ls [-o name|table|json]                  function types",
-		"statefun state ls [-o name|table|json] <namespace>      the types of one namespace",
-		"statefun state ls [flags] <namespace>/<type>            ids holding state, one per line",
-		"statefun state ls [-o table|name|json] <namespace>/<type> <id>   entries of an instance",
-		"",
-		"Ids are listed in order; without --limit every page is fetched. With --limit N one",
-		"page is printed and, when there are more, the --after of the next page is printed",
-		"on stderr. Listings of types and ids read the durable store.",
-	})
+// lsCmd lists types, ids or entries.
+func (c *stateCLI) lsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ls [flags] [<namespace>[/<type>] [<id>]]",
+		Short: "List function types, the ids of a type, or the entries of an instance",
+		Long: `Lists the function types (of one namespace), the ids of a type that hold state,
+or the entries of an instance. Types and ids print one per line (-o name, their
+default), entries as a table (-o table, their default); -o json for scripts.
+Ids are listed in order; without --limit every page is fetched. With --limit N
+one page is printed and, when there are more, the --after of the next page is
+printed on stderr. Listings of types and ids read the durable store.`,
+		Annotations: map[string]string{synopsisAnnotation: `ls [-o name|table|json]                                 function types
+ls [-o name|table|json] <namespace>                     the types of one namespace
+ls [--prefix P] [--after A] [--limit N] [-0] [-o name|table|json] <namespace>/<type>   ids holding state
+ls [-o table|name|json] <namespace>/<type> <id>         entries of an instance`},
+	}
 	var (
 		output, prefix, after string
 		limit                 int
 		nul                   bool
 	)
-	fs.StringVar(&output, "o", "", "output: name (one per line), table or json; default name, table for entries")
-	fs.StringVar(&output, "output", "", "same as -o")
+	fs := cmd.Flags()
+	choiceVarP(fs, &output, "output", "o", "", []string{"name", "table", "json"}, "output: name (one per line), table or json; name by default, table for entries")
 	fs.StringVar(&prefix, "prefix", "", "ids: only those starting with this")
 	fs.StringVar(&after, "after", "", "ids: only those after this one (the cursor of a page)")
 	fs.IntVar(&limit, "limit", 0, "ids: print one page of at most this many (1 to 10000)")
-	fs.BoolVar(&nul, "0", false, "ids: end each id with a NUL byte instead of a newline (for xargs -0)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	fs.BoolVarP(&nul, "null", "0", false, "ids: end each id with a NUL byte instead of a newline (for xargs -0)")
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error {
+		return c.ls(pos, output, prefix, after, limit, nul)
+	})
+}
+
+func (c *stateCLI) ls(pos []string, output, prefix, after string, limit int, nul bool) error {
 	if limit < 0 || limit > 10000 {
 		return usagef("--limit %d: want 1 to 10000", limit)
 	}
@@ -322,7 +336,7 @@ func (c *stateCLI) lsTypes(cl *stateclient.Client, ns, output string) error {
 		}
 		return nil
 	case "table":
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		tw := newTable(c.stdout)
 		fmt.Fprintln(tw, "TYPE\tREGISTERED\tSTATES\tHOLDS STATE")
 		for _, t := range ts.Types {
 			fmt.Fprintf(tw, "%s/%s\t%s\t%d\t%s\n", t.Namespace, t.Type, yesNo(t.Registered), t.RegisteredStates, yesNo(t.HoldsState))
@@ -331,18 +345,21 @@ func (c *stateCLI) lsTypes(cl *stateclient.Client, ns, output string) error {
 	case "json":
 		return writeJSON(c.stdout, ts)
 	}
-	return usagef("-o %q: want name, table or json", output)
+	return nil
 }
 
 func (c *stateCLI) lsIDs(cl *stateclient.Client, t stateclient.TypeName, output, prefix, after string, limit int, nul bool) error {
-	end := "\n"
-	if nul {
-		end = "\x00"
-	}
-	switch output {
-	case "", "name", "json":
-	default:
-		return usagef("-o %q: want name or json", output)
+	// line is how one id is printed: as is (name), or shell-quoted under a
+	// head (table), so that an id with a space or a newline reads as one.
+	line := func(id string) string { return id + "\n" }
+	switch {
+	case nul && output == "table":
+		return usagef("-0 ends each id with a NUL byte: it applies to -o name, not -o table")
+	case nul:
+		line = func(id string) string { return id + "\x00" }
+	case output == "table":
+		line = func(id string) string { return shellQuote(id) + "\n" }
+		fmt.Fprintln(c.stdout, "ID")
 	}
 	page := &stateclient.IDPage{IDs: []string{}}
 	if limit > 0 {
@@ -360,7 +377,7 @@ func (c *stateCLI) lsIDs(cl *stateclient.Client, t stateclient.TypeName, output,
 				page.IDs = append(page.IDs, id)
 				continue
 			}
-			if _, err := io.WriteString(c.stdout, id+end); err != nil {
+			if _, err := io.WriteString(c.stdout, line(id)); err != nil {
 				return err
 			}
 		}
@@ -372,7 +389,7 @@ func (c *stateCLI) lsIDs(cl *stateclient.Client, t stateclient.TypeName, output,
 		return writeJSON(c.stdout, page)
 	}
 	for _, id := range page.IDs {
-		if _, err := io.WriteString(c.stdout, id+end); err != nil {
+		if _, err := io.WriteString(c.stdout, line(id)); err != nil {
 			return err
 		}
 	}
@@ -395,19 +412,13 @@ func (c *stateCLI) lsEntries(cl *stateclient.Client, a stateclient.Address, outp
 		return nil
 	case "json":
 		return writeJSON(c.stdout, es)
-	case "", "table":
-	default:
-		return usagef("-o %q: want table, name or json", output)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "STATE\tTYPE\tSIZE\tVERSION\tEXPIRES\tREGISTERED")
 	seen := map[string]bool{}
 	for _, e := range es.Entries {
 		seen[e.State] = true
-		exp := "-"
-		if e.ExpiresAt != nil {
-			exp = e.ExpiresAt.Format(time.RFC3339)
-		}
+		exp := formatTimePtr(e.ExpiresAt)
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", shellQuote(e.State), e.Typename, e.Size, e.Version, exp, yesNo(e.Registered))
 	}
 	for _, s := range es.Registered {
@@ -418,30 +429,22 @@ func (c *stateCLI) lsEntries(cl *stateclient.Client, a stateclient.Address, outp
 	return tw.Flush()
 }
 
-func yesNo(b bool) string {
-	if b {
-		return "yes"
+// revertCmd undoes a mutation.
+func (c *stateCLI) revertCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "revert [--reason R] [-q] <mutation-id>",
+		Short: "Undo a mutation",
+		Long: `Restores what the mutation overwrote or deleted, if the entry still holds the
+version the mutation wrote; otherwise nothing is changed and the exit status is
+1. Prints the receipts (one per entry the mutation changed).`,
 	}
-	return "no"
+	var m mutationFlags
+	cmd.Flags().StringVar(&m.reason, "reason", "", "why, recorded in the audit log (default \"revert of <id>\")")
+	m.registerOutput(cmd.Flags())
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.revert(pos, &m) })
 }
 
-// revert undoes a mutation.
-func (c *stateCLI) revert(args []string) error {
-	fs := c.flagSet("statefun state revert", []string{
-		"statefun state revert [--reason R] [-q] <mutation-id>",
-		"",
-		"Restores what the mutation overwrote or deleted, if the entry still holds the",
-		"version the mutation wrote; otherwise nothing is changed and the exit status is 1.",
-		"Prints the receipt (an array when the mutation changed several entries).",
-	})
-	var m mutationFlags
-	fs.StringVar(&m.reason, "reason", "", `why, recorded in the audit log (default "revert of <id>")`)
-	fs.BoolVar(&m.quiet, "q", false, "print nothing on success")
-	fs.BoolVar(&m.quiet, "quiet", false, "same as -q")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+func (c *stateCLI) revert(pos []string, m *mutationFlags) error {
 	if len(pos) != 1 || pos[0] == "" {
 		return usagef("want one <mutation-id> (from a receipt or the audit log)")
 	}
@@ -453,23 +456,28 @@ func (c *stateCLI) revert(args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.printReceipts(&m, rs...)
+	return c.printReceipts(m, rs...)
 }
 
-// receipt prints a mutation's receipt.
-func (c *stateCLI) receipt(args []string) error {
-	fs := c.flagSet("statefun state receipt", []string{
-		"statefun state receipt [--wait D] <mutation-id>",
-		"",
-		"With --wait, waits up to D for the receipt to be final (committed or rejected).",
-		"The exit status is 1 when the mutation was rejected or failed.",
-	})
-	var wait time.Duration
-	fs.DurationVar(&wait, "wait", 0, "wait up to this long for a final receipt (e.g. 10s)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// receiptCmd prints a mutation's receipt.
+func (c *stateCLI) receiptCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "receipt [--wait D] [-o table|json] <mutation-id>",
+		Short: "Print a mutation's receipt",
+		Long: `Prints a mutation's receipt. With --wait, waits up to D for the receipt to be
+final (committed or rejected). The exit status is 1 when the mutation was
+rejected or failed.`,
 	}
+	var (
+		wait time.Duration
+		m    mutationFlags
+	)
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for a final receipt (e.g. 10s)")
+	outputVarP(cmd.Flags(), &m.output, "table", "table", "json")
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.receipt(pos, wait, &m) })
+}
+
+func (c *stateCLI) receipt(pos []string, wait time.Duration, m *mutationFlags) error {
 	if len(pos) != 1 || pos[0] == "" {
 		return usagef("want one <mutation-id>")
 	}
@@ -481,7 +489,7 @@ func (c *stateCLI) receipt(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeJSON(c.stdout, rc); err != nil {
+	if err := c.printReceipts(m, *rc); err != nil {
 		return err
 	}
 	if rc.Status == "rejected" || rc.Status == "failed" {
@@ -490,19 +498,22 @@ func (c *stateCLI) receipt(args []string) error {
 	return nil
 }
 
-// audit prints the audit log.
-func (c *stateCLI) audit(args []string) error {
-	fs := c.flagSet("statefun state audit", []string{
-		"statefun state audit [filters] [-o table|json]",
-		"",
-		"Records oldest first. --since and --until take an RFC 3339 time or a duration",
-		"back from now (1h). --type takes <type> or <namespace>/<type>.",
-	})
+// auditCmd prints the audit log.
+func (c *stateCLI) auditCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "audit [filters] [-o table|json]",
+		Short: "Print the audit log",
+		Long: `Prints the audit log, oldest first: who changed which entry, when, from which
+version to which, what it held before and why. --since and --until take an RFC
+3339 time or a duration back from now (1h). --type takes <type> or
+<namespace>/<type>.`,
+	}
 	var (
 		f            stateclient.AuditFilter
 		since, until string
 		output       string
 	)
+	fs := cmd.Flags()
 	fs.StringVar(&f.Namespace, "namespace", "", "only this namespace")
 	fs.StringVar(&f.Type, "type", "", "only this function type: <type> or <namespace>/<type>")
 	fs.StringVar(&f.ID, "id", "", "only this id")
@@ -512,11 +523,11 @@ func (c *stateCLI) audit(args []string) error {
 	fs.StringVar(&since, "since", "", "only records at or after this time (RFC 3339, or a duration ago like 1h)")
 	fs.StringVar(&until, "until", "", "only records at or before this time (RFC 3339, or a duration ago)")
 	fs.IntVar(&f.Limit, "limit", 0, "at most this many records (default 1000 by the server)")
-	outputVar(fs, &output)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	outputVarP(fs, &output, "table", "table", "json")
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.audit(pos, f, since, until, output) })
+}
+
+func (c *stateCLI) audit(pos []string, f stateclient.AuditFilter, since, until, output string) error {
 	if len(pos) > 0 {
 		return usagef("unexpected argument %q: filters are flags (--namespace, --type, --id, --state, ...)", pos[0])
 	}
@@ -543,7 +554,7 @@ func (c *stateCLI) audit(args []string) error {
 	if output == "json" {
 		return writeJSON(c.stdout, recs)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "AT\tPRINCIPAL\tOP\tINSTANCE\tSTATE\tVERSION\tBEFORE\tMUTATION\tREASON")
 	for _, r := range recs {
 		state := shellQuote(r.State)
@@ -562,7 +573,7 @@ func (c *stateCLI) audit(args []string) error {
 		if r.Reverts != "" && !strings.Contains(reason, r.Reverts) {
 			reason = strings.TrimSpace(reason + " (reverts " + r.Reverts + ")")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s %s\t%s\t%s→%s\t%s\t%s\t%s\n", r.At.Local().Format("2006-01-02 15:04:05.000"),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s %s\t%s\t%s→%s\t%s\t%s\t%s\n", formatTime(r.At),
 			r.Principal, r.Op, r.Namespace, r.Type, shellQuote(r.ID), state, before, after, was, r.Mutation, oneLine(reason))
 	}
 	return tw.Flush()
@@ -593,44 +604,29 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
-// writeJSON writes v as indented JSON and a newline, HTML characters
-// unescaped.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// oneLine returns s with control characters escaped, for a table cell.
-func oneLine(s string) string {
-	if !strings.ContainsFunc(s, unicode.IsControl) {
-		return s
+// deadLettersCmd prints the summary of every ingress's dead letters, or
+// one ingress's dead letters.
+func (c *stateCLI) deadLettersCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead-letters [filters] [-o table|json] [<namespace>/<name>]",
+		Short: "The dead letters of every Kafka ingress, counted, or of one ingress",
+		Long: `Dead letters are the records a Kafka ingress consumed but could not deliver (a
+null, empty, non-UTF-8 or too long key, a value too large, a topic without a
+route), kept until retention removes them (--dead-letter-retention,
+--dead-letter-max of run). They are listed in the order they were stored.
+Without --limit every page is fetched; with --limit N one page is printed and,
+when there are more, the --after of the next page is printed on stderr. The
+table shows keys and values as text when they are UTF-8 (shortened); -o json
+has their exact bytes (base64) and full text.`,
+		Annotations: map[string]string{synopsisAnnotation: `dead-letters [-o table|json]                        every ingress holding dead letters, counted
+dead-letters [filters] [-o table|json] <namespace>/<name>   one ingress's dead letters`},
 	}
-	q := strconv.Quote(s)
-	return q[1 : len(q)-1]
-}
-
-// deadLetters prints the summary of every ingress's dead letters, or one
-// ingress's dead letters.
-func (c *stateCLI) deadLetters(args []string) error {
-	fs := c.flagSet("statefun state dead-letters", []string{
-		"statefun state dead-letters [-o table|json]                     every ingress holding dead letters, counted",
-		"statefun state dead-letters [filters] [-o table|json] <namespace>/<name>   one ingress's dead letters",
-		"",
-		"Dead letters are the records a Kafka ingress consumed but could not deliver (a null,",
-		"empty, non-UTF-8 or too long key, a value too large, a topic without a route), kept",
-		"until retention removes them (--dead-letter-retention, --dead-letter-max of run).",
-		"They are listed in the order they were stored. Without --limit every page is fetched;",
-		"with --limit N one page is printed and, when there are more, the --after of the next",
-		"page is printed on stderr. The table shows keys and values as text when they are",
-		"UTF-8 (shortened); -o json has their exact bytes (base64) and full text.",
-	})
 	var (
 		f                           stateclient.DeadLetterFilter
 		since, until, after, output string
 		partition, limit            int
 	)
+	fs := cmd.Flags()
 	fs.StringVar(&f.Topic, "topic", "", "only this Kafka topic")
 	fs.IntVar(&partition, "partition", -1, "only this Kafka partition")
 	fs.StringVar(&f.Reason, "reason", "", "only this reason (null-key, empty-key, invalid-utf8-key, key-too-long, value-too-large, no-route)")
@@ -638,11 +634,13 @@ func (c *stateCLI) deadLetters(args []string) error {
 	fs.StringVar(&until, "until", "", "only records stored at or before this time (RFC 3339, or a duration ago)")
 	fs.StringVar(&after, "after", "", "only records after this cursor (the next of a page)")
 	fs.IntVar(&limit, "limit", 0, "print one page of at most this many (1 to 1000)")
-	outputVar(fs, &output)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	outputVarP(fs, &output, "table", "table", "json")
+	return c.stateCommand(cmd, func(cmd *cobra.Command, pos []string) error {
+		return c.deadLetters(cmd.Flags(), pos, f, since, until, after, output, partition, limit)
+	})
+}
+
+func (c *stateCLI) deadLetters(fs *pflag.FlagSet, pos []string, f stateclient.DeadLetterFilter, since, until, after, output string, partition, limit int) error {
 	if len(pos) > 1 {
 		return usagef("want at most one ingress <namespace>/<name>, got %d arguments", len(pos))
 	}
@@ -667,10 +665,8 @@ func (c *stateCLI) deadLetters(args []string) error {
 		p := int32(partition)
 		f.Partition = &p
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	for _, name := range []string{"topic", "reason", "after"} {
-		if set[name] && fs.Lookup(name).Value.String() == "" {
+		if fs.Changed(name) && fs.Lookup(name).Value.String() == "" {
 			return usagef("--%s is empty", name)
 		}
 	}
@@ -711,14 +707,14 @@ func (c *stateCLI) deadLetters(args []string) error {
 			return err
 		}
 	} else {
-		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		tw := newTable(c.stdout)
 		fmt.Fprintln(tw, "STORED\tTOPIC\tPARTITION\tOFFSET\tREASON\tKEY\tVALUE")
 		for _, d := range list {
 			value := recordCell(&d.Value)
 			if d.ValueOmitted {
 				value = "(not kept: too large)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", d.StoredAt.Local().Format("2006-01-02 15:04:05.000"), d.Topic, d.Partition,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n", formatTime(d.StoredAt), d.Topic, d.Partition,
 				d.Offset, d.Reason, recordCell(d.Key), value)
 		}
 		if err := tw.Flush(); err != nil {
@@ -755,12 +751,12 @@ func (c *stateCLI) deadLetterSummary(cl *stateclient.Client, output string) erro
 	if output == "json" {
 		return writeJSON(c.stdout, sum)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "INGRESS\tTOPIC\tREASON\tCOUNT\tOLDEST\tNEWEST")
 	for _, in := range sum {
 		for _, n := range in.Counts {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", in.Ingress, n.Topic, n.Reason, n.Count,
-				n.OldestStoredAt.Local().Format("2006-01-02 15:04:05"), n.NewestStoredAt.Local().Format("2006-01-02 15:04:05"))
+				formatTime(n.OldestStoredAt), formatTime(n.NewestStoredAt))
 		}
 	}
 	return tw.Flush()
@@ -785,31 +781,5 @@ func parseWindow(since, until string, dstSince, dstUntil *time.Time) error {
 		}
 		*tf.dst = t
 	}
-	return nil
-}
-
-// outputVar registers -o and --output on fs for p: table (the default) or
-// json, anything else refused when the flag is parsed.
-func outputVar(fs *flag.FlagSet, p *string) {
-	*p = "table"
-	fs.Var((*outputValue)(p), "o", "output: table or json")
-	fs.Var((*outputValue)(p), "output", "same as -o")
-}
-
-// outputValue is the flag.Value of -o/--output.
-type outputValue string
-
-func (o *outputValue) String() string {
-	if o == nil {
-		return ""
-	}
-	return string(*o)
-}
-
-func (o *outputValue) Set(s string) error {
-	if s != "table" && s != "json" {
-		return errors.New("want table or json")
-	}
-	*o = outputValue(s)
 	return nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,35 +10,36 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/statefun-go/statefun/pkg/stateclient"
 )
 
-// edit opens $EDITOR on an entry's JSON envelope and writes the edited
+// editCmd opens $EDITOR on an entry's JSON envelope and writes the edited
 // value back on the condition that the entry has not changed since
 // (If-Match of the version fetched).
-func (c *stateCLI) edit(args []string) error {
-	fs := c.flagSet("statefun state edit", []string{
-		"statefun state edit [--yes] [--reason R] [--ack A] <namespace>/<type> <id> <state>",
-		"",
-		"Fetches the entry's JSON envelope into a temporary file and opens $EDITOR on it",
-		"($VISUAL when EDITOR is unset, else vi; EDITOR may carry arguments, \"code -w\").",
-		"Edit \"value\" (the value as JSON), \"valueBase64\" (the exact bytes) or \"typename\".",
-		"The change is shown as a diff on stderr and, on a terminal, confirmed; without a",
-		"terminal on stdin --yes is required. It is written only if the entry still has the",
-		"version fetched: if it changed meanwhile nothing is written and the exit status is 1.",
-		"An unchanged or empty file writes nothing (exit status 0).",
-	})
+func (c *stateCLI) editCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "edit [--yes] [--reason R] [--ack A] <namespace>/<type> <id> <state>",
+		Short: "Edit a value's JSON envelope in $EDITOR; it is written back with If-Match",
+		Long: `Fetches the entry's JSON envelope into a temporary file and opens $EDITOR on it
+($VISUAL when EDITOR is unset, else vi; EDITOR may carry arguments, "code -w").
+Edit "value" (the value as JSON), "valueBase64" (the exact bytes) or "typename".
+The change is shown as a diff on stderr and, on a terminal, confirmed; without a
+terminal on stdin --yes is required. It is written only if the entry still has
+the version fetched: if it changed meanwhile nothing is written and the exit
+status is 1. An unchanged or empty file writes nothing (exit status 0).`,
+	}
 	var (
 		m   mutationFlags
 		yes bool
 	)
-	m.register(fs)
-	fs.BoolVar(&yes, "yes", false, "write without asking for confirmation")
-	fs.BoolVar(&yes, "y", false, "same as --yes")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	yesFlag(cmd.Flags(), &yes, "write the change")
+	m.register(cmd.Flags())
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.edit(pos, &m, yes) })
+}
+
+func (c *stateCLI) edit(pos []string, m *mutationFlags, yes bool) error {
 	a, state, err := entryArgs(pos)
 	if err != nil {
 		return err
@@ -140,7 +140,7 @@ func (c *stateCLI) edit(args []string) error {
 	} else {
 		fmt.Fprintf(c.stderr, "written: %s version %s → %s\n", describeEntry(a, state), env.Version, rc.Version)
 	}
-	return c.printReceipts(&m, *rc)
+	return c.printReceipts(m, *rc)
 }
 
 // editFile returns the temporary file's text: a comment block, then the
@@ -313,19 +313,4 @@ func (c *stateCLI) runEditor(path string) error {
 		return fmt.Errorf("editor %q: %v; nothing was written", ed, err)
 	}
 	return nil
-}
-
-// confirm asks a yes/no question on stderr and reads the answer from stdin.
-func (c *stateCLI) confirm(question string) (bool, error) {
-	fmt.Fprint(c.stderr, question)
-	line, err := bufio.NewReader(c.stdin).ReadString('\n')
-	if err != nil && line == "" {
-		fmt.Fprintln(c.stderr)
-		return false, nil
-	}
-	switch strings.ToLower(strings.TrimSpace(line)) {
-	case "y", "yes":
-		return true, nil
-	}
-	return false, nil
 }

@@ -34,7 +34,7 @@ func TestStateEdit(t *testing.T) {
 
 	// An int, edited by sed.
 	tmp := editor(t, `sed -i 's/"value": 41/"value": 42/' "$1"`)
-	r := rt.ok(t, "", "edit", "--yes", "--reason", "fix count", "example/person", "Bob/1", "visits")
+	r := rt.ok(t, "", "edit", "--yes", "-o", "json", "--reason", "fix count", "example/person", "Bob/1", "visits")
 	rc := receiptOf(t, r)
 	if rc.Status != "committed" {
 		t.Fatalf("edit receipt %+v", rc)

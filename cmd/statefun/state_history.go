@@ -4,36 +4,41 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/spf13/cobra"
 
 	"github.com/statefun-go/statefun/pkg/stateclient"
 )
 
-// history prints the committed changes of one entry.
-func (c *stateCLI) history(args []string) error {
-	fs := c.flagSet("statefun state history", []string{
-		"statefun state history [--oldest] [--limit N] [-o table|json] <ns>/<type> <id> <state>",
-		"",
-		"Prints every committed change of the entry that retention kept, newest first:",
-		"its commit, time, version, value (or deletion) and cause — the messages of the",
-		"invocation that wrote it (typename and caller) or the operator's mutation.",
-		"A commit is what 'statefun state restore --as-of' takes.",
-	})
-	oldest := fs.Bool("oldest", false, "oldest first")
-	limit := fs.Int("limit", 100, "at most this many changes (-1: all)")
-	output := fs.String("o", "table", "table or json")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// historyCmd prints the committed changes of one entry.
+func (c *stateCLI) historyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "history [--oldest] [--limit N] [-o table|json] <namespace>/<type> <id> <state>",
+		Short: "Every committed change of an entry, with its cause",
+		Long: `Prints every committed change of the entry that retention kept, newest first:
+its commit, time, version, value (or deletion) and cause — the messages of the
+invocation that wrote it (typename and caller) or the operator's mutation. A
+commit is what "statefun state restore --as-of" takes.`,
 	}
+	var (
+		oldest bool
+		limit  int
+		output string
+	)
+	fs := cmd.Flags()
+	fs.BoolVar(&oldest, "oldest", false, "oldest first")
+	fs.IntVar(&limit, "limit", 100, "at most this many changes (-1: all)")
+	outputVarP(fs, &output, "table", "table", "json")
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.history(pos, oldest, &limit, &output) })
+}
+
+func (c *stateCLI) history(pos []string, oldestFirst bool, limit *int, output *string) error {
+	oldest := &oldestFirst
 	a, state, err := entryArgs(pos)
 	if err != nil {
 		return err
-	}
-	if *output != "table" && *output != "json" {
-		return usagef("-o %q: want table or json", *output)
 	}
 	if *limit == 0 || *limit < -1 {
 		return usagef("--limit %d: want a positive count, or -1 for all", *limit)
@@ -62,19 +67,12 @@ func (c *stateCLI) history(args []string) error {
 	if *output == "json" {
 		return writeJSON(c.stdout, recs)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "COMMIT\tAT\tVERSION\tVALUE\tCAUSE")
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Position, r.At.Format(time.RFC3339Nano), orDash(r.Version), historyValue(r), describeCause(r))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Position, formatTime(r.At), orDash(r.Version), historyValue(r), describeCause(r))
 	}
 	return tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // historyValue is a record's value on one line: its JSON form, else its
@@ -124,26 +122,36 @@ func describeCause(r stateclient.HistoryRecord) string {
 	return s
 }
 
-// restore sets an address or one entry back to a point in time.
-func (c *stateCLI) restore(args []string) error {
-	fs := c.flagSet("statefun state restore", []string{
-		"statefun state restore (--as-of COMMIT | --as-of-time TIME) [--reason R] [--ack A] [-q] <ns>/<type> <id> [<state>]",
-		"",
-		"Sets the instance (or one entry) back to what it held at a commit (from",
-		"'statefun state history' or a receipt) or a time (RFC 3339, or like --since",
-		"of audit: 10m, 2h ago), as one mutation in the instance's mailbox order.",
-		"Entries created since are deleted (the whole instance); unchanged ones are",
-		"left alone. Prints the receipt; 'statefun state revert <mutation>' undoes it.",
-	})
-	var m mutationFlags
-	m.register(fs)
-	asOf := fs.String("as-of", "", "a commit id (or a receipt's <partition>.<commit>)")
-	asOfTime := fs.String("as-of-time", "", "a time: RFC 3339, or a duration ago (10m)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// restoreCmd sets an address or one entry back to a point in time.
+func (c *stateCLI) restoreCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "restore (--as-of COMMIT | --as-of-time TIME) [--yes] [--reason R] [--ack A] [-q] <namespace>/<type> <id> [<state>]",
+		Short: "Set an instance (or one entry) back to a point in time",
+		Long: `Sets the instance (or one entry) back to what it held at a commit (from
+"statefun state history" or a receipt) or a time (RFC 3339, or like --since of
+audit: 10m, 2h ago), as one mutation in the instance's mailbox order. Entries
+created since are deleted (the whole instance); unchanged ones are left alone.
+It asks for confirmation on a terminal; without one it needs --yes. Prints the
+receipt; "statefun state revert <mutation>" undoes it.`,
 	}
-	var a stateclient.Address
+	var (
+		m              mutationFlags
+		asOf, asOfTime string
+		yes            bool
+	)
+	fs := cmd.Flags()
+	fs.StringVar(&asOf, "as-of", "", "a commit id (or a receipt's <partition>.<commit>)")
+	fs.StringVar(&asOfTime, "as-of-time", "", "a time: RFC 3339, or a duration ago (10m)")
+	yesFlag(fs, &yes, "restore")
+	m.register(fs)
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.restore(pos, &m, &asOf, &asOfTime, yes) })
+}
+
+func (c *stateCLI) restore(pos []string, m *mutationFlags, asOf, asOfTime *string, yes bool) error {
+	var (
+		a   stateclient.Address
+		err error
+	)
 	state := ""
 	switch len(pos) {
 	case 2:
@@ -177,9 +185,19 @@ func (c *stateCLI) restore(args []string) error {
 	if err != nil {
 		return err
 	}
+	what, when := "every entry of "+describeAddress(a), "commit "+p.Commit
+	if state != "" {
+		what = describeEntry(a, state)
+	}
+	if p.Commit == "" {
+		when = formatTime(p.Time)
+	}
+	if err := c.confirmDestructive(yes, fmt.Sprintf("Set %s back to what it held at %s?", what, when)); err != nil {
+		return err
+	}
 	rc, err := cl.Restore(c.ctx(), a, state, p, stateclient.RestoreOptions{Ack: ack, Reason: m.reason})
 	if err != nil {
 		return err
 	}
-	return c.printReceipts(&m, *rc)
+	return c.printReceipts(m, *rc)
 }

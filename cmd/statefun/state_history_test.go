@@ -13,7 +13,7 @@ import (
 // mutation, and revert undoes the restore.
 func TestStateHistoryAndRestore(t *testing.T) {
 	rt := startRuntime(t)
-	first := receiptOf(t, rt.ok(t, "", "put", "example/person", "cy", "visits", "10", "--reason", "first"))
+	first := receiptOf(t, rt.ok(t, "", "put", "-o", "json", "example/person", "cy", "visits", "10", "--reason", "first"))
 	rt.ok(t, "", "put", "-q", "example/person", "cy", "visits", "20", "--reason", "second")
 	rt.ok(t, "", "put", "-q", "--type", "io.statefun.types/string", "example/person", "cy", "note", "later")
 
@@ -31,7 +31,7 @@ func TestStateHistoryAndRestore(t *testing.T) {
 		t.Fatalf("history table: %s", r)
 	}
 
-	rc := receiptOf(t, rt.ok(t, "", "restore", "--as-of", first.Commit, "--reason", "back", "example/person", "cy"))
+	rc := receiptOf(t, rt.ok(t, "", "restore", "--yes", "-o", "json", "--as-of", first.Commit, "--reason", "back", "example/person", "cy"))
 	if rc.Status != "committed" {
 		t.Fatalf("restore receipt %+v", rc)
 	}

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/statefun-go/statefun/pkg/stateclient"
 )
@@ -19,41 +20,37 @@ import (
 type repairFlags struct {
 	reason string
 	quiet  bool
+	output string
 }
 
-func (c *stateCLI) repairFlagSet(name string, usage []string, f *repairFlags) *flag.FlagSet {
-	fs := c.flagSet(name, usage)
+// register registers --reason, -q and -o on fs.
+func (f *repairFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.reason, "reason", "", "why, recorded in the audit log")
-	fs.BoolVar(&f.quiet, "q", false, "print nothing on success")
-	fs.BoolVar(&f.quiet, "quiet", false, "same as -q")
-	return fs
+	fs.BoolVarP(&f.quiet, "quiet", "q", false, "print nothing on success")
+	outputVarP(fs, &f.output, "table", "table", "json")
 }
 
-func (c *stateCLI) printRepair(f *repairFlags, rc *stateclient.RepairReceipt) error {
-	if f.quiet {
-		return nil
+// skipCmd moves a message of an inbox to the message dead letters.
+func (c *stateCLI) skipCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "skip [--key K] [--reason R] <namespace>/<type> <id>",
+		Short: "Move a message (the head) to the message dead letters",
+		Long: `Moves a message out of the address's inbox to the message dead letters, where
+"statefun state skipped" lists it and "statefun state resend" sends it again.
+Without --key: the head of the inbox (the first message of the failed batch, or
+of a paused address the first queued message). Pause the address first. Prints
+the receipt with the dead letter's id.`,
 	}
-	return writeJSON(c.stdout, rc)
+	var (
+		f   repairFlags
+		key string
+	)
+	cmd.Flags().StringVar(&key, "key", "", "the message's inbox key as \"statefun state inbox\" shows it")
+	f.register(cmd.Flags())
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.skip(pos, &f, key) })
 }
 
-// skip moves a message of an inbox to the message dead letters.
-func (c *stateCLI) skip(args []string) error {
-	var f repairFlags
-	var key string
-	fs := c.repairFlagSet("statefun state skip", []string{
-		"statefun state skip [--key K] [--reason R] <namespace>/<type> <id>",
-		"",
-		"Moves a message out of the address's inbox to the message dead letters, where",
-		"\"statefun state skipped\" lists it and \"statefun state resend\" sends it again.",
-		"Without --key: the head of the inbox (the first message of the failed batch, or",
-		"of a paused address the first queued message). Pause the address first.",
-		"Prints the receipt; its deadLetter is the dead letter's id.",
-	}, &f)
-	fs.StringVar(&key, "key", "", "the message's inbox key as \"statefun state inbox\" shows it")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+func (c *stateCLI) skip(pos []string, f *repairFlags, key string) error {
 	a, err := target(pos, false)
 	if err != nil {
 		return err
@@ -66,28 +63,34 @@ func (c *stateCLI) skip(args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.printRepair(&f, rc)
+	return c.printRepair(f, rc)
 }
 
-// editMessage replaces a message's typename and value.
-func (c *stateCLI) editMessage(args []string) error {
-	var f repairFlags
-	var key, typename, text, file string
-	fs := c.repairFlagSet("statefun state edit-message", []string{
-		"statefun state edit-message [--key K] --typename T (--text V | --file F) <namespace>/<type> <id>",
-		"",
-		"Replaces the typename and value of a message of the address's inbox (without",
-		"--key: the head, as for skip); it keeps its place. --file - reads stdin. The value",
-		"is taken as exact bytes: for a built-in type give its encoded form.",
-	}, &f)
+// editMessageCmd replaces a message's typename and value.
+func (c *stateCLI) editMessageCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "edit-message [--key K] --typename T (--text V | --file F) <namespace>/<type> <id>",
+		Short: "Replace a queued message's typename and value",
+		Long: `Replaces the typename and value of a message of the address's inbox (without
+--key: the head, as for skip); it keeps its place. --file - reads stdin. The
+value is taken as exact bytes: for a built-in type give its encoded form.`,
+	}
+	var (
+		f                         repairFlags
+		key, typename, text, file string
+	)
+	fs := cmd.Flags()
 	fs.StringVar(&key, "key", "", "the message's inbox key")
 	fs.StringVar(&typename, "typename", "", "the message's typename (the current one to keep it)")
 	fs.StringVar(&text, "text", "", "the new value, as text")
 	fs.StringVar(&file, "file", "", "read the new value from this file (- for stdin)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	f.register(fs)
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error {
+		return c.editMessage(pos, &f, key, typename, text, file)
+	})
+}
+
+func (c *stateCLI) editMessage(pos []string, f *repairFlags, key, typename, text, file string) error {
 	a, err := target(pos, false)
 	if err != nil {
 		return err
@@ -118,29 +121,35 @@ func (c *stateCLI) editMessage(args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.printRepair(&f, rc)
+	return c.printRepair(f, rc)
 }
 
-// cancel drops a queued or a delayed message.
-func (c *stateCLI) cancel(args []string) error {
-	var f repairFlags
-	var key, timer, sender, token string
-	fs := c.repairFlagSet("statefun state cancel", []string{
-		"statefun state cancel (--key K | --timer T | --sender <ns>/<type>/<id> --cancellation-token TOK) <namespace>/<type> <id>",
-		"",
-		"Drops a queued message (by its inbox key) or a pending delayed message for the",
-		"address (by its timer, or its sender and cancellation token), as \"statefun state",
-		"inbox\" shows them. \"statefun state revert <mutation>\" puts it back: a queued",
-		"message at the end of the inbox, a delayed one due at its time.",
-	}, &f)
+// cancelCmd drops a queued or a delayed message.
+func (c *stateCLI) cancelCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cancel (--key K | --timer T | --sender <ns>/<type>/<id> --cancellation-token TOK) <namespace>/<type> <id>",
+		Short: "Drop a queued or a delayed message (revertible)",
+		Long: `Drops a queued message (by its inbox key) or a pending delayed message for the
+address (by its timer, or its sender and cancellation token), as "statefun state
+inbox" shows them. "statefun state revert <mutation>" puts it back: a queued
+message at the end of the inbox, a delayed one due at its time.`,
+	}
+	var (
+		f                         repairFlags
+		key, timer, sender, token string
+	)
+	fs := cmd.Flags()
 	fs.StringVar(&key, "key", "", "a queued message's inbox key")
 	fs.StringVar(&timer, "timer", "", "a delayed message's timer")
 	fs.StringVar(&sender, "sender", "", "a delayed message's sender, <namespace>/<type>/<id>")
 	fs.StringVar(&token, "cancellation-token", "", "with --sender, the delayed message's cancellation token")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	f.register(fs)
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error {
+		return c.cancel(pos, &f, key, timer, sender, token)
+	})
+}
+
+func (c *stateCLI) cancel(pos []string, f *repairFlags, key, timer, sender, token string) error {
 	a, err := target(pos, false)
 	if err != nil {
 		return err
@@ -171,23 +180,29 @@ func (c *stateCLI) cancel(args []string) error {
 	if err != nil {
 		return err
 	}
-	return c.printRepair(&f, rc)
+	return c.printRepair(f, rc)
 }
 
-// deleteAddress deletes a paused address entirely.
-func (c *stateCLI) deleteAddress(args []string) error {
-	var f repairFlags
-	fs := c.repairFlagSet("statefun state delete-address", []string{
-		"statefun state delete-address [--reason R] <namespace>/<type> <id>",
-		"",
-		"Deletes every state entry of a paused address, its queued messages (and failed",
-		"batch) and the delayed messages its partition holds for it or that it sent, in",
-		"one commit. \"statefun state revert <mutation>\" puts it all back.",
-	}, &f)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// deleteAddressCmd deletes a paused address entirely.
+func (c *stateCLI) deleteAddressCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "delete-address [--yes] [--reason R] <namespace>/<type> <id>",
+		Short: "Drop a paused address's state, inbox and timers (revertible)",
+		Long: `Deletes every state entry of a paused address, its queued messages (and failed
+batch) and the delayed messages its partition holds for it or that it sent, in
+one commit. It asks for confirmation on a terminal; without one it needs --yes.
+"statefun state revert <mutation>" puts it all back.`,
 	}
+	var (
+		f   repairFlags
+		yes bool
+	)
+	yesFlag(cmd.Flags(), &yes, "delete")
+	f.register(cmd.Flags())
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.deleteAddress(pos, &f, yes) })
+}
+
+func (c *stateCLI) deleteAddress(pos []string, f *repairFlags, yes bool) error {
 	a, err := target(pos, false)
 	if err != nil {
 		return err
@@ -196,29 +211,33 @@ func (c *stateCLI) deleteAddress(args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := c.confirmDestructive(yes, fmt.Sprintf("Delete %s: every state entry, its queued messages and its delayed messages?", describeAddress(a))); err != nil {
+		return err
+	}
 	rc, err := cl.DeleteWholeAddress(c.ctx(), a, f.reason)
 	if err != nil {
 		return err
 	}
-	return c.printRepair(&f, rc)
+	return c.printRepair(f, rc)
 }
 
-// skipped lists the message dead letters, or prints one.
-func (c *stateCLI) skipped(args []string) error {
-	fs := c.flagSet("statefun state skipped", []string{
-		"statefun state skipped [-o table|json] [--type <ns>/<type>]",
-		"statefun state skipped <dead-letter-id>",
-		"",
-		"The messages operators skipped out of inboxes, oldest first (every page is",
-		"fetched), or one of them as JSON.",
-	})
-	var output, typ string
-	outputVar(fs, &output)
-	fs.StringVar(&typ, "type", "", "only those of this function type")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// skippedCmd lists the message dead letters, or prints one.
+func (c *stateCLI) skippedCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "skipped [-o table|json] [--type <ns>/<type>] [<dead-letter-id>]",
+		Short: "The skipped messages (message dead letters), or one of them",
+		Long: `Lists the messages operators skipped out of inboxes, oldest first (every page is
+fetched), or shows one of them with its value.`,
+		Annotations: map[string]string{synopsisAnnotation: "skipped [-o table|json] [--type <namespace>/<type>]\nskipped [-o table|json] <dead-letter-id>"},
 	}
+	var output, typ string
+	fs := cmd.Flags()
+	fs.StringVar(&typ, "type", "", "only those of this function type")
+	outputVarP(fs, &output, "table", "table", "json")
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.skipped(pos, output, typ) })
+}
+
+func (c *stateCLI) skipped(pos []string, output, typ string) error {
 	cl, err := c.client()
 	if err != nil {
 		return err
@@ -228,7 +247,10 @@ func (c *stateCLI) skipped(args []string) error {
 		if err != nil {
 			return err
 		}
-		return writeJSON(c.stdout, d)
+		if output == "json" {
+			return writeJSON(c.stdout, d)
+		}
+		return writeMessageDeadLetter(c.stdout, d)
 	}
 	if len(pos) > 1 {
 		return usagef("want at most one dead letter id")
@@ -254,30 +276,34 @@ func (c *stateCLI) skipped(args []string) error {
 	if output == "json" {
 		return writeJSON(c.stdout, list)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "ID\tSKIPPED\tADDRESS\tTYPENAME\tSIZE\tBY\tREASON")
 	for _, d := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s/%s %s\t%s\t%d\t%s\t%s\n", d.ID, d.SkippedAt.Local().Format("2006-01-02 15:04:05"),
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s %s\t%s\t%d\t%s\t%s\n", d.ID, formatTime(d.SkippedAt),
 			d.Address.Namespace, d.Address.Type, shellQuote(d.Address.ID), d.Typename, d.Value.Length, d.Principal, oneLine(d.Reason))
 	}
 	return tw.Flush()
 }
 
-// resend sends a skipped message again.
-func (c *stateCLI) resend(args []string) error {
-	var f repairFlags
-	var to string
-	fs := c.repairFlagSet("statefun state resend", []string{
-		"statefun state resend [--to <ns>/<type>/<id>] [--reason R] <dead-letter-id>",
-		"",
-		"Sends a skipped message again, as a new message at the end of the inbox of its",
-		"address (or of --to), with its caller and argument; the dead letter is gone then.",
-	}, &f)
-	fs.StringVar(&to, "to", "", "send it to this address instead, <namespace>/<type>/<id>")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// resendCmd sends a skipped message again.
+func (c *stateCLI) resendCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "resend [--to <ns>/<type>/<id>] [--reason R] <dead-letter-id>",
+		Short: "Send a skipped message again",
+		Long: `Sends a skipped message again, as a new message at the end of the inbox of its
+address (or of --to), with its caller and argument; the dead letter is gone
+then.`,
 	}
+	var (
+		f  repairFlags
+		to string
+	)
+	cmd.Flags().StringVar(&to, "to", "", "send it to this address instead, <namespace>/<type>/<id>")
+	f.register(cmd.Flags())
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.resend(pos, &f, to) })
+}
+
+func (c *stateCLI) resend(pos []string, f *repairFlags, to string) error {
 	if len(pos) != 1 {
 		return usagef("want one <dead-letter-id>")
 	}
@@ -297,10 +323,16 @@ func (c *stateCLI) resend(args []string) error {
 	if err != nil {
 		return err
 	}
-	if f.quiet {
+	switch {
+	case f.quiet:
 		return nil
+	case f.output == "json":
+		return writeJSON(c.stdout, out)
 	}
-	return writeJSON(c.stdout, out)
+	tw := newTable(c.stdout)
+	fmt.Fprintln(tw, "MUTATION\tSTATUS\tTO\tINBOX KEY")
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", out.Mutation, out.Status, jsonAddress(&out.Address), orDash(out.InboxKey))
+	return tw.Flush()
 }
 
 // parseAddressArg reads "<namespace>/<type>/<id>": the id is everything

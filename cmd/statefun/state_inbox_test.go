@@ -19,12 +19,12 @@ func TestStateSkipResendDeleteAddress(t *testing.T) {
 	rt.Send(t, "ann")
 	rt.Send(t, "ann")
 	var in stateclient.Inbox
-	if err := json.Unmarshal([]byte(rt.ok(t, "", "inbox", "example/person", "ann").stdout), &in); err != nil || in.Queued.Count != 2 {
+	if err := json.Unmarshal([]byte(rt.ok(t, "", "inbox", "-o", "json", "example/person", "ann").stdout), &in); err != nil || in.Queued.Count != 2 {
 		t.Fatalf("inbox: %v %+v", err, in)
 	}
 	second := in.Queued.Messages[1].Key
 	rt.ok(t, "", "edit-message", "--typename", "example/Edited", "--text", "hi", "example/person", "ann")
-	r := rt.ok(t, "", "skip", "--reason", "bad", "example/person", "ann")
+	r := rt.ok(t, "", "skip", "-o", "json", "--reason", "bad", "example/person", "ann")
 	var rc stateclient.RepairReceipt
 	if err := json.Unmarshal([]byte(r.stdout), &rc); err != nil || rc.Status != "committed" || rc.DeadLetter == "" {
 		t.Fatalf("skip: %v %s", err, r.stdout)
@@ -34,37 +34,37 @@ func TestStateSkipResendDeleteAddress(t *testing.T) {
 		t.Fatalf("skipped:\n%s", r.stdout)
 	}
 	var dl stateclient.MessageDeadLetter
-	if err := json.Unmarshal([]byte(rt.ok(t, "", "skipped", rc.DeadLetter).stdout), &dl); err != nil || dl.Value.Text == nil || *dl.Value.Text != "hi" {
+	if err := json.Unmarshal([]byte(rt.ok(t, "", "skipped", "-o", "json", rc.DeadLetter).stdout), &dl); err != nil || dl.Value.Text == nil || *dl.Value.Text != "hi" {
 		t.Fatalf("skipped %s: %v %+v", rc.DeadLetter, err, dl)
 	}
-	r = rt.ok(t, "", "cancel", "--key", second, "--reason", "dup", "example/person", "ann")
+	r = rt.ok(t, "", "cancel", "-o", "json", "--key", second, "--reason", "dup", "example/person", "ann")
 	var cancel stateclient.RepairReceipt
 	if err := json.Unmarshal([]byte(r.stdout), &cancel); err != nil {
 		t.Fatal(err)
 	}
 	rt.ok(t, "", "revert", cancel.Mutation)
-	r = rt.ok(t, "", "resend", "--to", "example/person/bo/b", rc.DeadLetter)
+	r = rt.ok(t, "", "resend", "-o", "json", "--to", "example/person/bo/b", rc.DeadLetter)
 	if !strings.Contains(r.stdout, `"id": "bo/b"`) {
 		t.Fatalf("resend: %s", r.stdout)
 	}
 	if r := rt.cli(t, "", "resend", rc.DeadLetter); r.code != 1 {
 		t.Fatalf("a second resend: %s", r)
 	}
-	if r := rt.cli(t, "", "delete-address", "example/person", "bob"); r.code != 1 || !strings.Contains(r.stderr, "not paused") {
+	if r := rt.cli(t, "", "delete-address", "--yes", "example/person", "bob"); r.code != 1 || !strings.Contains(r.stderr, "not paused") {
 		t.Fatalf("delete-address of an address not paused: %s", r)
 	}
-	r = rt.ok(t, "", "delete-address", "--reason", "gone", "example/person", "ann")
+	r = rt.ok(t, "", "delete-address", "--yes", "-o", "json", "--reason", "gone", "example/person", "ann")
 	var del stateclient.RepairReceipt
 	if err := json.Unmarshal([]byte(r.stdout), &del); err != nil {
 		t.Fatal(err)
 	}
 	in = stateclient.Inbox{}
-	json.Unmarshal([]byte(rt.ok(t, "", "inbox", "example/person", "ann").stdout), &in)
+	json.Unmarshal([]byte(rt.ok(t, "", "inbox", "-o", "json", "example/person", "ann").stdout), &in)
 	if in.Queued.Count != 0 {
 		t.Fatalf("inbox after delete-address: %+v", in)
 	}
 	rt.ok(t, "", "revert", del.Mutation)
-	json.Unmarshal([]byte(rt.ok(t, "", "inbox", "example/person", "ann").stdout), &in)
+	json.Unmarshal([]byte(rt.ok(t, "", "inbox", "-o", "json", "example/person", "ann").stdout), &in)
 	if in.Queued.Count != 1 {
 		t.Fatalf("inbox after the revert: %+v", in)
 	}

@@ -3,8 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
-	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/statefun-go/statefun/pkg/stateclient"
 )
@@ -36,21 +37,24 @@ func target(pos []string, typeOK bool) (stateclient.Address, error) {
 	return a, nil
 }
 
-// failing prints the addresses whose batch is failing.
-func (c *stateCLI) failing(args []string) error {
-	fs := c.flagSet("statefun state failing", []string{
-		"statefun state failing [-o table|json] [<namespace>/<type>]",
-		"",
-		"Every address whose batch failed and has not succeeded yet: retrying, or held",
-		"by a pause. Every page is fetched.",
-	})
-	var output string
-	outputVar(fs, &output)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// failingCmd prints the addresses whose batch is failing.
+func (c *stateCLI) failingCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "failing [-o table|json] [<namespace>/<type>]",
+		Short: "Addresses whose batch keeps failing",
+		Long: `Lists every address whose batch failed and has not succeeded yet: retrying, or
+held by a pause. Every page is fetched.`,
 	}
-	var t stateclient.TypeName
+	var output string
+	outputVarP(cmd.Flags(), &output, "table", "table", "json")
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.failing(pos, output) })
+}
+
+func (c *stateCLI) failing(pos []string, output string) error {
+	var (
+		t   stateclient.TypeName
+		err error
+	)
 	if len(pos) > 1 {
 		return usagef("want at most one <namespace>/<type>")
 	}
@@ -78,7 +82,7 @@ func (c *stateCLI) failing(args []string) error {
 	if output == "json" {
 		return writeJSON(c.stdout, list)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "ADDRESS\tSINCE\tATTEMPTS\tNEXT\tQUEUED\tLAST ERROR")
 	for _, f := range list {
 		next := "-"
@@ -86,28 +90,33 @@ func (c *stateCLI) failing(args []string) error {
 		case f.Paused:
 			next = "paused"
 		case f.NextAttempt != nil:
-			next = f.NextAttempt.Local().Format("15:04:05.000")
+			next = formatTime(*f.NextAttempt)
 		}
 		fmt.Fprintf(tw, "%s/%s %s\t%s\t%d\t%s\t%d\t%s\n", f.Namespace, f.Type, shellQuote(f.ID),
-			f.Since.Local().Format("2006-01-02 15:04:05"), f.Attempts, next, f.Messages+f.Queued, oneLine(f.LastError))
+			formatTime(f.Since), f.Attempts, next, f.Messages+f.Queued, oneLine(f.LastError))
 	}
 	return tw.Flush()
 }
 
-// inbox prints what the runtime holds for one address, as JSON.
-func (c *stateCLI) inbox(args []string) error {
-	fs := c.flagSet("statefun state inbox", []string{
-		"statefun state inbox [--limit N] <namespace>/<type> <id>",
-		"",
-		"The address's pauses, the batch in flight or failing (at the head of its inbox),",
-		"its queued messages and its pending delayed messages, as JSON.",
-	})
-	var limit int
-	fs.IntVar(&limit, "limit", 0, "list at most this many queued messages (1 to 1000; all are counted)")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// inboxCmd prints what the runtime holds for one address.
+func (c *stateCLI) inboxCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "inbox [--limit N] [-o table|json] <namespace>/<type> <id>",
+		Short: "What an address holds: failing batch, queue, timers",
+		Long: `Shows the address's pauses, the batch in flight or failing (at the head of its
+inbox), its queued messages and its pending delayed messages, with the keys and
+timers skip, edit-message and cancel take.`,
 	}
+	var (
+		limit  int
+		output string
+	)
+	cmd.Flags().IntVar(&limit, "limit", 0, "list at most this many queued messages (1 to 1000; all are counted)")
+	outputVarP(cmd.Flags(), &output, "table", "table", "json")
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.inbox(pos, limit, output) })
+}
+
+func (c *stateCLI) inbox(pos []string, limit int, output string) error {
 	a, err := target(pos, false)
 	if err != nil {
 		return err
@@ -123,19 +132,29 @@ func (c *stateCLI) inbox(args []string) error {
 	if err != nil {
 		return err
 	}
-	return writeJSON(c.stdout, in)
+	if output == "json" {
+		return writeJSON(c.stdout, in)
+	}
+	return writeInbox(c.stdout, in)
 }
 
-// pauses prints the pauses in force.
-func (c *stateCLI) pauses(args []string) error {
-	fs := c.flagSet("statefun state pauses", []string{"statefun state pauses [-o table|json] [<namespace>/<type>]"})
-	var output string
-	outputVar(fs, &output)
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+// pausesCmd prints the pauses in force.
+func (c *stateCLI) pausesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "pauses [-o table|json] [<namespace>/<type>]",
+		Short: "The pauses in force",
+		Long:  "Lists the pauses in force (of one function type): what, since when, until when, by whom and why.",
 	}
-	var t stateclient.TypeName
+	var output string
+	outputVarP(cmd.Flags(), &output, "table", "table", "json")
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.pauses(pos, output) })
+}
+
+func (c *stateCLI) pauses(pos []string, output string) error {
+	var (
+		t   stateclient.TypeName
+		err error
+	)
 	if len(pos) > 1 {
 		return usagef("want at most one <namespace>/<type>")
 	}
@@ -155,47 +174,45 @@ func (c *stateCLI) pauses(args []string) error {
 	if output == "json" {
 		return writeJSON(c.stdout, list)
 	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	tw := newTable(c.stdout)
 	fmt.Fprintln(tw, "PAUSED\tSINCE\tEXPIRES\tBY\tMUTATION\tREASON")
 	for _, p := range list {
 		what := p.Namespace + "/" + p.Type + " (every address)"
 		if p.ID != nil {
 			what = p.Namespace + "/" + p.Type + " " + shellQuote(*p.ID)
 		}
-		exp := "-"
-		if p.ExpiresAt != nil {
-			exp = p.ExpiresAt.Local().Format("2006-01-02 15:04:05")
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", what, p.Since.Local().Format("2006-01-02 15:04:05"), exp,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", what, formatTime(p.Since), formatTimePtr(p.ExpiresAt),
 			p.Principal, p.Mutation, oneLine(p.Reason))
 	}
 	return tw.Flush()
 }
 
-// pause pauses an address or every address of a type.
-func (c *stateCLI) pause(args []string) error {
-	fs := c.flagSet("statefun state pause", []string{
-		"statefun state pause [--reason R] [--for D | --until T] <namespace>/<type> [<id>]",
-		"",
-		"Without an id, every address of the type. Nothing of it is invoked until it is",
-		"resumed; its messages keep arriving, state reads and writes apply at once.",
-		"Prints the receipt once the pause is durable.",
-	})
+// pauseCmd pauses an address or every address of a type.
+func (c *stateCLI) pauseCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "pause [--reason R] [--for D | --until T] <namespace>/<type> [<id>]",
+		Short: "Hold an address (no id: every address of the type)",
+		Long: `Pauses an address; without an id, every address of the type. Nothing of it is
+invoked until it is resumed; its messages keep arriving, state reads and writes
+apply at once. Prints the receipt once the pause is durable.`,
+	}
 	var (
 		reason, until, mutationID string
 		dur                       time.Duration
-		quiet                     bool
+		m                         mutationFlags
 	)
+	fs := cmd.Flags()
 	fs.StringVar(&reason, "reason", "", "why, recorded in the audit log")
 	fs.DurationVar(&dur, "for", 0, "lift the pause by itself after this long (e.g. 30m)")
 	fs.StringVar(&until, "until", "", "lift the pause by itself at this time (RFC 3339)")
 	fs.StringVar(&mutationID, "mutation-id", "", "cluster mode, a whole type: complete the earlier pause answered 503 with this mutation id")
-	fs.BoolVar(&quiet, "q", false, "print nothing on success")
-	fs.BoolVar(&quiet, "quiet", false, "same as -q")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	m.registerOutput(fs)
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error {
+		return c.pause(pos, &m, reason, until, mutationID, dur)
+	})
+}
+
+func (c *stateCLI) pause(pos []string, m *mutationFlags, reason, until, mutationID string, dur time.Duration) error {
 	a, err := target(pos, true)
 	if err != nil {
 		return err
@@ -219,30 +236,30 @@ func (c *stateCLI) pause(args []string) error {
 	if err != nil {
 		return partialHint(err, "pause")
 	}
-	return c.printReceipts(&mutationFlags{quiet: quiet}, *rc)
+	return c.printReceipts(m, *rc)
 }
 
-// resume lifts a pause.
-func (c *stateCLI) resume(args []string) error {
-	fs := c.flagSet("statefun state resume", []string{
-		"statefun state resume [--reason R] <namespace>/<type> [<id>]",
-		"",
-		"Lifts the address's pause (without an id: the type's). A failed batch is retried",
-		"at once, then the queued messages go out in arrival order. Exit status 1 when it",
-		"was not paused.",
-	})
+// resumeCmd lifts a pause.
+func (c *stateCLI) resumeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "resume [--reason R] <namespace>/<type> [<id>]",
+		Short: "Release a pause: retry the failed batch, then the queue",
+		Long: `Lifts the address's pause (without an id: the type's). A failed batch is retried
+at once, then the queued messages go out in arrival order. Exit status 1 when it
+was not paused.`,
+	}
 	var (
 		reason, mutationID string
-		quiet              bool
+		m                  mutationFlags
 	)
+	fs := cmd.Flags()
 	fs.StringVar(&reason, "reason", "", "why, recorded in the audit log")
 	fs.StringVar(&mutationID, "mutation-id", "", "cluster mode, a whole type: complete the earlier resume answered 503 with this mutation id")
-	fs.BoolVar(&quiet, "q", false, "print nothing on success")
-	fs.BoolVar(&quiet, "quiet", false, "same as -q")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
+	m.registerOutput(fs)
+	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error { return c.resume(pos, &m, reason, mutationID) })
+}
+
+func (c *stateCLI) resume(pos []string, m *mutationFlags, reason, mutationID string) error {
 	a, err := target(pos, true)
 	if err != nil {
 		return err
@@ -255,7 +272,7 @@ func (c *stateCLI) resume(args []string) error {
 	if err != nil {
 		return partialHint(err, "resume")
 	}
-	return c.printReceipts(&mutationFlags{quiet: quiet}, *rc)
+	return c.printReceipts(m, *rc)
 }
 
 // partialHint adds to the error of a type-level pause or resume that some

@@ -14,13 +14,13 @@ import (
 // the pauses are listed, resume releases it; usage errors exit 2.
 func TestStatePauseResume(t *testing.T) {
 	rt := startRuntime(t)
-	r := rt.ok(t, "", "pause", "--reason", "look", "--for", "1h", "example/person", "bob/x")
+	r := rt.ok(t, "", "pause", "-o", "json", "--reason", "look", "--for", "1h", "example/person", "bob/x")
 	var rc stateclient.Receipt
 	if err := json.Unmarshal([]byte(r.stdout), &rc); err != nil || rc.Status != "committed" {
 		t.Fatalf("pause receipt: %v %s", err, r.stdout)
 	}
 	rt.Send(t, "bob/x")
-	r = rt.ok(t, "", "inbox", "example/person", "bob/x")
+	r = rt.ok(t, "", "inbox", "-o", "json", "example/person", "bob/x")
 	var in stateclient.Inbox
 	if err := json.Unmarshal([]byte(r.stdout), &in); err != nil {
 		t.Fatal(err)

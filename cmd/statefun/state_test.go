@@ -72,7 +72,7 @@ func TestStateGetPutDelete(t *testing.T) {
 	rt := startRuntime(t)
 
 	// int: text in and out, raw bytes, the envelope.
-	rc := receiptOf(t, rt.ok(t, "", "put", "example/person", "Bob", "visits", "41", "--reason", "test"))
+	rc := receiptOf(t, rt.ok(t, "", "put", "-o", "json", "example/person", "Bob", "visits", "41", "--reason", "test"))
 	if rc.Status != "committed" || rc.Version == "" {
 		t.Fatalf("receipt %+v", rc)
 	}
@@ -141,7 +141,7 @@ func TestStateGetPutDelete(t *testing.T) {
 	}
 
 	// delete one entry, then it is not found (exit 1).
-	rc = receiptOf(t, rt.ok(t, "", "delete", "example/person", "Bob", "name", "--reason", "gone"))
+	rc = receiptOf(t, rt.ok(t, "", "delete", "-o", "json", "example/person", "Bob", "name", "--reason", "gone"))
 	if rc.Status != "committed" || rc.Version != "" {
 		t.Fatalf("delete receipt %+v", rc)
 	}
@@ -158,7 +158,7 @@ func TestStateGetPutDelete(t *testing.T) {
 	if r := rt.cli(t, "", "delete", "--all", "example/person", "Bob", "visits"); r.code != 2 {
 		t.Fatalf("delete --all with a state: %s", r)
 	}
-	rt.ok(t, "", "delete", "--all", "example/person", "Bob", "-q")
+	rt.ok(t, "", "delete", "--all", "--yes", "example/person", "Bob", "-q")
 	if r := rt.ok(t, "", "ls", "-o", "name", "example/person", "Bob"); r.stdout != "" {
 		t.Fatalf("entries after delete --all: %s", r)
 	}
@@ -177,15 +177,15 @@ func TestStateUsage(t *testing.T) {
 		{[]string{"get", "example/person/Bob", "visits"}, 2, "give the id as its own argument, e.g. example/person Bob"},
 		{[]string{"get", "person", "Bob", "visits"}, 2, "not a function type"},
 		{[]string{"get", "example/person", "", "visits"}, 2, "the id is empty"},
-		{[]string{"get", "-o", "yaml", "example/person", "Bob", "visits"}, 2, "want auto, text, raw or json"},
-		{[]string{"get", "--nope", "example/person", "Bob", "visits"}, 2, "flag provided but not defined"},
+		{[]string{"get", "-o", "yaml", "example/person", "Bob", "visits"}, 2, "want auto, text, raw, json or table"},
+		{[]string{"get", "--nope", "example/person", "Bob", "visits"}, 2, "unknown flag: --nope"},
 		{[]string{"put", "example/person", "Bob", "visits"}, 2, `"-" reads the value from stdin`},
 		{[]string{"put", "--ack", "never", "example/person", "Bob", "visits", "1"}, 2, "--ack"},
 		{[]string{"ls", "--limit", "5"}, 2, "apply to a listing of ids"},
 		{[]string{"audit", "x"}, 2, "filters are flags"},
 		{[]string{"audit", "--since", "yesterday"}, 2, "RFC 3339"},
 		{[]string{"revert"}, 2, "mutation-id"},
-		{[]string{"get", "-h"}, 0, "statefun state get [-o auto|text|raw|json]"},
+		{[]string{"get", "-h"}, 0, "statefun state get [-o auto|text|raw|json|table]"},
 		{[]string{"-h"}, 0, "Commands:"},
 	} {
 		r := rt.cli(t, "", tc.args...)
@@ -308,11 +308,11 @@ func TestStateLs(t *testing.T) {
 
 func TestStateRevertAndAudit(t *testing.T) {
 	rt := startRuntime(t)
-	first := receiptOf(t, rt.ok(t, "", "put", "example/person", "ann", "visits", "10", "--reason", "first"))
-	second := receiptOf(t, rt.ok(t, "", "put", "example/person", "ann", "visits", "20", "--reason", "second fix"))
+	first := receiptOf(t, rt.ok(t, "", "put", "-o", "json", "example/person", "ann", "visits", "10", "--reason", "first"))
+	second := receiptOf(t, rt.ok(t, "", "put", "-o", "json", "example/person", "ann", "visits", "20", "--reason", "second fix"))
 	rt.ok(t, "", "put", "-q", "example/person", "ben", "visits", "1")
 
-	r := rt.ok(t, "", "revert", second.Mutation, "--reason", "undo")
+	r := rt.ok(t, "", "revert", "-o", "json", second.Mutation, "--reason", "undo")
 	rc := receiptOf(t, r)
 	if rc.Status != "committed" {
 		t.Fatalf("revert receipt %+v", rc)
@@ -365,11 +365,11 @@ func TestStateRevertAndAudit(t *testing.T) {
 	}
 
 	// receipt, and receipt --wait of an accepted mutation.
-	acc := receiptOf(t, rt.ok(t, "", "put", "--ack", "accepted", "example/person", "ann", "visits", "30"))
+	acc := receiptOf(t, rt.ok(t, "", "put", "-o", "json", "--ack", "accepted", "example/person", "ann", "visits", "30"))
 	if acc.Status != "accepted" {
 		t.Fatalf("ack accepted: %+v", acc)
 	}
-	if rc := receiptOf(t, rt.ok(t, "", "receipt", "--wait", "5s", acc.Mutation)); rc.Status != "committed" {
+	if rc := receiptOf(t, rt.ok(t, "", "receipt", "-o", "json", "--wait", "5s", acc.Mutation)); rc.Status != "committed" {
 		t.Fatalf("receipt --wait: %+v", rc)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"flag"
 	"io"
 	"slices"
 	"strings"
@@ -11,36 +10,33 @@ import (
 	"github.com/statefun-go/statefun/pkg/stateclient"
 )
 
-func TestParseInterspersed(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		pos  []string
-		o    string
-		q    bool
-	}{
-		{[]string{"a", "b", "c"}, []string{"a", "b", "c"}, "", false},
-		{[]string{"-o", "json", "a", "b"}, []string{"a", "b"}, "json", false},
-		{[]string{"a", "-o", "json", "b", "-q"}, []string{"a", "b"}, "json", true},
-		{[]string{"a", "b", "-5"}, []string{"a", "b", "-5"}, "", false},
-		{[]string{"a", "-.5", "-q"}, []string{"a", "-.5"}, "", true},
-		{[]string{"a", "-", "-q"}, []string{"a", "-"}, "", true},
-		{[]string{"-q", "--", "a", "-b", "-o"}, []string{"a", "-b", "-o"}, "", true},
-		{[]string{"a", "--", "-b"}, []string{"a", "-b"}, "", false},
-		{[]string{"--o=json", "--", "--"}, []string{"--"}, "json", false},
+// normalizeArgs moves a state command's flags before its arguments and
+// puts the arguments after "--", so that an argument may be a negative
+// number or "-", and flags may come anywhere; a flag's value stays with
+// it; "--" ends the flags; a long flag with one dash gets its second.
+func TestNormalizeArgs(t *testing.T) {
+	root := newRootCmd(newCLI(strings.NewReader(""), io.Discard, io.Discard))
+	for _, tc := range []struct{ args, want []string }{
+		{[]string{"state", "put", "a", "b", "c"}, []string{"state", "put", "--", "a", "b", "c"}},
+		{[]string{"state", "put", "-o", "json", "a", "b"}, []string{"state", "put", "-o", "json", "--", "a", "b"}},
+		{[]string{"state", "put", "a", "-o", "json", "b", "-q"}, []string{"state", "put", "-o", "json", "-q", "--", "a", "b"}},
+		{[]string{"state", "put", "a", "b", "-5"}, []string{"state", "put", "--", "a", "b", "-5"}},
+		{[]string{"state", "put", "a", "-.5", "-q"}, []string{"state", "put", "-q", "--", "a", "-.5"}},
+		{[]string{"state", "put", "a", "-", "-q"}, []string{"state", "put", "-q", "--", "a", "-"}},
+		{[]string{"state", "put", "-q", "--", "a", "-b", "-o"}, []string{"state", "put", "-q", "--", "a", "-b", "-o"}},
+		{[]string{"state", "put", "a", "--", "-b"}, []string{"state", "put", "--", "a", "-b"}},
+		{[]string{"state", "put", "--o=json", "--", "--"}, []string{"state", "put", "-o=json", "--", "--"}},
+		{[]string{"--server", "http://x", "-o", "json", "state", "get", "a", "b", "c"}, []string{"state", "get", "--server", "http://x", "-o", "json", "--", "a", "b", "c"}},
+		{[]string{"state", "history", "--limit", "-1", "a", "b", "c"}, []string{"state", "history", "--limit", "-1", "--", "a", "b", "c"}},
+		{[]string{"state", "put", "-reason", "why", "a"}, []string{"state", "put", "--reason", "why", "--", "a"}},
+		{[]string{"state", "ls", "-0", "a/b"}, []string{"state", "ls", "-0", "--", "a/b"}},
+		{[]string{"state", "get", "-h"}, []string{"state", "get", "-h"}},
+		{[]string{"run", "-module", "m.yaml", "extra"}, []string{"run", "--module", "m.yaml", "extra"}},
+		{[]string{"frobnicate", "-x"}, []string{"frobnicate", "-x"}},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		o := fs.String("o", "", "")
-		q := fs.Bool("q", false, "")
-		pos, err := parse(fs, tc.args)
-		if err != nil || !slices.Equal(pos, tc.pos) || *o != tc.o || *q != tc.q {
-			t.Errorf("parse(%q) = %q, o=%q q=%v, %v; want %q, o=%q q=%v", tc.args, pos, *o, *q, err, tc.pos, tc.o, tc.q)
+		if got := normalizeArgs(root, tc.args); !slices.Equal(got, tc.want) {
+			t.Errorf("normalizeArgs(%q) = %q; want %q", tc.args, got, tc.want)
 		}
-	}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	if _, err := parse(fs, []string{"a", "-x"}); err != errParse {
-		t.Errorf("an unknown flag: %v", err)
 	}
 }
 

@@ -195,7 +195,9 @@ func runLoadChild() error {
 	}
 	fmt.Println("ready")
 	stdin := bufio.NewReader(os.Stdin)
-	if _, err := stdin.ReadString('\n'); err != nil {
+	if _, err := stdin.ReadString('\n'); err == io.EOF {
+		return nil // stdin closed before the start: no load was asked for
+	} else if err != nil {
 		return err
 	}
 	// A second line (or the end of stdin) ends the load early: a load

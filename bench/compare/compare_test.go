@@ -184,7 +184,8 @@ func TestSelectWorkloads(t *testing.T) {
 	}
 	want := []string{
 		"increments-10000 ^BenchmarkEndToEnd$/^addresses=10000$ [-load.addresses=10000 -load.messages=20000] [increments-10000]",
-		"state ^BenchmarkStateAPI$/^idle$/^(GET|PUT-committed)$/^clients=(1|16)$ [-load.apiphases=idle -load.apiops=2000 -load.apibg=2m] [get-1 put-committed-16]",
+		"get-1 ^BenchmarkStateAPI$/^idle$/^GET$/^clients=1$ [-load.apiphases=idle -load.apiops=5000] [get-1]",
+		"put-committed-16 ^BenchmarkStateAPI$/^idle$/^PUT-committed$/^clients=16$ [-load.apiphases=idle -load.apiops=100000] [put-committed-16]",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("selectWorkloads:\n got %q\nwant %q", got, want)
@@ -192,6 +193,10 @@ func TestSelectWorkloads(t *testing.T) {
 	jobs, err = selectWorkloads([]string{"increments"}, 2)
 	if err != nil || len(jobs) != 3 || jobs[2].args[1] != "-load.messages=40000" {
 		t.Errorf("selectWorkloads(increments, scale 2) = %+v, %v; want the three increments jobs of 40,000 messages", jobs, err)
+	}
+	jobs, err = selectWorkloads([]string{"loaded", "get-1"}, 0.5)
+	if err != nil || len(jobs) != 2 || jobs[1].pattern != "^BenchmarkStateAPI$/^load$/^(GET|PUT-committed)$/^clients=1$" || jobs[1].args[1] != "-load.apiops=1000" {
+		t.Errorf("selectWorkloads(loaded, get-1, scale 0.5) = %+v, %v; want get-1, then both loaded workloads in one job of 1,000 requests", jobs, err)
 	}
 	if _, err := selectWorkloads([]string{"incr"}, 1); err == nil || !strings.Contains(err.Error(), "increments-10000") {
 		t.Errorf("an unknown workload: error %v; want one that lists the workloads", err)

@@ -71,10 +71,11 @@ func allWorkloads() []workload {
 		{"put-committed", "PUT-committed", "state PUT, ack=committed"},
 	} {
 		for _, c := range []int{1, 16} {
+			name := fmt.Sprintf("%s-%d", op.name, c)
 			ws = append(ws, workload{
-				name:    fmt.Sprintf("%s-%d", op.name, c),
+				name:    name,
 				title:   fmt.Sprintf("%s, %d client%s, idle runtime", op.title, c, plural(c)),
-				job:     "state",
+				job:     name,
 				bench:   fmt.Sprintf("BenchmarkStateAPI/idle/%s/clients=%d", op.bench, c),
 				metrics: []metric{reqPerSec},
 			})
@@ -144,19 +145,25 @@ func selectWorkloads(sel []string, scale float64) ([]job, error) {
 // machine; scale lengthens it.
 func jobCommand(j job, scale float64) (string, []string) {
 	n := func(base int) string { return strconv.Itoa(max(1, int(math.Round(float64(base)*scale)))) }
+	// The idle state API's workloads each run alone, for about a second on
+	// an idle 2-core machine: -load.apiops requests (a tenth of them for
+	// committed writes).
+	idleOps := map[string]int{"get-1": 5000, "get-16": 20000, "put-committed-1": 10000, "put-committed-16": 100000}
+	if ops, ok := idleOps[j.name]; ok {
+		parts := strings.Split(j.workloads[0].bench, "/") // BenchmarkStateAPI/idle/<op>/clients=<c>
+		pattern := fmt.Sprintf("^BenchmarkStateAPI$/^idle$/^%s$/^%s$", regexp.QuoteMeta(parts[2]), regexp.QuoteMeta(parts[3]))
+		return pattern, []string{"-load.apiphases=idle", "-load.apiops=" + n(ops)}
+	}
 	switch j.name {
-	case "state", "loaded":
-		ops, clients := map[string]bool{}, map[string]bool{}
+	case "loaded":
+		ops := map[string]bool{}
 		for _, w := range j.workloads {
-			parts := strings.Split(w.bench, "/") // BenchmarkStateAPI/<phase>/<op>/clients=<c>
-			ops[parts[2]], clients[strings.TrimPrefix(parts[3], "clients=")] = true, true
+			ops[strings.Split(w.bench, "/")[2]] = true // BenchmarkStateAPI/load/<op>/clients=1
 		}
-		phase := map[string]string{"state": "idle", "loaded": "load"}[j.name]
-		pattern := fmt.Sprintf("^BenchmarkStateAPI$/^%s$/^(%s)$/^clients=(%s)$", phase, alternatives(ops), alternatives(clients))
-		// 2,000 requests per operation and client count, a tenth of that
-		// for committed writes; the function load beside stops when the
-		// measurements are done, at two minutes at most.
-		return pattern, []string{"-load.apiphases=" + phase, "-load.apiops=" + n(2000), "-load.apibg=2m"}
+		pattern := fmt.Sprintf("^BenchmarkStateAPI$/^load$/^(%s)$/^clients=1$", alternatives(ops))
+		// 2,000 GETs and 200 committed PUTs; the function load beside
+		// stops when they are done, at two minutes at most.
+		return pattern, []string{"-load.apiphases=load", "-load.apiops=" + n(2000), "-load.apibg=2m"}
 	case "kafka":
 		return "^BenchmarkKafkaCounter$", []string{"-kafka.records=" + n(20000)}
 	default: // increments-<keys>

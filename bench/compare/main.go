@@ -105,16 +105,19 @@ func mainErr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	rep, err := compare(ctx, cfg, stderr)
+	if rep != nil {
+		rep.writeMarkdown(stdout)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	rep.writeMarkdown(stdout)
 	return 0
 }
 
 // compare builds the two revisions and bench.test, runs the rounds and
-// returns the report. Progress goes to log.
+// returns the report. Progress goes to log. When ctx ends during the
+// rounds, the report covers the runs made until then.
 func compare(ctx context.Context, cfg config, log io.Writer) (*report, error) {
 	start := time.Now()
 	tree, err := openTree(ctx, "")
@@ -141,8 +144,12 @@ func compare(ctx context.Context, cfg config, log io.Writer) (*report, error) {
 		return nil, err
 	}
 	runs, err := runRounds(ctx, tree.benchDir(), testBin, builds, jobs, cfg.rounds, cfg.benchArgs, log)
-	if err != nil {
+	if len(runs) == 0 {
 		return nil, err
 	}
-	return newReport(cfg, builds, jobs, runs, start, readMachine()), nil
+	rep := newReport(cfg, builds, jobs, runs, start, readMachine())
+	if err != nil {
+		rep.interrupted = len(runs)
+	}
+	return rep, err
 }

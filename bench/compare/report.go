@@ -24,6 +24,9 @@ type report struct {
 	rows     []row
 	usage    usage    // over every run
 	failures []string // one note per job and build that failed
+	// interrupted is the number of runs made before the comparison was
+	// interrupted; 0 when it ran to the end.
+	interrupted int
 }
 
 // machine is what the header says about the computer.
@@ -208,6 +211,9 @@ func (rep *report) writeMarkdown(w io.Writer) {
 			fmt.Fprintf(w, ", %.2f cores of it for processes other than the benchmarks'", o)
 		}
 		fmt.Fprint(w, ".")
+	}
+	if rep.interrupted > 0 {
+		fmt.Fprintf(w, "\n- Interrupted after %d runs: the table covers those.", rep.interrupted)
 	}
 	fmt.Fprint(w, "\n\n")
 	fmt.Fprintln(w, "| workload | metric | BASE | HEAD | HEAD/BASE | min–max | rounds | busy | others | reading |")

@@ -211,24 +211,29 @@ func order(r, builds int) []int {
 }
 
 // runRounds runs every job against every build in each round, the builds of
-// a job back to back.
+// a job back to back. When ctx ends it returns the runs made so far, and
+// ctx's error.
 func runRounds(ctx context.Context, dir, testBin string, builds []*build, jobs []job, rounds int, extra []string, log io.Writer) ([]*run, error) {
 	var runs []*run
 	for r := range rounds {
 		for _, j := range jobs {
 			for _, bi := range order(r, len(builds)) {
 				if err := ctx.Err(); err != nil {
-					return nil, fmt.Errorf("compare: interrupted: %w", err)
+					return runs, fmt.Errorf("compare: interrupted after %d runs: %w", len(runs), err)
 				}
 				b := builds[bi]
 				res := runJob(ctx, dir, testBin, j, b.bin, extra)
+				if ctx.Err() != nil {
+					// Killed half way: not a run of the build.
+					return runs, fmt.Errorf("compare: interrupted after %d runs: %w", len(runs), ctx.Err())
+				}
 				res.round, res.build = r, bi
 				runs = append(runs, res)
 				fmt.Fprintf(log, "compare: round %d/%d %-16s %-4s %s\n", r+1, rounds, j.name, b.label, res.summary(j))
 			}
 		}
 	}
-	return runs, ctx.Err()
+	return runs, nil
 }
 
 // summary is a run's figures on one line, for the progress log.

@@ -2,7 +2,9 @@
 #   make example   runs the runtime with the greeter example on the embedded store
 #   make example-kafka  the same with Kafka in and out (a development Kafka included)
 #   make test      runs every test
-.PHONY: example example-kafka test build bench bench-kafka bench-cluster bench-restate deps fuzz soak
+# And to tell whether a change made the runtime faster or slower:
+#   make bench-compare BASE=<rev>  the working tree against BASE, interleaved on this machine
+.PHONY: example example-kafka test build bench bench-compare bench-kafka bench-cluster bench-restate deps fuzz soak
 
 build:
 	@echo "building bin/statefun, bin/greeter, bin/kafka-greeter and bin/devkafka (the first build downloads and compiles the dependencies: a minute or two)"
@@ -32,6 +34,21 @@ test: deps
 
 bench: build
 	go test -run '^$$' -bench . -benchtime 1x ./bench/...
+
+# Two builds of the runtime (cmd/statefun) on this machine, interleaved in
+# rounds, as ratios HEAD/BASE (docs/benchmarks.md, "Comparing two builds"):
+# BASE is required; HEAD defaults to the working tree. ROUNDS (3),
+# WORKLOADS (all; e.g. increments-10000,put-committed-16; the list:
+# go run ./bench/compare -list), SCALE (1: a few seconds a run; 5 runs five
+# times longer), more flags in BENCH_COMPARE_FLAGS. The table goes to
+# standard output, the progress to standard error.
+ROUNDS ?= 3
+SCALE ?= 1
+bench-compare:
+	@test -n "$(BASE)" || { echo "make bench-compare: set BASE, the revision to compare against, e.g. make bench-compare BASE=HEAD~1" >&2; exit 2; }
+	@go run ./bench/compare -base '$(BASE)' -head '$(HEAD)' -rounds '$(ROUNDS)' -workloads '$(WORKLOADS)' -scale '$(SCALE)' \
+		-command "make bench-compare BASE=$(BASE)$(if $(HEAD), HEAD=$(HEAD))$(if $(filter-out 3,$(ROUNDS)), ROUNDS=$(ROUNDS))$(if $(WORKLOADS), WORKLOADS=$(WORKLOADS))$(if $(filter-out 1,$(SCALE)), SCALE=$(SCALE))$(if $(BENCH_COMPARE_FLAGS), BENCH_COMPARE_FLAGS='$(BENCH_COMPARE_FLAGS)')" \
+		$(BENCH_COMPARE_FLAGS)
 
 # Kafka in, official-SDK counter, Kafka out (exactly-once) at 10,000 keys,
 # beside the playground-ingress run at 10,000 addresses of the same

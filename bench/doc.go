@@ -87,6 +87,18 @@
 //	                                             during each loaded one-client GET, for tools/schedjoin
 //	-load.profile     STATEFUN_BENCH_PROFILE     a directory: write a CPU profile of each
 //	                                             end-to-end run's measured window there
+//	-load.bin         STATEFUN_BENCH_BIN         a statefun binary: EndToEnd, KafkaCounter and StateAPI run
+//	                                             it (statefun run) as the runtime, in a child process
+//	-load.apiphases   STATEFUN_BENCH_API_PHASES  the state API benchmark's phases: idle, load or idle,load
+//
+// With -load.bin only the runtime is that binary's: the load generator, the
+// function and kfake stay this tree's, which is how bench/compare (make
+// bench-compare) measures two builds against each other. The binary runs
+// with the flags every release has had (--module, --data-dir, --admin-addr,
+// --partitions, --listen-host), its log level through STATEFUN_LOG_LEVEL,
+// and GOGC as statefun run sets it (400) unless -load.gogc says otherwise.
+// Its store is not reopened after the run (its format may not be this
+// tree's); the other checks of a run still hold.
 //
 // Three environment variables only, read by every runtime the benchmarks
 // start (for A/B runs of docs/limits.md's mechanisms):

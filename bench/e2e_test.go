@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
-	"github.com/statefun-go/statefun/internal/app"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/sdktest"
 	"github.com/statefun-go/statefun/internal/store"
@@ -40,10 +38,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 // e2eResult is one measured run.
 type e2eResult struct {
 	addrs, clients, partitions int
-	fnPID, loadPID             int
+	rtPID, fnPID, loadPID      int // 0 for this process
 	load                       loadSummary
 	processed                  time.Duration // first request to the last function answer
-	cpuSelf, cpuFn, cpuLoad    time.Duration
+	cpuSelf, cpuRuntime        time.Duration // the same process unless -load.bin
+	cpuFn, cpuLoad             time.Duration
 	cpuOK                      bool
 	machine                    machineCPU
 	goBefore, goAfter          goRuntime
@@ -88,30 +87,18 @@ spec:
   port: %d
   topics: [%s]
 `, fn.url, ingressPort, egressPort, sdktest.CounterTopic)
-	modPath := filepath.Join(dir, "module.yaml")
-	if err := os.WriteFile(modPath, []byte(module), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	dataDir := filepath.Join(dir, "data")
-	a, err := app.Start(app.Config{
-		ModulePath: modPath,
-		DataDir:    dataDir,
-		AdminAddr:  "127.0.0.1:0",
-		Partitions: *flagPartitions,
-		ListenHost: "127.0.0.1",
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	rt, err := startRuntimeProc(b, dir, module)
 	if err != nil {
 		b.Fatal(err)
 	}
 	closed := false
 	defer func() {
 		if !closed {
-			a.Close()
+			rt.close()
 		}
 	}()
-	metricsURL := "http://" + a.Addr("admin") + "/metrics"
-	ingress := "http://" + a.Addr("ingress0") + "/" + sdktest.CounterFn + "/"
+	metricsURL := "http://" + rt.admin + "/metrics"
+	ingress := fmt.Sprintf("http://127.0.0.1:%d/%s/", ingressPort, sdktest.CounterFn)
 	mc := &http.Client{Timeout: 10 * time.Second}
 
 	// Warm up: one message registers the function's states (one extra
@@ -128,9 +115,9 @@ spec:
 
 	spec := loadSpec{IngressPrefix: ingress, Addrs: addrs, Messages: *flagMessages, Clients: *flagClients, MaxTime: *flagMaxTime}
 	gen := startLoad(b, spec)
-	r := &e2eResult{addrs: addrs, clients: *flagClients, partitions: a.Partitions(),
-		fnPID: fn.pid, loadPID: gen.pid, before: before}
-	if *flagGOGC != 0 {
+	r := &e2eResult{addrs: addrs, clients: *flagClients, partitions: rt.partitions,
+		rtPID: rt.pid, fnPID: fn.pid, loadPID: gen.pid, before: before}
+	if *flagGOGC != 0 && rt.pid == 0 {
 		defer debug.SetGCPercent(debug.SetGCPercent(*flagGOGC))
 	}
 	r.probe = cpuProbe()
@@ -149,7 +136,7 @@ spec:
 			r.profile = ""
 		}
 	}
-	cpu0, ok0 := cpuOf(os.Getpid(), fn.pid, gen.pid)
+	cpu0, ok0 := cpuOf(os.Getpid(), rt.pid, fn.pid, gen.pid)
 	mach0 := readMachineCPU()
 	r.goBefore = readGoRuntime()
 	start := time.Now()
@@ -171,8 +158,11 @@ spec:
 	b.StopTimer()
 	r.machine = readMachineCPU().minus(mach0)
 	r.goAfter = readGoRuntime()
-	cpu1, ok1 := cpuOf(os.Getpid(), fn.pid, gen.pid)
-	r.cpuSelf, r.cpuFn, r.cpuLoad, r.cpuOK = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1], cpu1[2]-cpu0[2], ok0 && ok1
+	cpu1, ok1 := cpuOf(os.Getpid(), rt.pid, fn.pid, gen.pid)
+	r.cpuSelf, r.cpuRuntime, r.cpuFn, r.cpuLoad, r.cpuOK = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1], cpu1[2]-cpu0[2], cpu1[3]-cpu0[3], ok0 && ok1
+	if rt.pid == 0 {
+		r.cpuRuntime = r.cpuSelf
+	}
 	if r.profile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -191,11 +181,13 @@ spec:
 	}); err != nil {
 		b.Fatal(err)
 	}
-	if err := a.Close(); err != nil {
+	if err := rt.close(); err != nil {
 		b.Fatal(err)
 	}
 	closed = true
-	verify(b, dataDir, addrs, r.load.OK+1)
+	if rt.ownFormat {
+		verify(b, rt.dataDir, addrs, r.load.OK+1)
+	}
 	return r
 }
 
@@ -249,7 +241,7 @@ func (r *e2eResult) report(b *testing.B) {
 	b.ReportMetric(ms(l.P50), "p50-ms")
 	b.ReportMetric(ms(l.P99), "p99-ms")
 	if r.cpuOK {
-		b.ReportMetric(perMsg(r.cpuSelf), "runtime-cpu-us/msg")
+		b.ReportMetric(perMsg(r.cpuRuntime), "runtime-cpu-us/msg")
 	}
 
 	d := func(name string, match ...string) float64 {
@@ -265,8 +257,15 @@ func (r *e2eResult) report(b *testing.B) {
 		}
 		return "in a child process"
 	}
-	b.Logf("%d messages over %d ids, %d clients (load generator %s), %d partitions, function %s",
-		l.OK, r.addrs, r.clients, where(r.loadPID), r.partitions, where(r.fnPID))
+	partitions := "the binary's default partitions"
+	if r.partitions > 0 {
+		partitions = fmt.Sprintf("%d partitions", r.partitions)
+	}
+	b.Logf("%d messages over %d ids, %d clients (load generator %s), %s, runtime %s, function %s",
+		l.OK, r.addrs, r.clients, where(r.loadPID), partitions, where(r.rtPID), where(r.fnPID))
+	if r.rtPID != 0 {
+		b.Logf("runtime: %s; its store is not reopened to check the counts (its format may not be this tree's)", *flagBin)
+	}
 	b.Logf("ingress: %.0f msgs/s committed in %.2fs; latency p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms; %d busy (503) answers retried",
 		l.rate(), l.Elapsed.Seconds(), ms(l.P50), ms(l.P90), ms(l.P99), ms(l.PMax), l.Busy)
 	b.Logf("processed: %.0f msgs/s, all function answers %.2fs after the first request", float64(l.OK)/wall, wall)
@@ -279,15 +278,25 @@ func (r *e2eResult) report(b *testing.B) {
 	if r.cpuOK {
 		b.Logf("cpu per message: this process %.0f µs (%.2f cores), function process %.0f µs (%.2f cores), load generator process %.0f µs (%.2f cores)",
 			perMsg(r.cpuSelf), r.cpuSelf.Seconds()/wall, perMsg(r.cpuFn), r.cpuFn.Seconds()/wall, perMsg(r.cpuLoad), r.cpuLoad.Seconds()/wall)
+		if r.rtPID != 0 {
+			b.Logf("cpu per message: runtime process %.0f µs (%.2f cores)", perMsg(r.cpuRuntime), r.cpuRuntime.Seconds()/wall)
+		}
 	}
-	g0, g1 := r.goBefore, r.goAfter
-	b.Logf("go runtime of this process: %d GC cycles (%.0f/s), GC %.2f cores (%.0f%% of GC+user CPU), live heap %.1f MiB, heap goal %.1f MiB, %d goroutines at the end",
-		g1.gcCycles-g0.gcCycles, float64(g1.gcCycles-g0.gcCycles)/wall, (g1.gcCPU-g0.gcCPU)/wall,
-		100*(g1.gcCPU-g0.gcCPU)/(g1.gcCPU-g0.gcCPU+g1.userCPU-g0.userCPU), float64(g1.liveHeap)/(1<<20), float64(g1.heapGoal)/(1<<20), g1.goroutines)
+	// The Go runtime of this process is the runtime's only when it runs
+	// here.
+	if g0, g1 := r.goBefore, r.goAfter; r.rtPID == 0 {
+		b.Logf("go runtime of this process: %d GC cycles (%.0f/s), GC %.2f cores (%.0f%% of GC+user CPU), live heap %.1f MiB, heap goal %.1f MiB, %d goroutines at the end",
+			g1.gcCycles-g0.gcCycles, float64(g1.gcCycles-g0.gcCycles)/wall, (g1.gcCPU-g0.gcCPU)/wall,
+			100*(g1.gcCPU-g0.gcCPU)/(g1.gcCPU-g0.gcCPU+g1.userCPU-g0.userCPU), float64(g1.liveHeap)/(1<<20), float64(g1.heapGoal)/(1<<20), g1.goroutines)
+	}
 	if m := r.machine; m.ok {
 		b.Logf("machine: %.2f cores busy (of which irq+softirq %.2f), %.2f idle, %.2f iowait, %.2f steal; cpu probe %.0f MB/s sha256",
 			m.busy/wall, m.irq/wall, m.idle/wall, m.iowait/wall, m.steal/wall, r.probe)
-		if other := m.others(wall, r.cpuSelf, r.cpuFn, r.cpuLoad); r.cpuOK && other > 0.1 {
+		ours := []time.Duration{r.cpuSelf, r.cpuFn, r.cpuLoad}
+		if r.rtPID != 0 {
+			ours = append(ours, r.cpuRuntime)
+		}
+		if other := m.others(wall, ours...); r.cpuOK && other > 0.1 {
 			b.Logf("WARNING: other processes took %.2f cores during the run; these figures are not clean", other)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -27,7 +26,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/statefun-go/statefun/internal/address"
-	"github.com/statefun-go/statefun/internal/app"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/sdktest"
 	"github.com/statefun-go/statefun/internal/store"
@@ -427,15 +425,16 @@ func BenchmarkKafkaCounter(b *testing.B) {
 
 // kafkaRunResult is one measured Kafka run.
 type kafkaRunResult struct {
-	load                             kafkaLoadResult
-	fnPID, kafkaPID, loadPID         int
-	cpuSelf, cpuFn, cpuKafka, cpuGen time.Duration
-	cpuOK                            bool
-	machine                          machineCPU
-	before, after                    metrics
-	goBefore, goAfter                goRuntime
-	probe                            float64
-	profile                          string
+	load                            kafkaLoadResult
+	rtPID, fnPID, kafkaPID, loadPID int           // rtPID 0: this process
+	cpuSelf, cpuRuntime             time.Duration // the same process unless -load.bin
+	cpuFn, cpuKafka, cpuGen         time.Duration
+	cpuOK                           bool
+	machine                         machineCPU
+	before, after                   metrics
+	goBefore, goAfter               goRuntime
+	probe                           float64
+	profile                         string
 }
 
 func runKafka(b *testing.B, fnURL string, fnPID int) *kafkaRunResult {
@@ -476,30 +475,18 @@ spec:
     type: exactly-once
     transactionTimeout: 1min
 `, fnURL, brokers, kafkaInTopic, kafkaStampType, kafkaCounterFn, kafkaEgressID, brokers)
-	modPath := filepath.Join(dir, "module.yaml")
-	if err := os.WriteFile(modPath, []byte(module), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	dataDir := filepath.Join(dir, "data")
-	a, err := app.Start(app.Config{
-		ModulePath: modPath,
-		DataDir:    dataDir,
-		AdminAddr:  "127.0.0.1:0",
-		Partitions: *flagPartitions,
-		ListenHost: "127.0.0.1",
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	rt, err := startRuntimeProc(b, dir, module)
 	if err != nil {
 		b.Fatal(err)
 	}
 	closed := false
 	defer func() {
 		if !closed {
-			a.Close()
+			rt.close()
 		}
 	}()
 	mc := &http.Client{Timeout: 10 * time.Second}
-	admin := "http://" + a.Addr("admin")
+	admin := "http://" + rt.admin
 	if err := waitReadyz(ctx, mc, admin+"/readyz", time.Minute); err != nil {
 		b.Fatal(err)
 	}
@@ -523,8 +510,8 @@ spec:
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := &kafkaRunResult{fnPID: fnPID, kafkaPID: kc.pid, loadPID: gen.pid, before: before}
-	if *flagGOGC != 0 {
+	r := &kafkaRunResult{rtPID: rt.pid, fnPID: fnPID, kafkaPID: kc.pid, loadPID: gen.pid, before: before}
+	if *flagGOGC != 0 && rt.pid == 0 {
 		defer debug.SetGCPercent(debug.SetGCPercent(*flagGOGC))
 	}
 	r.probe = cpuProbe()
@@ -543,7 +530,7 @@ spec:
 			r.profile = ""
 		}
 	}
-	cpu0, ok0 := cpuOf(os.Getpid(), fnPID, kc.pid, gen.pid)
+	cpu0, ok0 := cpuOf(os.Getpid(), rt.pid, fnPID, kc.pid, gen.pid)
 	mach0 := readMachineCPU()
 	r.goBefore = readGoRuntime()
 	b.StartTimer()
@@ -558,8 +545,11 @@ spec:
 	b.StopTimer()
 	r.machine = readMachineCPU().minus(mach0)
 	r.goAfter = readGoRuntime()
-	cpu1, ok1 := cpuOf(os.Getpid(), fnPID, kc.pid, gen.pid)
-	r.cpuSelf, r.cpuFn, r.cpuKafka, r.cpuGen = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1], cpu1[2]-cpu0[2], cpu1[3]-cpu0[3]
+	cpu1, ok1 := cpuOf(os.Getpid(), rt.pid, fnPID, kc.pid, gen.pid)
+	r.cpuSelf, r.cpuRuntime, r.cpuFn, r.cpuKafka, r.cpuGen = cpu1[0]-cpu0[0], cpu1[1]-cpu0[1], cpu1[2]-cpu0[2], cpu1[3]-cpu0[3], cpu1[4]-cpu0[4]
+	if rt.pid == 0 {
+		r.cpuRuntime = r.cpuSelf
+	}
 	r.cpuOK = ok0 && ok1
 	if r.profile != "" {
 		pprof.StopCPUProfile()
@@ -571,11 +561,13 @@ spec:
 	if l := r.load; l.Duplicates+l.Wrong+l.Extra > 0 {
 		b.Errorf("bench: the output topic held %d duplicate, %d wrong and %d extra records; want none", l.Duplicates, l.Wrong, l.Extra)
 	}
-	if err := a.Close(); err != nil {
+	if err := rt.close(); err != nil {
 		b.Fatal(err)
 	}
 	closed = true
-	verifyKafka(b, dataDir, spec.Keys, spec.Records+1)
+	if rt.ownFormat {
+		verifyKafka(b, rt.dataDir, spec.Keys, spec.Records+1)
+	}
 	return r
 }
 
@@ -648,7 +640,7 @@ func (r *kafkaRunResult) report(b *testing.B) {
 	b.ReportMetric(ms(l.P50), "p50-ms")
 	b.ReportMetric(ms(l.P99), "p99-ms")
 	if r.cpuOK {
-		b.ReportMetric(perRec(r.cpuSelf), "runtime-cpu-us/record")
+		b.ReportMetric(perRec(r.cpuRuntime), "runtime-cpu-us/record")
 	}
 	d := func(name string) float64 { return r.after.sum(name) - r.before.sum(name) }
 	h := func(name string) histogram { return r.after.histogram(name).minus(r.before.histogram(name)) }
@@ -657,6 +649,9 @@ func (r *kafkaRunResult) report(b *testing.B) {
 
 	b.Logf("%d records over %d keys, window %d, %d partitions per topic, %d kfake brokers (child process), function in a child process",
 		l.Visible, *flagKafkaKeys, *flagKafkaWindow, *flagKafkaPartitions, *flagKafkaBrokers)
+	if r.rtPID != 0 {
+		b.Logf("runtime: %s in a child process; its store is not reopened to check the counts (its format may not be this tree's)", *flagBin)
+	}
 	b.Logf("output (read_committed): %.0f records/s in %.2fs; produce to visible p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms",
 		l.rate(), wall, ms(l.P50), ms(l.P90), ms(l.P99), ms(l.PMax))
 	b.Logf("group commits: %.0f (%.0f/s), p50 %.2f ms, p99 %.2f ms; %.1f records per commit",
@@ -668,16 +663,21 @@ func (r *kafkaRunResult) report(b *testing.B) {
 		d("statefun_kafka_egress_records_total")/txns, d("statefun_kafka_ingress_busy_total"))
 	if r.cpuOK {
 		b.Logf("cpu per record: runtime %.0f µs (%.2f cores), function %.0f µs (%.2f cores), kfake %.0f µs (%.2f cores), producer+consumer %.0f µs (%.2f cores)",
-			perRec(r.cpuSelf), r.cpuSelf.Seconds()/wall, perRec(r.cpuFn), r.cpuFn.Seconds()/wall,
+			perRec(r.cpuRuntime), r.cpuRuntime.Seconds()/wall, perRec(r.cpuFn), r.cpuFn.Seconds()/wall,
 			perRec(r.cpuKafka), r.cpuKafka.Seconds()/wall, perRec(r.cpuGen), r.cpuGen.Seconds()/wall)
 	}
-	g0, g1 := r.goBefore, r.goAfter
-	b.Logf("go runtime of this process: %d GC cycles, GC %.2f cores, live heap %.1f MiB",
-		g1.gcCycles-g0.gcCycles, (g1.gcCPU-g0.gcCPU)/wall, float64(g1.liveHeap)/(1<<20))
+	if g0, g1 := r.goBefore, r.goAfter; r.rtPID == 0 { // the runtime's Go runtime only when it runs here
+		b.Logf("go runtime of this process: %d GC cycles, GC %.2f cores, live heap %.1f MiB",
+			g1.gcCycles-g0.gcCycles, (g1.gcCPU-g0.gcCPU)/wall, float64(g1.liveHeap)/(1<<20))
+	}
 	if m := r.machine; m.ok {
 		b.Logf("machine: %.2f cores busy (of which irq+softirq %.2f), %.2f idle, %.2f iowait, %.2f steal; cpu probe %.0f MB/s sha256",
 			m.busy/wall, m.irq/wall, m.idle/wall, m.iowait/wall, m.steal/wall, r.probe)
-		if other := m.others(wall, r.cpuSelf, r.cpuFn, r.cpuKafka, r.cpuGen); r.cpuOK && other > 0.1 {
+		ours := []time.Duration{r.cpuSelf, r.cpuFn, r.cpuKafka, r.cpuGen}
+		if r.rtPID != 0 {
+			ours = append(ours, r.cpuRuntime)
+		}
+		if other := m.others(wall, ours...); r.cpuOK && other > 0.1 {
 			b.Logf("WARNING: other processes took %.2f cores during the run; these figures are not clean", other)
 		}
 	}

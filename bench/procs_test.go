@@ -195,10 +195,25 @@ func runLoadChild() error {
 	}
 	fmt.Println("ready")
 	stdin := bufio.NewReader(os.Stdin)
-	if _, err := stdin.ReadString('\n'); err != nil {
+	if _, err := stdin.ReadString('\n'); err == io.EOF {
+		return nil // stdin closed before the start: no load was asked for
+	} else if err != nil {
 		return err
 	}
-	sum, err := spec.run(context.Background())
+	// A second line (or the end of stdin) ends the load early: a load
+	// beside other measurements lasts as long as they do, not MaxTime.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	closed := make(chan struct{})
+	go func() {
+		_, _ = stdin.ReadString('\n')
+		cancel()
+		// Stay until stdin closes, so the parent can still read this
+		// process's CPU time.
+		_, _ = io.Copy(io.Discard, stdin)
+		close(closed)
+	}()
+	sum, err := spec.run(ctx)
 	if err != nil {
 		return err
 	}
@@ -207,9 +222,7 @@ func runLoadChild() error {
 		return err
 	}
 	fmt.Printf("result %s\n", out)
-	// Stay until stdin closes, so the parent can still read this
-	// process's CPU time.
-	_, _ = io.Copy(io.Discard, stdin)
+	<-closed
 	return nil
 }
 
@@ -230,22 +243,7 @@ func startChild(b *testing.B, role string, env ...string) *child {
 	if err != nil {
 		b.Fatal(err)
 	}
-	argv := []string{exe}
-	// The empty server is niced no more than the runtime: it stands for a
-	// process beside the runtime (the floor BenchmarkStateAPI reads its
-	// figures against), not for another machine.
-	if n := *flagNice; n != 0 && role != "runtime" && role != "empty" {
-		// nice execs the test binary: the pid stays the child's.
-		argv = append([]string{"nice", "-n", strconv.Itoa(n)}, argv...)
-	}
-	if rt, others, ok := strings.Cut(*flagPin, ":"); ok {
-		cpus := others
-		if role == "runtime" {
-			cpus = rt
-		}
-		// taskset execs too: the pid stays the child's.
-		argv = append([]string{"taskset", "-c", cpus}, argv...)
-	}
+	argv := childArgv(role, exe)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
 	stdin, err := cmd.StdinPipe()
@@ -282,6 +280,27 @@ func startChild(b *testing.B, role string, env ...string) *child {
 		}
 	})
 	return c
+}
+
+// childArgv is the command line of a child in role running argv: niced
+// (-load.nice) and pinned (-load.pin) as its role says.
+func childArgv(role string, argv ...string) []string {
+	// The empty server is niced no more than the runtime: it stands for a
+	// process beside the runtime (the floor BenchmarkStateAPI reads its
+	// figures against), not for another machine.
+	if n := *flagNice; n != 0 && role != "runtime" && role != "empty" {
+		// nice execs the test binary: the pid stays the child's.
+		argv = append([]string{"nice", "-n", strconv.Itoa(n)}, argv...)
+	}
+	if rt, others, ok := strings.Cut(*flagPin, ":"); ok {
+		cpus := others
+		if role == "runtime" {
+			cpus = rt
+		}
+		// taskset execs too: the pid stays the child's.
+		argv = append([]string{"taskset", "-c", cpus}, argv...)
+	}
+	return argv
 }
 
 // expect waits for the child's next line that starts with prefix and
@@ -338,10 +357,13 @@ func startCounter(b *testing.B) *counterFn {
 }
 
 // loadGen is a load generator ready to start: run sends the load and
-// returns what it measured; pid is its process, 0 for this one.
+// returns what it measured; stop, called while run runs, ends the load
+// early (run then returns what was sent until then); pid is its process,
+// 0 for this one.
 type loadGen struct {
-	run func() (loadSummary, error)
-	pid int
+	run  func() (loadSummary, error)
+	stop func()
+	pid  int
 }
 
 // startLoad prepares the load generator as -load.gen says.
@@ -349,7 +371,9 @@ func startLoad(b *testing.B, spec loadSpec) loadGen {
 	b.Helper()
 	switch *flagGen {
 	case "inprocess":
-		return loadGen{run: func() (loadSummary, error) { return spec.run(b.Context()) }}
+		ctx, cancel := context.WithCancel(b.Context())
+		b.Cleanup(cancel)
+		return loadGen{run: func() (loadSummary, error) { return spec.run(ctx) }, stop: cancel}
 	case "process":
 		js, err := json.Marshal(spec)
 		if err != nil {
@@ -364,7 +388,7 @@ func startLoad(b *testing.B, spec loadSpec) loadGen {
 			var sum loadSummary
 			err := json.Unmarshal([]byte(c.expect(b, "result ", spec.MaxTime+time.Minute)), &sum)
 			return sum, err
-		}}
+		}, stop: func() { _, _ = io.WriteString(c.stdin, "stop\n") }}
 	}
 	b.Fatalf("bench: -load.gen %q: want process or inprocess", *flagGen)
 	return loadGen{}
@@ -432,9 +456,29 @@ type benchRuntime struct {
 	pid            int    // 0 when in this process
 }
 
-// startRuntime runs the module as -load.runtime says.
-func startRuntime(b *testing.B, module string) benchRuntime {
+// benchModule is a module's text and the port of its playground ingress.
+type benchModule struct {
+	text        string
+	ingressPort int
+}
+
+// startRuntime runs the module as -load.runtime says, or with -load.bin
+// that binary in a child process.
+func startRuntime(b *testing.B, mod benchModule) benchRuntime {
 	b.Helper()
+	module := mod.text
+	if *flagBin != "" {
+		r, err := startBinRuntime(b, *flagBin, b.TempDir(), module)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			if err := r.stop(); err != nil {
+				b.Error(err)
+			}
+		})
+		return benchRuntime{admin: r.admin, ingress: fmt.Sprintf("127.0.0.1:%d", mod.ingressPort), pid: r.pid}
+	}
 	switch *flagRuntime {
 	case "process":
 		js, err := json.Marshal(runtimeSpec{Module: module, Partitions: *flagPartitions, GOGC: *flagGOGC, Procs: *flagProcs, Trace: *flagTrace})
@@ -477,12 +521,13 @@ func startApp(dir, module string, partitions int) (*app.App, error) {
 
 // counterModule is the module of the state API and console benchmarks:
 // sdktest/* served by fn, a playground ingress and egress on free ports.
-func counterModule(b *testing.B, fn *counterFn) string {
+func counterModule(b *testing.B, fn *counterFn) benchModule {
 	transport := ""
 	if *flagPool > 0 {
 		transport = fmt.Sprintf("  transport:\n    type: io.statefun.transports.v1/async\n    pool_size: %d\n", *flagPool)
 	}
-	return fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
+	ingress := freePort(b)
+	return benchModule{ingressPort: ingress, text: fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
 spec:
   functions: sdktest/*
   urlPathTemplate: %s
@@ -495,5 +540,5 @@ kind: io.statefun.playground.v1/egress
 spec:
   port: %d
   topics: [%s]
-`, fn.url, transport, freePort(b), freePort(b), sdktest.CounterTopic)
+`, fn.url, transport, ingress, freePort(b), sdktest.CounterTopic)}
 }

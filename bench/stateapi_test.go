@@ -20,11 +20,12 @@ import (
 )
 
 var (
-	flagAPIOps  = flag.Int("load.apiops", envInt("STATEFUN_BENCH_API_OPS", 3000), "state API requests per measured operation and client count")
-	flagAPIRate = flag.Float64("load.apirate", envFloat("STATEFUN_BENCH_API_RATE", 8000), "messages/s of the function load beside the state API measurements (0: as fast as -load.clients allow)")
-	flagRuntime = flag.String("load.runtime", envStr("STATEFUN_BENCH_RUNTIME_IN", "process"), "where the runtime of the state API benchmark runs: process (a child, as an operator's client meets it) or inprocess")
-	flagAPIBg   = flag.Duration("load.apibg", envDur("STATEFUN_BENCH_API_BG", 45*time.Second), "how long the function load runs beside the state API measurements")
-	flagAPILog  = flag.String("load.apilog", envStr("STATEFUN_BENCH_API_LOG", ""), "a file: each measured state API request's start and end, in CLOCK_MONOTONIC nanoseconds (the clock of -load.trace), one request per line")
+	flagAPIOps    = flag.Int("load.apiops", envInt("STATEFUN_BENCH_API_OPS", 3000), "state API requests per measured operation and client count")
+	flagAPIRate   = flag.Float64("load.apirate", envFloat("STATEFUN_BENCH_API_RATE", 8000), "messages/s of the function load beside the state API measurements (0: as fast as -load.clients allow)")
+	flagRuntime   = flag.String("load.runtime", envStr("STATEFUN_BENCH_RUNTIME_IN", "process"), "where the runtime of the state API benchmark runs: process (a child, as an operator's client meets it) or inprocess")
+	flagAPIBg     = flag.Duration("load.apibg", envDur("STATEFUN_BENCH_API_BG", 45*time.Second), "how long the function load runs beside the state API measurements")
+	flagAPIPhases = flag.String("load.apiphases", envStr("STATEFUN_BENCH_API_PHASES", "idle,load"), "the phases of the state API benchmark to run: idle, load or both (idle,load)")
+	flagAPILog    = flag.String("load.apilog", envStr("STATEFUN_BENCH_API_LOG", ""), "a file: each measured state API request's start and end, in CLOCK_MONOTONIC nanoseconds (the clock of -load.trace), one request per line")
 )
 
 // BenchmarkStateAPI measures the state access API on the idle runtime, then
@@ -40,6 +41,13 @@ var (
 // process of its own at the runtime's priority (what the machine, its
 // kernel and this client add).
 func BenchmarkStateAPI(b *testing.B) {
+	phases := map[string]bool{}
+	for _, p := range strings.Split(*flagAPIPhases, ",") {
+		if p = strings.TrimSpace(p); p != "idle" && p != "load" {
+			b.Fatalf("bench: -load.apiphases %q: want idle, load or idle,load", *flagAPIPhases)
+		}
+		phases[strings.TrimSpace(p)] = true
+	}
 	fn := startCounter(b)
 	ctx := b.Context()
 	rt := startRuntime(b, counterModule(b, fn))
@@ -179,10 +187,16 @@ func BenchmarkStateAPI(b *testing.B) {
 			}
 		}
 	}
-	measure("idle")
+	if phases["idle"] {
+		measure("idle")
+	}
+	if !phases["load"] {
+		return
+	}
 
 	// The function load beside: as BenchmarkEndToEnd at 10,000 ids, for
-	// -load.apibg; each measurement says whether it ran inside that window.
+	// at most -load.apibg (it stops when the measurements are done); each
+	// measurement says whether it ran inside that window.
 	bgEnd = time.Now().Add(*flagAPIBg)
 	loadDone := make(chan loadSummary, 1)
 	go func() {
@@ -194,6 +208,7 @@ func BenchmarkStateAPI(b *testing.B) {
 	}()
 	time.Sleep(time.Second) // let the load reach its pace
 	measure("load")
+	gen.stop()
 	bg := <-loadDone
 	if err := reqLog.write(); err != nil {
 		b.Error(err)

@@ -380,10 +380,11 @@ func (quietLogger) Fatalf(f string, args ...any) { panic(fmt.Sprintf("pebble fat
 // that: a goroutine blocked on a real socket is not durably blocked, and
 // the clock would never move.
 //
-// The nodes' stores are real Pebble stores on disk: Pebble's background
-// goroutines wait on condition variables and channels, which are durably
-// blocking, and its file I/O only holds the clock until it completes; a
-// store closed before the bubble ends leaves no goroutine behind.
+// The nodes' stores are real Pebble stores on disk, in the bubble too:
+// Pebble's background goroutines (flushes, compactions, its disk-health
+// tickers) wait on condition variables, channels and timers, which are
+// durably blocking, its file I/O only holds the clock until it completes,
+// and a store closed before the bubble ends leaves no goroutine behind.
 type harness struct {
 	t    *testing.T
 	fake bool // in a synctest bubble, on its clock
@@ -452,15 +453,13 @@ func kafkaTestThroughRebalances(t *testing.T, test func(t *testing.T, h *harness
 
 // newHarness starts the brokers; fake says whether t runs in a synctest
 // bubble.
-func newHarness(t *testing.T, fake bool, opts ...kfake.Opt) *harness {
+func newHarness(t *testing.T, fake bool) *harness {
 	t.Helper()
 	var vn kfake.VirtualNetwork
 	// The in-memory network does not pick free ports: each broker gets
 	// its own (the network is this test's alone).
-	kc, err := kfake.NewCluster(append([]kfake.Opt{
-		kfake.NumBrokers(3), kfake.Ports(9092, 9093, 9094), kfake.ListenFn(vn.Listen),
-		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
-	}, opts...)...)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.Ports(9092, 9093, 9094), kfake.ListenFn(vn.Listen),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

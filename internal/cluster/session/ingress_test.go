@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -195,8 +194,7 @@ func (h *harness) changelogStore() *store.DB {
 // that takes every partition over restores them all.
 func TestIngressRecordsCountOnceThroughMovesAndFaults(t *testing.T) {
 	kafkaTestThroughRebalances(t, func(t *testing.T, h *harness) {
-		seed := rand.Uint64()
-		t.Logf("seed %d", seed)
+		seed := pickSeed(t)
 		h.createIngressTopic()
 		h.produceIngress(100) // before any node: startup position earliest
 		dead := []store.DeadLetter{h.produceBad(1, nil, kafkaingress.ReasonNullKey)}

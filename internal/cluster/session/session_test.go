@@ -22,9 +22,26 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// faultSeed fixes the schedule of injected faults of the fault tests (0:
-// from the clock); the goroutines' timing is not replayed.
+// faultSeed fixes the random stream of the fault tests (0: a random
+// one): which requests the brokers refuse, which partitions the ticker
+// ticks. It does not replay a run. Even on the bubble's fake clock, where
+// every timer fires at the same fake instant in each run, the order in
+// which goroutines run within one instant is not fixed (they run in
+// parallel, select picks among ready cases at random, maps iterate in
+// random order), and so neither is which request draws which number:
+// two runs with one seed see different faults (checked with -tags
+// synctests, also at GOMAXPROCS=1).
 var faultSeed = flag.Uint64("session.seed", 0, "seed of the injected faults' schedule (0: random)")
+
+// pickSeed returns -session.seed, or a random seed, and logs it.
+func pickSeed(t *testing.T) uint64 {
+	seed := *faultSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (-session.seed %d draws the same random numbers; the goroutines' order decides which request gets which)", seed, seed)
+	return seed
+}
 
 func totalArrivals(ns ...*node) int64 {
 	var n int64
@@ -189,11 +206,7 @@ func (tk *ticker) halt() {
 // under the same node id with its store, it restores only the tail.
 func TestThreeNodesExactlyOnceThroughMovesAndFaults(t *testing.T) {
 	kafkaTestThroughRebalances(t, func(t *testing.T, h *harness) {
-		seed := *faultSeed
-		if seed == 0 {
-			seed = rand.Uint64()
-		}
-		t.Logf("seed %d (the faults' schedule; replay it with -session.seed %d, timing aside)", seed, seed)
+		seed := pickSeed(t)
 		f := h.injectFaults(seed)
 		dirB := t.TempDir()
 		a := h.start("a", t.TempDir())

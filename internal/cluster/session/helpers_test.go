@@ -337,6 +337,13 @@ type node struct {
 // its labels; a histogram's sample count).
 func (n *node) metric(t *testing.T, name string) float64 {
 	t.Helper()
+	return n.metricWith(t, name, "", "")
+}
+
+// metricWith is metric over the series whose label named label has value
+// (all series when label is empty).
+func (n *node) metricWith(t *testing.T, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := n.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -347,6 +354,15 @@ func (n *node) metric(t *testing.T, name string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label != "" {
+				match := false
+				for _, l := range m.GetLabel() {
+					match = match || l.GetName() == label && l.GetValue() == value
+				}
+				if !match {
+					continue
+				}
+			}
 			switch {
 			case m.Gauge != nil:
 				v += m.Gauge.GetValue()

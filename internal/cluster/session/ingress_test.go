@@ -370,8 +370,19 @@ func TestIngressDeadLetterOnceAcrossAborts(t *testing.T) {
 		if n := commits.Load(); n < 4 {
 			t.Fatalf("%d EndTxn commits; want at least 4 (two refused, two committed)", n)
 		}
-		if n := a.metric(t, "statefun_cluster_txn_aborts_total"); n != 2 {
-			t.Errorf("%v transactions aborted, want the 2 refused", n)
+		// The two refused EndTxn commits, and no other abort of the
+		// session's making. kfake may refuse a record of the transaction
+		// after a refused EndTxn with OUT_OF_ORDER_SEQUENCE_NUMBER (seen
+		// in about 2% of runs on the fake clock, where the brokers answer
+		// at once; never on real time): an abort for reason "produce",
+		// which the session handles as any record Kafka refuses.
+		all, group := a.metric(t, "statefun_cluster_txn_aborts_total"), a.metricWith(t, "statefun_cluster_txn_aborts_total", "reason", "group")
+		produce := a.metricWith(t, "statefun_cluster_txn_aborts_total", "reason", "produce")
+		if group != 2 || all != group+produce {
+			t.Errorf("%v transactions aborted, %v of them by the refused EndTxn commits; want the 2 refused (and at most records kfake refused)", all, group)
+		}
+		if produce > 0 {
+			t.Logf("%v transactions aborted by a record kfake refused", produce)
 		}
 		if n := a.e.dead.Load(); n != 1 {
 			t.Errorf("%d dead letters made durable, want 1", n)

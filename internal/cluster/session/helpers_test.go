@@ -473,8 +473,10 @@ func newHarness(t *testing.T, fake bool) *harness {
 	t.Helper()
 	var vn kfake.VirtualNetwork
 	// The in-memory network does not pick free ports: each broker gets
-	// its own (the network is this test's alone).
-	kc, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.Ports(9092, 9093, 9094), kfake.ListenFn(vn.Listen),
+	// its own (the network is this test's alone). Ports 1 to 3, where
+	// nothing listens for real: a client made without the network's
+	// dialer fails at once, instead of reaching a Kafka on this machine.
+	kc, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.Ports(1, 2, 3), kfake.ListenFn(vn.Listen),
 		kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

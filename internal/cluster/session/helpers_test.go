@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,7 +27,6 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/cluster/changelog"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
-	"github.com/statefun-go/statefun/internal/cluster/topics"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/engine/committer"
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -336,6 +337,13 @@ type node struct {
 // its labels; a histogram's sample count).
 func (n *node) metric(t *testing.T, name string) float64 {
 	t.Helper()
+	return n.metricWith(t, name, "", "")
+}
+
+// metricWith is metric over the series whose label named label has value
+// (all series when label is empty).
+func (n *node) metricWith(t *testing.T, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := n.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -346,6 +354,15 @@ func (n *node) metric(t *testing.T, name string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label != "" {
+				match := false
+				for _, l := range m.GetLabel() {
+					match = match || l.GetName() == label && l.GetValue() == value
+				}
+				if !match {
+					continue
+				}
+			}
 			switch {
 			case m.Gauge != nil:
 				v += m.Gauge.GetValue()
@@ -365,39 +382,134 @@ func (quietLogger) Infof(string, ...any)         {}
 func (quietLogger) Errorf(string, ...any)        {}
 func (quietLogger) Fatalf(f string, args ...any) { panic(fmt.Sprintf("pebble fatal: "+f, args...)) }
 
+// harness is one test's Kafka: a kfake cluster of three brokers on an
+// in-memory network (kfake.VirtualNetwork), with the application's topics
+// and a client that produces and lists offsets.
+//
+// A harness normally lives in a synctest bubble (kafkaTest): the brokers,
+// the nodes' clients and stores and every goroutine they start run on the
+// bubble's fake clock, which advances only when every goroutine of the
+// bubble is blocked on it or on another goroutine of the bubble. A
+// heartbeat interval, a session timeout, a back-off or a give-up time then
+// costs no wall time, and a wait for a condition is bounded by fake time,
+// not by how loaded the machine is. The network must be in memory for
+// that: a goroutine blocked on a real socket is not durably blocked, and
+// the clock would never move.
+//
+// The nodes' stores are real Pebble stores on disk, in the bubble too:
+// Pebble's background goroutines (flushes, compactions, its disk-health
+// tickers) wait on condition variables, channels and timers, which are
+// durably blocking, its file I/O only holds the clock until it completes,
+// and a store closed before the bubble ends leaves no goroutine behind.
 type harness struct {
 	t    *testing.T
+	fake bool // in a synctest bubble, on its clock
 	kc   *kfake.Cluster
+	dial kgo.Opt // the in-memory network's dialer, for every client
 	adm  *kadm.Client
 	prod *kgo.Client
 	seq  atomic.Int64
 	log  *slog.Logger
 }
 
-func newHarness(t *testing.T, opts ...kfake.Opt) *harness {
+// kafkaTest runs test against a fresh harness in a synctest bubble, on
+// fake time.
+func kafkaTest(t *testing.T, test func(t *testing.T, h *harness)) {
 	t.Helper()
-	kc, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(3), kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)...)
+	done := make(chan struct{})
+	defer close(done)
+	go watchBubble(t.Name(), done)
+	synctest.Test(t, func(t *testing.T) { test(t, newHarness(t, true)) })
+}
+
+// frozenAfter is the wall time after which a test in a bubble is taken
+// for frozen; one takes a second or two, also under the race detector.
+const frozenAfter = 2 * time.Minute
+
+// watchBubble stops the test binary, with every goroutine's stack, if
+// the test named name runs for frozenAfter of wall time before done is
+// closed. A bubble whose clock stopped never fails by itself: a goroutine
+// blocked on a sync mutex is not durably blocked, so while one waits for
+// a mutex that a goroutine waiting on the fake clock holds, time never
+// advances and no fake-time bound expires. In franz-go that is a
+// transactional offset commit during a join, or an End after one that took
+// the pre-KIP-447 pause (500 ms holding the session's mutex), unless it is
+// built with -tags synctests. It runs outside the bubble, on real time.
+func watchBubble(name string, done <-chan struct{}) {
+	tm := time.NewTimer(frozenAfter)
+	defer tm.Stop()
+	select {
+	case <-done:
+	case <-tm.C:
+		debug.SetTraceback("all")
+		panic(fmt.Sprintf("%s: still running after %v of wall time: its bubble's clock has most likely stopped, a goroutine blocked on a sync mutex held by one that waits on the fake clock (look for sync.Mutex.Lock or sync.RWMutex.RLock in a goroutine of the bubble below)", name, frozenAfter))
+	}
+}
+
+// kafkaTestThroughRebalances runs a test whose nodes commit consumed
+// offsets while the group rebalances: in a synctest bubble only where the
+// Kafka client's mutexes are durably blocking (built with -tags
+// synctests), else on real time, on the same in-memory network.
+//
+// The client's transactional offset commit waits for a join in flight to
+// end, by blocking on a sync.RWMutex the join holds while it waits for
+// the other members to rejoin. A goroutine blocked on a sync mutex is not
+// durably blocked, so the bubble's clock stops, the other members'
+// heartbeats never come, and the join never ends: the test would hang.
+// Under the synctests build tag franz-go replaces its mutexes by
+// channel-based ones (its internal xsync package), which synctest sees.
+func kafkaTestThroughRebalances(t *testing.T, test func(t *testing.T, h *harness)) {
+	t.Helper()
+	if kgoMutexesDurable {
+		kafkaTest(t, test)
+		return
+	}
+	test(t, newHarness(t, false))
+}
+
+// newHarness starts the brokers; fake says whether t runs in a synctest
+// bubble.
+func newHarness(t *testing.T, fake bool) *harness {
+	t.Helper()
+	var vn kfake.VirtualNetwork
+	// The in-memory network does not pick free ports: each broker gets
+	// its own (the network is this test's alone). Ports 1 to 3, where
+	// nothing listens for real: a client made without the network's
+	// dialer fails at once, instead of reaching a Kafka on this machine.
+	kc, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.Ports(1, 2, 3), kfake.ListenFn(vn.Listen),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(kc.Close)
-	h := &harness{t: t, kc: kc, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	h := &harness{t: t, fake: fake, kc: kc, dial: kgo.Dialer(vn.DialContext), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if testing.Verbose() {
 		h.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
-	cfg := h.config("setup")
-	if _, err := topics.Ensure(ctxT(t), cfg, h.log); err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(h.dial, kgo.SeedBrokers(kc.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
 	h.prod = cl
 	h.adm = kadm.NewClient(cl)
-	if resp, err := h.adm.CreateTopic(ctxT(t), testP, 3, nil, outTopic); err != nil || resp.Err != nil {
-		t.Fatalf("create %s: %v %v", outTopic, err, resp.Err)
+	// The application's data topics, as topics.Ensure creates them (P
+	// partitions; the changelog compacted). Ensure itself builds its
+	// clients from the node's configuration alone, which has no dialer
+	// for the in-memory network; the session reads neither the meta
+	// topic nor the application record.
+	cfg := h.config("setup")
+	for _, tc := range []struct {
+		topic   string
+		configs map[string]*string
+	}{
+		{cfg.MessagesTopic(), map[string]*string{"cleanup.policy": kmsg.StringPtr("delete"), "retention.ms": kmsg.StringPtr("-1")}},
+		{cfg.ChangelogTopic(), map[string]*string{"cleanup.policy": kmsg.StringPtr("compact")}},
+		{outTopic, nil},
+	} {
+		if resp, err := h.adm.CreateTopic(ctxT(t), testP, 3, tc.configs, tc.topic); err != nil || resp.Err != nil {
+			t.Fatalf("create %s: %v %v", tc.topic, err, resp.Err)
+		}
 	}
 	return h
 }
@@ -435,6 +547,7 @@ func (h *harness) startWith(id, dir string, cfgTweak func(*Config), sTweak func(
 	cfg := Config{
 		Cluster: h.config(id), DB: db, Logger: h.log.With("n", id), Metrics: reg,
 		ClientOpts: []kgo.Opt{
+			h.dial,
 			kgo.SessionTimeout(1500 * time.Millisecond), kgo.HeartbeatInterval(100 * time.Millisecond),
 			kgo.RebalanceTimeout(5 * time.Second), kgo.TransactionTimeout(10 * time.Second),
 		},
@@ -493,15 +606,35 @@ func (h *harness) produce(n, hops int) {
 	}
 }
 
-// eventually waits until cond holds, checking every 10 ms.
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+// eventually waits until cond holds, checking it every 10 ms, and fails
+// the test after timeout. In a bubble, both are on the bubble's clock,
+// and cond is checked when every goroutine of the bubble is blocked
+// (synctest.Wait): a node that never gets there fails the test at once,
+// without a wall-clock wait.
+func (h *harness) eventually(what string, timeout time.Duration, cond func() bool) {
+	t := h.t
 	t.Helper()
 	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
+	for {
+		if h.fake {
+			synctest.Wait()
+		}
+		if cond() {
+			return
+		}
+		if !time.Now().Before(deadline) {
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// settle lets d pass; in a bubble, it then waits until every goroutine of
+// the bubble is blocked.
+func (h *harness) settle(d time.Duration) {
+	time.Sleep(d)
+	if h.fake {
+		synctest.Wait()
 	}
 }
 
@@ -524,7 +657,7 @@ func (h *harness) readTopic(topic string, committed bool) []*kgo.Record {
 	if committed {
 		iso = kgo.ReadCommitted()
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords())
+	cl, err := kgo.NewClient(h.dial, kgo.SeedBrokers(h.kc.ListenAddrs()...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(iso), kgo.KeepControlRecords())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +705,7 @@ func (h *harness) checkExactlyOnce(durable int64) {
 	defer db.Close()
 	var total int64
 	for p := range testP {
-		if _, _, err := changelog.Restore(ctxT(t), changelog.Config{DB: db, Brokers: h.kc.ListenAddrs(), Topic: testApp + "-changelog", Partition: int32(p)}); err != nil {
+		if _, _, err := changelog.Restore(ctxT(t), changelog.Config{DB: db, Brokers: h.kc.ListenAddrs(), ClientOpts: []kgo.Opt{h.dial}, Topic: testApp + "-changelog", Partition: int32(p)}); err != nil {
 			t.Fatal(err)
 		}
 		var count int64

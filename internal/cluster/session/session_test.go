@@ -22,9 +22,26 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// faultSeed fixes the schedule of injected faults of the fault tests (0:
-// from the clock); the goroutines' timing is not replayed.
+// faultSeed fixes the random stream of the fault tests (0: a random
+// one): which requests the brokers refuse, which partitions the ticker
+// ticks. It does not replay a run. Even on the bubble's fake clock, where
+// every timer fires at the same fake instant in each run, the order in
+// which goroutines run within one instant is not fixed (they run in
+// parallel, select picks among ready cases at random, maps iterate in
+// random order), and so neither is which request draws which number:
+// two runs with one seed see different faults (checked with -tags
+// synctests, also at GOMAXPROCS=1).
 var faultSeed = flag.Uint64("session.seed", 0, "seed of the injected faults' schedule (0: random)")
+
+// pickSeed returns -session.seed, or a random seed, and logs it.
+func pickSeed(t *testing.T) uint64 {
+	seed := *faultSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("seed %d (-session.seed %d draws the same random numbers; the goroutines' order decides which request gets which)", seed, seed)
+	return seed
+}
 
 func totalArrivals(ns ...*node) int64 {
 	var n int64
@@ -46,37 +63,38 @@ func totalTicks(ns ...*node) int64 {
 // it sends to other partitions and the ticks it makes count once each, in
 // the changelog and in the output, and it reports ready once restored.
 func TestOneNodeCountsOnce(t *testing.T) {
-	h := newHarness(t)
-	a := h.start("a", t.TempDir())
-	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
-	h.produce(200, 1)
-	for p := range testP {
-		a.e.tick(p)
-	}
-	eventually(t, "400 increments by arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 400 })
-	eventually(t, "4 ticks", 20*time.Second, func() bool { return totalTicks(a) == 4 })
-	for _, m := range []struct {
-		name     string
-		min, max float64
-	}{
-		{"statefun_cluster_owned_partitions", testP, testP},
-		{"statefun_cluster_restoring_partitions", 0, 0},
-		{"statefun_cluster_restore_seconds", testP, testP}, // one restore each
-		{"statefun_cluster_rebalances_total", 1, 1},        // the first assignment
-		{"statefun_cluster_txn_commits_total", 1, 1e9},
-		{"statefun_cluster_txn_seconds", 1, 1e9},
-		{"statefun_cluster_txn_records", 1, 1e9},
-		{"statefun_cluster_txn_aborts_total", 0, 0},
-		// Nothing left to poll; the offsets of the last commit markers
-		// count, at most one per partition.
-		{"statefun_cluster_partition_lag", 0, testP},
-	} {
-		if v := a.metric(t, m.name); v < m.min || v > m.max {
-			t.Errorf("%s = %v, want %v..%v", m.name, v, m.min, m.max)
+	kafkaTest(t, func(t *testing.T, h *harness) {
+		a := h.start("a", t.TempDir())
+		h.eventually("node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+		h.produce(200, 1)
+		for p := range testP {
+			a.e.tick(p)
 		}
-	}
-	a.stop(t)
-	h.checkExactlyOnce(404)
+		h.eventually("400 increments by arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 400 })
+		h.eventually("4 ticks", 20*time.Second, func() bool { return totalTicks(a) == 4 })
+		for _, m := range []struct {
+			name     string
+			min, max float64
+		}{
+			{"statefun_cluster_owned_partitions", testP, testP},
+			{"statefun_cluster_restoring_partitions", 0, 0},
+			{"statefun_cluster_restore_seconds", testP, testP}, // one restore each
+			{"statefun_cluster_rebalances_total", 1, 1},        // the first assignment
+			{"statefun_cluster_txn_commits_total", 1, 1e9},
+			{"statefun_cluster_txn_seconds", 1, 1e9},
+			{"statefun_cluster_txn_records", 1, 1e9},
+			{"statefun_cluster_txn_aborts_total", 0, 0},
+			// Nothing left to poll; the offsets of the last commit markers
+			// count, at most one per partition.
+			{"statefun_cluster_partition_lag", 0, testP},
+		} {
+			if v := a.metric(t, m.name); v < m.min || v > m.max {
+				t.Errorf("%s = %v, want %v..%v", m.name, v, m.min, m.max)
+			}
+		}
+		a.stop(t)
+		h.checkExactlyOnce(404)
+	})
 }
 
 // Uncommitted changes never reach the store: a transaction whose EndTxn
@@ -85,55 +103,56 @@ func TestOneNodeCountsOnce(t *testing.T) {
 // its request fails with ErrAborted, and the partition is rebuilt from the
 // store. The next transaction commits normally.
 func TestAbortLeavesNoTraceInStore(t *testing.T) {
-	h := newHarness(t)
-	var armed atomic.Bool
-	h.failEndTxnCommit(&armed)
-	a := h.start("a", t.TempDir())
-	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
-	h.produce(40, 0)
-	eventually(t, "40 arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 40 })
-	assigns := a.e.assigns.Load()
+	kafkaTest(t, func(t *testing.T, h *harness) {
+		var armed atomic.Bool
+		h.failEndTxnCommit(&armed)
+		a := h.start("a", t.TempDir())
+		h.eventually("node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+		h.produce(40, 0)
+		h.eventually("40 arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 40 })
+		assigns := a.e.assigns.Load()
 
-	armed.Store(true)
-	done := make(chan error, 1)
-	if !a.e.probe(1, "aborted", done) {
-		t.Fatal("partition 1 not served")
-	}
-	err := <-done
-	if !errors.Is(err, ErrAborted) {
-		t.Fatalf("the probe's request failed with %v, want ErrAborted", err)
-	}
-	if _, ok, err := a.db.GetState(counterAddr(1), "probe/aborted"); err != nil || ok {
-		t.Fatalf("after the abort the store holds the aborted overlay's key (found %v, err %v)", ok, err)
-	}
-	// The aborted record did reach the changelog, so it is the abort,
-	// not a missing produce, that keeps it out.
-	inLog := func(committed bool) bool {
-		for _, r := range h.readTopic(testApp+"-changelog", committed) {
-			if r.Partition == 1 && bytes.Contains(r.Key, []byte("probe/aborted")) {
-				return true
-			}
+		armed.Store(true)
+		done := make(chan error, 1)
+		if !a.e.probe(1, "aborted", done) {
+			t.Fatal("partition 1 not served")
 		}
-		return false
-	}
-	if !inLog(false) || inLog(true) {
-		t.Fatalf("the aborted record: read_uncommitted sees it %v (want true), read_committed %v (want false)", inLog(false), inLog(true))
-	}
-	eventually(t, "partition 1 rebuilt after the abort", 20*time.Second, func() bool { return a.e.assigns.Load() > assigns && a.s.Ready() })
+		err := <-done
+		if !errors.Is(err, ErrAborted) {
+			t.Fatalf("the probe's request failed with %v, want ErrAborted", err)
+		}
+		if _, ok, err := a.db.GetState(counterAddr(1), "probe/aborted"); err != nil || ok {
+			t.Fatalf("after the abort the store holds the aborted overlay's key (found %v, err %v)", ok, err)
+		}
+		// The aborted record did reach the changelog, so it is the abort,
+		// not a missing produce, that keeps it out.
+		inLog := func(committed bool) bool {
+			for _, r := range h.readTopic(testApp+"-changelog", committed) {
+				if r.Partition == 1 && bytes.Contains(r.Key, []byte("probe/aborted")) {
+					return true
+				}
+			}
+			return false
+		}
+		if !inLog(false) || inLog(true) {
+			t.Fatalf("the aborted record: read_uncommitted sees it %v (want true), read_committed %v (want false)", inLog(false), inLog(true))
+		}
+		h.eventually("partition 1 rebuilt after the abort", 20*time.Second, func() bool { return a.e.assigns.Load() > assigns && a.s.Ready() })
 
-	if !a.e.probe(1, "committed", done) {
-		t.Fatal("partition 1 not served after its rebuild")
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("the second probe: %v", err)
-	}
-	if _, ok, err := a.db.GetState(counterAddr(1), "probe/committed"); err != nil || !ok {
-		t.Fatalf("after the commit the store lacks the committed key (found %v, err %v)", ok, err)
-	}
-	h.produce(40, 0)
-	eventually(t, "80 arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 80 })
-	a.stop(t)
-	h.checkExactlyOnce(80)
+		if !a.e.probe(1, "committed", done) {
+			t.Fatal("partition 1 not served after its rebuild")
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("the second probe: %v", err)
+		}
+		if _, ok, err := a.db.GetState(counterAddr(1), "probe/committed"); err != nil || !ok {
+			t.Fatalf("after the commit the store lacks the committed key (found %v, err %v)", ok, err)
+		}
+		h.produce(40, 0)
+		h.eventually("80 arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 80 })
+		a.stop(t)
+		h.checkExactlyOnce(80)
+	})
 }
 
 // ticker ticks random partitions of the running nodes until stopped, as
@@ -186,60 +205,57 @@ func (tk *ticker) halt() {
 // leave) has its partitions moved after its session timeout; restarted
 // under the same node id with its store, it restores only the tail.
 func TestThreeNodesExactlyOnceThroughMovesAndFaults(t *testing.T) {
-	seed := *faultSeed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (the faults' schedule; replay it with -session.seed %d, timing aside)", seed, seed)
-	h := newHarness(t)
-	f := h.injectFaults(seed)
-	dirB := t.TempDir()
-	a := h.start("a", t.TempDir())
-	b := h.start("b", dirB)
-	tk := startTicker(seed, a, b)
-	var all []*node
-	all = append(all, a, b)
-	want := int64(0)
-	step := func(what string, n int) {
-		t.Helper()
-		h.produce(n, 1)
-		want += 2 * int64(n)
-		eventually(t, what, 60*time.Second, func() bool { return totalArrivals(all...) == want })
-		if got := totalArrivals(all...); got != want {
-			t.Fatalf("%s: %d increments by arrivals, want %d", what, got, want)
+	kafkaTestThroughRebalances(t, func(t *testing.T, h *harness) {
+		seed := pickSeed(t)
+		f := h.injectFaults(seed)
+		dirB := t.TempDir()
+		a := h.start("a", t.TempDir())
+		b := h.start("b", dirB)
+		tk := startTicker(seed, a, b)
+		var all []*node
+		all = append(all, a, b)
+		want := int64(0)
+		step := func(what string, n int) {
+			t.Helper()
+			h.produce(n, 1)
+			want += 2 * int64(n)
+			h.eventually(what, 60*time.Second, func() bool { return totalArrivals(all...) == want })
+			if got := totalArrivals(all...); got != want {
+				t.Fatalf("%s: %d increments by arrivals, want %d", what, got, want)
+			}
 		}
-	}
-	step("two nodes", 300)
-	c := h.start("c", t.TempDir())
-	all = append(all, c)
-	tk.set(a, b, c)
-	step("a third node joined", 300)
+		step("two nodes", 300)
+		c := h.start("c", t.TempDir())
+		all = append(all, c)
+		tk.set(a, b, c)
+		step("a third node joined", 300)
 
-	tk.set(a, c)
-	b.stop(t)
-	step("node b stopped", 300)
-	eventually(t, "a and c serve every partition", 30*time.Second, func() bool {
-		return len(a.e.owned())+len(c.e.owned()) == testP && a.s.Ready() && c.s.Ready()
+		tk.set(a, c)
+		b.stop(t)
+		step("node b stopped", 300)
+		h.eventually("a and c serve every partition", 30*time.Second, func() bool {
+			return len(a.e.owned())+len(c.e.owned()) == testP && a.s.Ready() && c.s.Ready()
+		})
+
+		b2 := h.start("b", dirB)
+		all = append(all, b2)
+		tk.set(a, c, b2)
+		step("node b restarted", 300)
+		h.eventually("b serves again", 30*time.Second, func() bool { return len(b2.e.owned()) > 0 && b2.s.Ready() })
+		step("three nodes again", 100)
+
+		tk.halt()
+		f.on.Store(false)
+		for _, n := range []*node{a, c, b2} {
+			n.stop(t)
+		}
+		t.Logf("faults: %d EndTxn, %d TxnOffsetCommit, %d heartbeats; ticks durable %d; requests aborted %d",
+			f.endTxn.Load(), f.offsets.Load(), f.heartbeats.Load(), totalTicks(all...), abortedTotal(all...))
+		if f.endTxn.Load() == 0 || f.offsets.Load() == 0 || f.heartbeats.Load() == 0 {
+			t.Errorf("not every fault fired: %d EndTxn, %d TxnOffsetCommit, %d heartbeats", f.endTxn.Load(), f.offsets.Load(), f.heartbeats.Load())
+		}
+		h.checkExactlyOnce(want + totalTicks(all...))
 	})
-
-	b2 := h.start("b", dirB)
-	all = append(all, b2)
-	tk.set(a, c, b2)
-	step("node b restarted", 300)
-	eventually(t, "b serves again", 30*time.Second, func() bool { return len(b2.e.owned()) > 0 && b2.s.Ready() })
-	step("three nodes again", 100)
-
-	tk.halt()
-	f.on.Store(false)
-	for _, n := range []*node{a, c, b2} {
-		n.stop(t)
-	}
-	t.Logf("faults: %d EndTxn, %d TxnOffsetCommit, %d heartbeats; ticks durable %d; requests aborted %d",
-		f.endTxn.Load(), f.offsets.Load(), f.heartbeats.Load(), totalTicks(all...), abortedTotal(all...))
-	if f.endTxn.Load() == 0 || f.offsets.Load() == 0 || f.heartbeats.Load() == 0 {
-		t.Errorf("not every fault fired: %d EndTxn, %d TxnOffsetCommit, %d heartbeats", f.endTxn.Load(), f.offsets.Load(), f.heartbeats.Load())
-	}
-	h.checkExactlyOnce(want + totalTicks(all...))
 }
 
 func abortedTotal(ns ...*node) int64 {
@@ -257,69 +273,70 @@ func abortedTotal(ns ...*node) int64 {
 // changelog and output records, but the transaction is fenced and aborts,
 // so nothing it did while a zombie counts, and nothing counts twice.
 func TestZombieCannotCommit(t *testing.T) {
-	h := newHarness(t)
-	var silent, stall atomic.Bool
-	h.stallHeartbeats("a", &silent)
-	entered, release := make(chan struct{}), make(chan struct{})
-	a := h.startWith("a", t.TempDir(), func(c *Config) {
-		// A slow heartbeat: the node learns of its expulsion late, so it
-		// is its commit that must be fenced.
-		c.ClientOpts = append(c.ClientOpts, kgo.HeartbeatInterval(500*time.Millisecond))
-	}, func(s *Session) {
-		s.testHookCommit = func(reqs []Request) {
-			if !stall.Load() {
-				return
-			}
-			for _, r := range reqs {
-				if cr, ok := r.(*countReq); ok && cr.tick {
-					stall.Store(false)
-					close(entered)
-					<-release
+	kafkaTest(t, func(t *testing.T, h *harness) {
+		var silent, stall atomic.Bool
+		h.stallHeartbeats("a", &silent)
+		entered, release := make(chan struct{}), make(chan struct{})
+		a := h.startWith("a", t.TempDir(), func(c *Config) {
+			// A slow heartbeat: the node learns of its expulsion late, so it
+			// is its commit that must be fenced.
+			c.ClientOpts = append(c.ClientOpts, kgo.HeartbeatInterval(500*time.Millisecond))
+		}, func(s *Session) {
+			s.testHookCommit = func(reqs []Request) {
+				if !stall.Load() {
 					return
 				}
+				for _, r := range reqs {
+					if cr, ok := r.(*countReq); ok && cr.tick {
+						stall.Store(false)
+						close(entered)
+						<-release
+						return
+					}
+				}
+			}
+		})
+		b := h.start("b", t.TempDir())
+		h.eventually("a and b share the partitions", 30*time.Second, func() bool {
+			return len(a.e.owned()) > 0 && len(b.e.owned()) > 0 && len(a.e.owned())+len(b.e.owned()) == testP && a.s.Ready() && b.s.Ready()
+		})
+		h.produce(200, 1)
+		h.eventually("400 arrivals", 30*time.Second, func() bool { return totalArrivals(a, b) == 400 })
+
+		// a stalls with a tick of each of its partitions in hand.
+		stall.Store(true)
+		silent.Store(true)
+		zombieParts := a.e.owned()
+		for _, p := range zombieParts {
+			if !a.e.tick(p) {
+				t.Fatalf("a does not serve partition %d", p)
 			}
 		}
-	})
-	b := h.start("b", t.TempDir())
-	eventually(t, "a and b share the partitions", 30*time.Second, func() bool {
-		return len(a.e.owned()) > 0 && len(b.e.owned()) > 0 && len(a.e.owned())+len(b.e.owned()) == testP && a.s.Ready() && b.s.Ready()
-	})
-	h.produce(200, 1)
-	eventually(t, "400 arrivals", 30*time.Second, func() bool { return totalArrivals(a, b) == 400 })
-
-	// a stalls with a tick of each of its partitions in hand.
-	stall.Store(true)
-	silent.Store(true)
-	zombieParts := a.e.owned()
-	for _, p := range zombieParts {
-		if !a.e.tick(p) {
-			t.Fatalf("a does not serve partition %d", p)
+		<-entered
+		h.eventually("b serves every partition", 30*time.Second, func() bool { return len(b.e.owned()) == testP && b.s.Ready() })
+		h.produce(200, 1)
+		for p := range testP {
+			b.e.tick(p)
 		}
-	}
-	<-entered
-	eventually(t, "b serves every partition", 30*time.Second, func() bool { return len(b.e.owned()) == testP && b.s.Ready() })
-	h.produce(200, 1)
-	for p := range testP {
-		b.e.tick(p)
-	}
-	eventually(t, "800 arrivals, all at b", 30*time.Second, func() bool { return totalArrivals(a, b) == 800 })
+		h.eventually("800 arrivals, all at b", 30*time.Second, func() bool { return totalArrivals(a, b) == 800 })
 
-	// a resumes.
-	aborted := a.e.aborted.Load()
-	silent.Store(false)
-	close(release)
-	eventually(t, "a's zombie cycle to end", 30*time.Second, func() bool {
-		return a.e.aborted.Load() >= aborted+int64(len(zombieParts)) || a.e.ticks.Load() > 0
+		// a resumes.
+		aborted := a.e.aborted.Load()
+		silent.Store(false)
+		close(release)
+		h.eventually("a's zombie cycle to end", 30*time.Second, func() bool {
+			return a.e.aborted.Load() >= aborted+int64(len(zombieParts)) || a.e.ticks.Load() > 0
+		})
+		if n := a.e.ticks.Load(); n != 0 {
+			t.Errorf("%d of the zombie's ticks were made durable: it committed after the group gave its partitions to b", n)
+		}
+		h.eventually("a rejoined and serves", 30*time.Second, func() bool { return len(a.e.owned()) > 0 && a.s.Ready() })
+		h.produce(200, 1)
+		h.eventually("1200 arrivals", 30*time.Second, func() bool { return totalArrivals(a, b) == 1200 })
+		a.stop(t)
+		b.stop(t)
+		h.checkExactlyOnce(1200 + totalTicks(a, b))
 	})
-	if n := a.e.ticks.Load(); n != 0 {
-		t.Errorf("%d of the zombie's ticks were made durable: it committed after the group gave its partitions to b", n)
-	}
-	eventually(t, "a rejoined and serves", 30*time.Second, func() bool { return len(a.e.owned()) > 0 && a.s.Ready() })
-	h.produce(200, 1)
-	eventually(t, "1200 arrivals", 30*time.Second, func() bool { return totalArrivals(a, b) == 1200 })
-	a.stop(t)
-	b.stop(t)
-	h.checkExactlyOnce(1200 + totalTicks(a, b))
 }
 
 // An idle node hears every revocation. The group transact session reports
@@ -329,48 +346,49 @@ func TestZombieCannotCommit(t *testing.T) {
 // other — must still give up each partition it loses: else two nodes
 // serve one partition.
 func TestIdleNodeHearsEveryRevocation(t *testing.T) {
-	h := newHarness(t)
-	a := h.start("a", t.TempDir())
-	eventually(t, "a serves every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
-	nodes := []*node{a}
-	for _, id := range []string{"b", "c"} {
-		n := h.start(id, t.TempDir())
-		nodes = append(nodes, n)
-		eventually(t, id+" serves partitions", 20*time.Second, func() bool { return n.s.Ready() && len(n.e.owned()) > 0 })
-	}
-	eventually(t, "the nodes serve disjoint partitions covering all", 20*time.Second, func() bool {
-		seen := map[int]bool{}
-		for _, n := range nodes {
-			if !n.s.Ready() {
-				return false
-			}
-			for _, p := range n.e.owned() {
-				if seen[p] {
+	kafkaTest(t, func(t *testing.T, h *harness) {
+		a := h.start("a", t.TempDir())
+		h.eventually("a serves every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+		nodes := []*node{a}
+		for _, id := range []string{"b", "c"} {
+			n := h.start(id, t.TempDir())
+			nodes = append(nodes, n)
+			h.eventually(id+" serves partitions", 20*time.Second, func() bool { return n.s.Ready() && len(n.e.owned()) > 0 })
+		}
+		h.eventually("the nodes serve disjoint partitions covering all", 20*time.Second, func() bool {
+			seen := map[int]bool{}
+			for _, n := range nodes {
+				if !n.s.Ready() {
 					return false
 				}
-				seen[p] = true
+				for _, p := range n.e.owned() {
+					if seen[p] {
+						return false
+					}
+					seen[p] = true
+				}
+			}
+			return len(seen) == testP
+		})
+		h.settle(time.Second) // settled: nothing moves any more
+		owners := map[int][]string{}
+		for _, n := range nodes {
+			for _, p := range n.e.owned() {
+				owners[p] = append(owners[p], n.id)
 			}
 		}
-		return len(seen) == testP
+		for p, ids := range owners {
+			if len(ids) > 1 {
+				t.Errorf("partition %d served by %v", p, ids)
+			}
+		}
+		h.produce(100, 0)
+		h.eventually("100 arrivals", 20*time.Second, func() bool { return totalArrivals(nodes...) >= 100 })
+		for _, n := range nodes {
+			n.stop(t)
+		}
+		h.checkExactlyOnce(100)
 	})
-	time.Sleep(time.Second) // settled: nothing moves any more
-	owners := map[int][]string{}
-	for _, n := range nodes {
-		for _, p := range n.e.owned() {
-			owners[p] = append(owners[p], n.id)
-		}
-	}
-	for p, ids := range owners {
-		if len(ids) > 1 {
-			t.Errorf("partition %d served by %v", p, ids)
-		}
-	}
-	h.produce(100, 0)
-	eventually(t, "100 arrivals", 20*time.Second, func() bool { return totalArrivals(nodes...) >= 100 })
-	for _, n := range nodes {
-		n.stop(t)
-	}
-	h.checkExactlyOnce(100)
 }
 
 // Every revocation reaches the engine, also one that follows another
@@ -382,34 +400,35 @@ func TestIdleNodeHearsEveryRevocation(t *testing.T) {
 // the first gives partitions away at two rebalances: each must end up with
 // one partition, none with one another serves.
 func TestRevokedTwiceWithoutTraffic(t *testing.T) {
-	h := newHarness(t)
-	var nodes []*node
-	for _, id := range []string{"a", "b", "c", "d"} {
-		nodes = append(nodes, h.start(id, t.TempDir()))
-		n := len(nodes)
-		eventually(t, strconv.Itoa(n)+" nodes share the partitions", 30*time.Second, func() bool {
-			total := 0
-			for _, x := range nodes {
-				if !x.s.Ready() || len(x.e.owned()) == 0 && n <= testP {
-					return false
+	kafkaTest(t, func(t *testing.T, h *harness) {
+		var nodes []*node
+		for _, id := range []string{"a", "b", "c", "d"} {
+			nodes = append(nodes, h.start(id, t.TempDir()))
+			n := len(nodes)
+			h.eventually(strconv.Itoa(n)+" nodes share the partitions", 30*time.Second, func() bool {
+				total := 0
+				for _, x := range nodes {
+					if !x.s.Ready() || len(x.e.owned()) == 0 && n <= testP {
+						return false
+					}
+					total += len(x.e.owned())
 				}
-				total += len(x.e.owned())
-			}
-			return total == testP
-		})
-	}
-	seen := map[int]string{}
-	for i, n := range nodes {
-		for _, p := range n.e.owned() {
-			if other, ok := seen[p]; ok {
-				t.Errorf("partition %d served by node %s and node %s", p, other, []string{"a", "b", "c", "d"}[i])
-			}
-			seen[p] = []string{"a", "b", "c", "d"}[i]
+				return total == testP
+			})
 		}
-	}
-	for _, n := range nodes {
-		n.stop(t)
-	}
+		seen := map[int]string{}
+		for i, n := range nodes {
+			for _, p := range n.e.owned() {
+				if other, ok := seen[p]; ok {
+					t.Errorf("partition %d served by node %s and node %s", p, other, []string{"a", "b", "c", "d"}[i])
+				}
+				seen[p] = []string{"a", "b", "c", "d"}[i]
+			}
+		}
+		for _, n := range nodes {
+			n.stop(t)
+		}
+	})
 }
 
 // kgoLog records the Kafka client's log messages.
@@ -445,27 +464,28 @@ func (l *kgoLog) count(prefix string) int {
 // second (docs/benchmarks.md, "Cluster mode"). The client says when it
 // takes that path; the test counts it, and counts the ticks committed.
 func TestCommitWithoutOffsetsSkipsThePreKIP447Pause(t *testing.T) {
-	h := newHarness(t)
-	logs := &kgoLog{}
-	a := h.startWith("a", t.TempDir(), func(c *Config) {
-		c.ClientOpts = append(c.ClientOpts, kgo.WithLogger(logs))
-	}, nil)
-	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
-	h.produce(20, 0) // one transaction with offsets first, as in a run
-	eventually(t, "20 arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 20 })
-	const ticks = 5
-	for i := range ticks {
-		a.e.tick(i % testP)
-		eventually(t, fmt.Sprintf("tick %d committed", i+1), 20*time.Second, func() bool { return totalTicks(a) == int64(i+1) })
-	}
-	if n := logs.count("sleeping 500ms before allowing a rebalance"); n != 0 {
-		t.Errorf("the Kafka client paused 500 ms after %d of %d commits without offsets", n, ticks)
-	}
-	if a.metric(t, "statefun_cluster_txn_aborts_total") != 0 {
-		t.Error("a transaction was aborted")
-	}
-	a.stop(t)
-	h.checkExactlyOnce(20 + ticks)
+	kafkaTest(t, func(t *testing.T, h *harness) {
+		logs := &kgoLog{}
+		a := h.startWith("a", t.TempDir(), func(c *Config) {
+			c.ClientOpts = append(c.ClientOpts, kgo.WithLogger(logs))
+		}, nil)
+		h.eventually("node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+		h.produce(20, 0) // one transaction with offsets first, as in a run
+		h.eventually("20 arrivals", 20*time.Second, func() bool { return totalArrivals(a) == 20 })
+		const ticks = 5
+		for i := range ticks {
+			a.e.tick(i % testP)
+			h.eventually(fmt.Sprintf("tick %d committed", i+1), 20*time.Second, func() bool { return totalTicks(a) == int64(i+1) })
+		}
+		if n := logs.count("sleeping 500ms before allowing a rebalance"); n != 0 {
+			t.Errorf("the Kafka client paused 500 ms after %d of %d commits without offsets", n, ticks)
+		}
+		if a.metric(t, "statefun_cluster_txn_aborts_total") != 0 {
+			t.Error("a transaction was aborted")
+		}
+		a.stop(t)
+		h.checkExactlyOnce(20 + ticks)
+	})
 }
 
 // A session's fetches wait at most DefaultFetchMaxWait (the Kafka
@@ -511,36 +531,37 @@ func TestFetchMaxWaitDefault(t *testing.T) {
 // one per cycle. Once the work encodes again, the partition catches up,
 // and every record counts once.
 func TestEncodeFailureBacksOffItsPartitionOnly(t *testing.T) {
-	h := newHarness(t)
-	const first = 100 * time.Millisecond
-	a := h.startWith("a", t.TempDir(), func(c *Config) { c.RebuildBackoff = first }, nil)
-	eventually(t, "node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
-	a.e.poisoned[1].Store(true)
-	if err := a.s.Submit(&poisonReq{e: a.e, p: 1}); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	h.produce(120, 0) // 30 for each of the 4 partitions
-	eventually(t, "the 90 arrivals of partitions 0, 2 and 3", 30*time.Second, func() bool { return totalArrivals(a) >= 90 })
-	time.Sleep(time.Second) // let the poison fail on through its back-offs
-	took := time.Since(start)
-	poisons, backoffs := a.e.poisons.Load(), a.metric(t, "statefun_cluster_partition_backoffs_total")
-	t.Logf("in %v: %d poison attempts, %v back-offs", took.Round(time.Millisecond), poisons, backoffs)
-	if poisons < 3 || backoffs < 3 {
-		t.Errorf("%d poison attempts, %v back-offs; want the poison redone after each rebuild, each rebuild backed off", poisons, backoffs)
-	}
-	// 0.1 s, 0.2 s, 0.4 s, ...: about log2(took/0.1 s) attempts, not one
-	// per cycle.
-	if max := int64(2 + math.Log2(float64(took/first))); poisons > max {
-		t.Errorf("%d poison attempts in %v; want at most %d (the rebuild backs off)", poisons, took, max)
-	}
-	select {
-	case err := <-a.done:
-		t.Fatalf("the node stopped: %v", err)
-	default:
-	}
-	a.e.poisoned[1].Store(false)
-	eventually(t, "all 120 arrivals once partition 1 encodes again", 60*time.Second, func() bool { return totalArrivals(a) == 120 })
-	a.stop(t)
-	h.checkExactlyOnce(120)
+	kafkaTest(t, func(t *testing.T, h *harness) {
+		const first = 100 * time.Millisecond
+		a := h.startWith("a", t.TempDir(), func(c *Config) { c.RebuildBackoff = first }, nil)
+		h.eventually("node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+		a.e.poisoned[1].Store(true)
+		if err := a.s.Submit(&poisonReq{e: a.e, p: 1}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		h.produce(120, 0) // 30 for each of the 4 partitions
+		h.eventually("the 90 arrivals of partitions 0, 2 and 3", 30*time.Second, func() bool { return totalArrivals(a) >= 90 })
+		h.settle(time.Second) // let the poison fail on through its back-offs
+		took := time.Since(start)
+		poisons, backoffs := a.e.poisons.Load(), a.metric(t, "statefun_cluster_partition_backoffs_total")
+		t.Logf("in %v: %d poison attempts, %v back-offs", took.Round(time.Millisecond), poisons, backoffs)
+		if poisons < 3 || backoffs < 3 {
+			t.Errorf("%d poison attempts, %v back-offs; want the poison redone after each rebuild, each rebuild backed off", poisons, backoffs)
+		}
+		// 0.1 s, 0.2 s, 0.4 s, ...: about log2(took/0.1 s) attempts, not one
+		// per cycle.
+		if max := int64(2 + math.Log2(float64(took/first))); poisons > max {
+			t.Errorf("%d poison attempts in %v; want at most %d (the rebuild backs off)", poisons, took, max)
+		}
+		select {
+		case err := <-a.done:
+			t.Fatalf("the node stopped: %v", err)
+		default:
+		}
+		a.e.poisoned[1].Store(false)
+		h.eventually("all 120 arrivals once partition 1 encodes again", 60*time.Second, func() bool { return totalArrivals(a) == 120 })
+		a.stop(t)
+		h.checkExactlyOnce(120)
+	})
 }

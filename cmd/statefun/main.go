@@ -21,6 +21,7 @@ import (
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
+	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -237,6 +238,7 @@ func run(args []string, stderr io.Writer) int {
 	fixedCalls := fs.Bool("fixed-calls", envBool("STATEFUN_FIXED_CALLS", false), "keep each function type's calls in flight at --max-calls-per-type instead of adapting them to the fewest that give the most throughput (env STATEFUN_FIXED_CALLS; docs/limits.md)")
 	adminLane := fs.Bool("admin-lane", envBool("STATEFUN_ADMIN_LANE", true), "serve admin requests (state API, metrics, console) ahead of the load: the runtime's busy goroutines look for them every 100µs while an admin client is active; false serves them like any other connection (env STATEFUN_ADMIN_LANE; docs/limits.md)")
 	ingressAnswers := fs.Int("ingress-answers", envInt("STATEFUN_INGRESS_ANSWERS", 0), "playground ingress requests woken with their answer at once after a group commit, the rest in turn; 0 means two per processor (env STATEFUN_INGRESS_ANSWERS; docs/limits.md)")
+	timerWindow := fs.Int("timer-window", envInt("STATEFUN_TIMER_WINDOW", partition.DefaultTimerWindow), "delayed messages one partition keeps in memory, the earliest due; the others wait in the store and are read as these fire (env STATEFUN_TIMER_WINDOW; docs/limits.md)")
 	pauseAfter := fs.String("pause-after", env("STATEFUN_PAUSE_AFTER", ""), "poison policy: pause an address after this many failed attempts of one batch, per function type: \"ns/type=5,ns/*=3,*=10\"; a type no rule names retries until it succeeds (env STATEFUN_PAUSE_AFTER; docs/partition.md)")
 	keepIngressMembership := fs.Bool("kafka-ingress-keep-membership", envBool("STATEFUN_KAFKA_INGRESS_KEEP_MEMBERSHIP", false), "embedded mode: a clean stop keeps each Kafka ingress a member of its consumer group instead of leaving it; a restart within the session timeout keeps its partitions without a rebalance, but any other consumer joining the group meanwhile waits for that timeout (env STATEFUN_KAFKA_INGRESS_KEEP_MEMBERSHIP; docs/kafka-ingress.md)")
 	newStore := fs.Bool("new-store", envBool("STATEFUN_NEW_STORE", false), "start a new empty store where the data directory lost the store it held (deleted, emptied or not mounted); without it such a start is refused. Everything the lost store held is gone for good; remove the flag after use (env STATEFUN_NEW_STORE; docs/failure-model.md)")
@@ -272,6 +274,10 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if clusterCfg != nil && *keepIngressMembership {
 		fmt.Fprintf(stderr, "statefun run: --kafka-ingress-keep-membership is the embedded Kafka ingress's; in cluster mode the node's session consumes the ingress topics, and --cluster-leave-on-stop decides whether it leaves the group\n")
+		return 2
+	}
+	if *timerWindow < 1 {
+		fmt.Fprintf(stderr, "statefun run: --timer-window %d: want at least 1 delayed message per partition\n", *timerWindow)
 		return 2
 	}
 	pausePolicy, err := engine.ParsePauseAfter(*pauseAfter)
@@ -394,6 +400,7 @@ func run(args []string, stderr io.Writer) int {
 		FixedCalls:       *fixedCalls,
 		NoAdminLane:      !*adminLane,
 		IngressAnswers:   *ingressAnswers,
+		TimerWindow:      *timerWindow,
 		Cluster:          clusterCfg,
 
 		KafkaIngressKeepMembership: *keepIngressMembership,

@@ -17,11 +17,11 @@ import (
 // retired space stays here as a commented-out line. docs/storage.md describes
 // every space; a change here is a change there.
 const (
-	spaceMeta  byte = 0x00 // global meta: format version, partition count
-	spaceState byte = 0x01 // state entries
-	spaceInbox byte = 0x02 // partition inboxes
-	spaceTimer byte = 0x03 // delayed-message timers
-	spaceToken byte = 0x04 // the cancellation-token index of the timers
+	spaceMeta      byte = 0x00 // global meta: format version, partition count
+	spaceState     byte = 0x01 // state entries
+	spaceInbox     byte = 0x02 // partition inboxes
+	spaceTimer     byte = 0x03 // delayed-message timers
+	spaceToken     byte = 0x04 // the cancellation-token index of the timers
 	spaceSpecs     byte = 0x05 // registered specs per function type
 	spacePartition byte = 0x06 // partition meta
 	spaceEgress    byte = 0x07 // egress outboxes

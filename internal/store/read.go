@@ -308,6 +308,30 @@ func (db *DB) ScanInbox(p int, fn func(k InboxKey, env *protocol.Envelope) error
 	return finish(it, nil)
 }
 
+// ScanInboxKeys calls fn with the key of every message in the inbox of
+// partition p, in key order, without reading or decoding the messages: a
+// restart's first pass, which needs only the sequence numbers.
+func (db *DB) ScanInboxKeys(p int, fn func(k InboxKey) error) error {
+	if err := db.checkPartition(p); err != nil {
+		return err
+	}
+	prefix := inboxPrefix(nil, p)
+	it, err := db.newIter(prefix, prefixSuccessor(prefix))
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		k, err := decodeInboxKey(it.Key())
+		if err != nil {
+			return finish(it, corrupt(it.Key(), err))
+		}
+		if err := fn(k); err != nil {
+			return finish(it, err)
+		}
+	}
+	return finish(it, nil)
+}
+
 // ScanTimers calls fn with every delayed message of partition p, in the
 // order they fall due (by due time, then timer id).
 func (db *DB) ScanTimers(p int, fn func(k TimerKey, env *protocol.Envelope) error) error {

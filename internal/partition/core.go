@@ -298,7 +298,7 @@ func (c *Core) Step(now int64, ev Event) error {
 	case ReadState:
 		c.read(ev)
 	case Inspect:
-		c.inspect(ev)
+		err = c.inspect(ev)
 	case SetPause:
 		err = c.setPause(ev)
 	case DelayedRepair:

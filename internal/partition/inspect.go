@@ -126,8 +126,9 @@ type DelayedMessage struct {
 	Size     int
 }
 
-// inspect answers an Inspect.
-func (c *Core) inspect(ev Inspect) {
+// inspect answers an Inspect. An error is the Reader's (the delayed
+// messages of an inbox past the window are read from the store).
+func (c *Core) inspect(ev Inspect) error {
 	in := &Inspection{}
 	switch ev.Kind {
 	case InspectFailing:
@@ -135,8 +136,7 @@ func (c *Core) inspect(ev Inspect) {
 	case InspectInbox:
 		var err error
 		if in.Inbox, err = c.inbox(ev.Addr); err != nil {
-			c.ready.Replies = append(c.ready.Replies, Reply{Request: ev.Request, Err: err})
-			return
+			return err
 		}
 	case InspectPauses:
 		in.Pauses = c.pausesOf(ev.Type)
@@ -144,6 +144,7 @@ func (c *Core) inspect(ev Inspect) {
 		in.Queued = c.queuedByType()
 	}
 	c.ready.Replies = append(c.ready.Replies, Reply{Request: ev.Request, Inspection: in})
+	return nil
 }
 
 func (c *Core) failingAddresses(t address.TypeName) []FailingAddress {

@@ -28,7 +28,7 @@ import (
 
 // DefaultTimerWindow is Config.TimerWindow's default: the delayed
 // messages a partition keeps in memory.
-const DefaultTimerWindow = 10_000
+const DefaultTimerWindow = 2_000
 
 // timerItem is one scheduled wake-up: a delayed message, or the end of a
 // batch's backoff.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
 )
 
 // delayer is a remote function that schedules and cancels delayed
@@ -82,10 +83,15 @@ func TestTimerWindowTokensThroughTheStore(t *testing.T) {
 		waitFor(t, "the function's answer to "+text, func() bool { n, _ := fn.state(); return n > seen })
 	}
 	send("at:early:1500;at:x:2500;at:y:2600;at:z:2700")
-	first, ok, err := db.TimerByToken(0, "s", "x")
-	if err != nil || !ok {
-		t.Fatalf("x is not in the store's index: %v %v", ok, err)
-	}
+	var first store.TimerKey
+	waitFor(t, "x in the store's index", func() bool {
+		k, ok, err := db.TimerByToken(0, "s", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = k
+		return ok
+	})
 	send("cancel:x;at:x:3000")
 	waitFor(t, "the index to name the new x", func() bool {
 		k, ok, err := db.TimerByToken(0, "s", "x")
@@ -101,8 +107,9 @@ func TestTimerWindowTokensThroughTheStore(t *testing.T) {
 		t.Fatalf("arrived %q, want early, z and the second x, in due order", fired)
 	}
 	for _, tok := range []string{"early", "x", "y", "z"} {
-		if k, ok, _ := db.TimerByToken(0, "s", tok); ok {
-			t.Errorf("token %s still indexed (%v) once its message fired or was cancelled", tok, k)
-		}
+		waitFor(t, "token "+tok+" out of the index once its message fired or was cancelled", func() bool {
+			_, ok, err := db.TimerByToken(0, "s", tok)
+			return err == nil && !ok
+		})
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
+	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/stateapi"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -104,6 +105,8 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 	bindEnv(fs, "max-calls-per-type", "STATEFUN_MAX_CALLS_PER_TYPE")
 	maxWildcardTypes := fs.Int("max-wildcard-types", functions.DefaultMaxWildcardTypes, "distinct function types a namespace endpoint (functions: ns/*) serves; a message to one more is refused (the ingress answers 422); types holding state are always served; negative means no bound (docs/limits.md)")
 	bindEnv(fs, "max-wildcard-types", "STATEFUN_MAX_WILDCARD_TYPES")
+	timerWindow := fs.Int("timer-window", partition.DefaultTimerWindow, "delayed messages one partition keeps in memory, the earliest due; the others wait in the store and are read as these fire (docs/limits.md)")
+	bindEnv(fs, "timer-window", "STATEFUN_TIMER_WINDOW")
 	fixedCalls := fs.Bool("fixed-calls", false, "keep each function type's calls in flight at --max-calls-per-type instead of adapting them to the fewest that give the most throughput (docs/limits.md)")
 	bindEnv(fs, "fixed-calls", "STATEFUN_FIXED_CALLS")
 	adminLane := fs.Bool("admin-lane", true, "serve admin requests (state API, metrics, console) ahead of the load: the runtime's busy goroutines look for them every 100µs while an admin client is active; false serves them like any other connection (docs/limits.md)")
@@ -132,6 +135,9 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 		}
 		if clusterCfg != nil && *partitions != 0 {
 			return usagef("--partitions is the embedded store's; in cluster mode P is the application's: use --cluster-partitions")
+		}
+		if *timerWindow < 1 {
+			return usagef("--timer-window %d: want at least 1 delayed message per partition", *timerWindow)
 		}
 		if clusterCfg != nil && len(resets) > 0 {
 			return usagef("--kafka-egress-reset-marker is the embedded Kafka egress's; in cluster mode egress records are produced in the node's transactions, without position markers")
@@ -234,6 +240,7 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 			},
 			MaxCallsPerType:  *maxCallsPerType,
 			MaxWildcardTypes: *maxWildcardTypes,
+			TimerWindow:      *timerWindow,
 			FixedCalls:       *fixedCalls,
 			NoAdminLane:      !*adminLane,
 			IngressAnswers:   *ingressAnswers,

@@ -21,6 +21,7 @@ func TestRunRefusesBadAllowedHostsAndOrigins(t *testing.T) {
 		{nil, [2]string{"STATEFUN_PLAYGROUND_ALLOWED_ORIGINS", "statefun:8090"}, `allowed origin "statefun:8090" in --playground-allowed-origins`},
 		{[]string{"--pause-after", "ns/type=0"}, [2]string{}, `--pause-after rule "ns/type=0"`},
 		{nil, [2]string{"STATEFUN_PAUSE_AFTER", "ns=3"}, `--pause-after rule "ns=3"`},
+		{[]string{"--timer-window", "0"}, [2]string{}, `--timer-window 0: want at least 1`},
 	} {
 		t.Run(c.want, func(t *testing.T) {
 			if c.env[0] != "" {

@@ -115,6 +115,9 @@ type Config struct {
 	// with their answer at once (engine.Options.IngressAnswers); 0 means
 	// two per processor.
 	IngressAnswers int
+	// TimerWindow is how many pending delayed messages one partition keeps
+	// in memory (engine.Options.TimerWindow); 0 means the default.
+	TimerWindow int
 	// Listeners bounds the connections and timeouts of every listener
 	// (docs/limits.md).
 	Listeners ListenerLimits
@@ -302,6 +305,7 @@ func Start(cfg Config) (*App, error) {
 	}
 	eopts := engine.Options{
 		IngressAnswers: cfg.IngressAnswers,
+		TimerWindow:    cfg.TimerWindow,
 		Store:          db,
 		Functions:      fns,
 		MaxBatch:       fns.MaxBatch,

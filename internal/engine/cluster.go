@@ -509,10 +509,8 @@ func (r *sweepReq) Fail(err error) {
 // messages topic under a key of its own, so only p's own messages name p
 // as their source).
 func (e *Engine) restorePart(p int, specs map[address.TypeName][]partition.Spec) (*part, error) {
-	in := &inboxScan{}
 	var outSeq, maxIngress uint64
-	err := e.db.ScanInbox(p, func(k store.InboxKey, env *protocol.Envelope) error {
-		in.add(k, env)
+	err := e.db.ScanInboxKeys(p, func(k store.InboxKey) error {
 		switch {
 		case k.Source == store.SourceIngress:
 			maxIngress = max(maxIngress, k.Seq)
@@ -534,15 +532,15 @@ func (e *Engine) restorePart(p int, specs map[address.TypeName][]partition.Spec)
 	if err != nil {
 		return nil, err
 	}
-	pt, err := e.buildPart(p, in, outSeq, pauses[p], specs, e.opts.Now().UnixMilli())
+	pt, stats, err := e.buildPart(p, outSeq, pauses[p], specs, e.opts.Now().UnixMilli())
 	if err != nil {
 		return nil, err
 	}
 	if err := pt.loadReadPositions(e.db); err != nil {
 		return nil, err
 	}
-	if n := len(in.keys); n > 0 {
-		e.log.Info("restored pending messages", "messages", n, "partition", p)
+	if stats.messages > 0 || stats.timers > 0 {
+		e.log.Info("restored pending messages", "messages", stats.messages, "delayed", stats.timers, "partition", p)
 	}
 	return pt, nil
 }

@@ -52,6 +52,10 @@ type Options struct {
 	// is always taken into an empty partition, whatever its size. Default
 	// DefaultMaxBacklogBytes.
 	MaxBacklogBytes int64
+	// TimerWindow is how many pending delayed messages one partition keeps
+	// in memory, the earliest due; the others wait in the store and are
+	// read as the window drains. Default partition.DefaultTimerWindow.
+	TimerWindow int
 	// RetryBase and RetryMax bound the backoff of failed calls. Defaults
 	// 50ms and 10s.
 	RetryBase, RetryMax time.Duration
@@ -208,6 +212,9 @@ func New(opts Options) (*Engine, error) {
 	}
 	if opts.MaxBacklogBytes <= 0 {
 		opts.MaxBacklogBytes = DefaultMaxBacklogBytes
+	}
+	if opts.TimerWindow <= 0 {
+		opts.TimerWindow = partition.DefaultTimerWindow
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

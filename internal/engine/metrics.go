@@ -22,6 +22,7 @@ type Metrics struct {
 	commitOps       prometheus.Histogram
 	commitBytes     prometheus.Histogram
 	queueDepth      *prometheus.GaugeVec
+	delayedHeld     *prometheus.GaugeVec
 	ingressed       prometheus.Counter
 	ingressRejected prometheus.Counter
 	ingressReplayed prometheus.Counter
@@ -65,6 +66,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "statefun_queue_depth", Help: "Messages waiting behind in-flight invocations, per partition.",
 		}, []string{"partition"}),
+		delayedHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "statefun_delayed_in_memory", Help: "Delayed messages a partition holds in memory, per partition: its window of the earliest due (at most --timer-window) and those of commits not yet durable. The others wait in the store.",
+		}, []string{"partition"}),
 		ingressed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "statefun_ingress_messages_total", Help: "Messages accepted (durable) from ingresses.",
 		}),
@@ -96,7 +100,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.invocations, m.batchSize, m.callSeconds, m.retries, m.commitSeconds,
-			m.commitOps, m.commitBytes, m.queueDepth, m.ingressed, m.ingressRejected, m.ingressReplayed, m.ingressKeyReuse, m.replayed, m.stateRequest, m.stateReads)
+			m.commitOps, m.commitBytes, m.queueDepth, m.delayedHeld, m.ingressed, m.ingressRejected, m.ingressReplayed, m.ingressKeyReuse, m.replayed, m.stateRequest, m.stateReads)
 		reg.MustRegister(m.repair.collectors()...)
 	}
 	return m

@@ -167,8 +167,21 @@ func (r *partCommit) Encode(b *store.Batch) error {
 		}
 		b.DeleteInbox(sk)
 	}
-	for _, k := range cm.TimersRemoved {
-		b.DeleteTimer(timerKey(k))
+	// A token's index entry goes with its timer, unless a timer this
+	// commit adds (and does not remove) took the token again: PutTimer
+	// wrote its entry above.
+	var retaken map[[2]string]bool
+	for _, rm := range cm.TimersRemoved {
+		b.DeleteTimer(timerKey(rm.Key))
+		if rm.Token == "" {
+			continue
+		}
+		if retaken == nil {
+			retaken = tokensKept(cm)
+		}
+		if !retaken[[2]string{rm.Sender, rm.Token}] {
+			b.DeleteTimerToken(rm.Key.Partition, rm.Sender, rm.Token)
+		}
 	}
 	if out != nil {
 		for _, p := range cm.Produced {
@@ -298,6 +311,22 @@ func (r *ackReq) Encode(b *store.Batch) error {
 }
 func (r *ackReq) Durable()       { r.done <- nil }
 func (r *ackReq) Fail(err error) { r.done <- r.halt.errOf(err) }
+
+// tokensKept returns the (sender id, token) pairs of the timers a commit
+// adds and does not remove: their index entries stand.
+func tokensKept(cm *partition.Commit) map[[2]string]bool {
+	removed := make(map[partition.TimerKey]bool, len(cm.TimersRemoved))
+	for _, rm := range cm.TimersRemoved {
+		removed[rm.Key] = true
+	}
+	kept := map[[2]string]bool{}
+	for _, t := range cm.TimersAdded {
+		if tok := t.Env.GetCancellationToken(); tok != "" && !removed[t.Key] {
+			kept[[2]string{t.Env.GetCaller().GetId(), tok}] = true
+		}
+	}
+	return kept
+}
 
 func timerKey(k partition.TimerKey) store.TimerKey {
 	return store.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}

@@ -10,28 +10,25 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// inboxScan is one partition's inbox as the store holds it, in arrival
-// order: the order the messages were delivered before.
-type inboxScan struct {
-	keys []store.InboxKey
-	envs []*protocol.Envelope
-}
-
-func (s *inboxScan) add(k store.InboxKey, env *protocol.Envelope) {
-	s.keys = append(s.keys, k)
-	s.envs = append(s.envs, env)
-}
-
 // restore rebuilds every partition core from the store: its meta, its
 // timers, and the messages still waiting in its inbox, which re-run.
+//
+// It streams. A first pass reads the inboxes' keys only, for the numbers
+// every partition needs before its core is built: the highest ingress
+// sequence, and each partition's next sequence, which must stay above
+// every message of its own still waiting in any inbox. Then each
+// partition is built from its own inbox, read as its core steps it, so no
+// partition's messages are held beyond what its core keeps. The numbers
+// are read rather than stored because keeping them in the store would
+// cost a write per commit of every partition for a value a restart alone
+// needs, and reading keys is cheap next to the messages the second pass
+// reads anyway.
 func (e *Engine) restore() error {
 	n := e.n
-	inboxes := make([]inboxScan, n)
 	outSeq := make([]uint64, n)
 	var maxIngress uint64
 	for p := 0; p < n; p++ {
-		err := e.db.ScanInbox(p, func(k store.InboxKey, env *protocol.Envelope) error {
-			inboxes[p].add(k, env)
+		err := e.db.ScanInboxKeys(p, func(k store.InboxKey) error {
 			switch {
 			case k.Source == store.SourceIngress:
 				maxIngress = max(maxIngress, k.Seq)
@@ -57,39 +54,57 @@ func (e *Engine) restore() error {
 	if err != nil {
 		return err
 	}
-	pending := 0
+	pending, timers := 0, 0
 	for p := 0; p < n; p++ {
-		pt, err := e.buildPart(p, &inboxes[p], outSeq[p], pauses[p], e.specs.initial, now)
+		pt, stats, err := e.buildPart(p, outSeq[p], pauses[p], e.specs.initial, now)
 		if err != nil {
 			return err
 		}
-		pending += len(inboxes[p].keys)
+		pending += stats.messages
+		timers += stats.timers
 		e.parts = append(e.parts, pt)
 	}
-	if pending > 0 {
-		e.log.Info("restored pending messages", "messages", pending, "partitions", n)
+	if pending > 0 || timers > 0 {
+		e.log.Info("restored pending messages", "messages", pending, "delayed", timers, "partitions", n)
 	}
 	return nil
 }
 
+// restoreStats counts what a partition's restore found in the store: the
+// messages of its inbox and its delayed messages.
+type restoreStats struct{ messages, timers int }
+
 // buildPart builds partition p's core from the store's meta and timers of
-// p, the pauses in force for it, and its inbox, whose messages it steps
-// in arrival order (they re-run); outSeq is the first sequence number its
-// own messages may take. specs are the durable specs the core reads.
-func (e *Engine) buildPart(p int, in *inboxScan, outSeq uint64, pauses []partition.PauseWrite,
-	specs map[address.TypeName][]partition.Spec, now int64) (*part, error) {
+// p (the first Options.TimerWindow of them; the core reads the rest as
+// they come due), the pauses in force for it, and its inbox, whose
+// messages it steps in arrival order as they are read (they re-run);
+// outSeq is the first sequence number its own messages may take. specs
+// are the durable specs the core reads.
+func (e *Engine) buildPart(p int, outSeq uint64, pauses []partition.PauseWrite,
+	specs map[address.TypeName][]partition.Spec, now int64) (*part, restoreStats, error) {
+	var stats restoreStats
 	meta, err := e.db.Meta(p)
 	if err != nil {
-		return nil, err
+		return nil, stats, err
 	}
 	rs := partition.Restore{CommitID: meta.CommitID, VersionSeq: meta.VersionSeq, OutSeq: outSeq, Pauses: pauses}
 	e.positions.set(p, meta.CommitID)
-	err = e.db.ScanTimers(p, func(k store.TimerKey, env *protocol.Envelope) error {
+	// Timer ids go on above the highest pending one, which only a scan of
+	// every key finds (ids are not in due order).
+	if stats.timers, rs.TimerSeq, err = e.db.TimerStats(p); err != nil {
+		return nil, stats, err
+	}
+	window := e.opts.TimerWindow
+	err = e.db.ScanTimersAfter(p, nil, func(k store.TimerKey, env *protocol.Envelope) bool {
+		if len(rs.Timers) == window {
+			rs.MoreTimers = true
+			return false
+		}
 		rs.Timers = append(rs.Timers, partition.Timer{Key: partition.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}, Env: env})
-		return nil
+		return true
 	})
 	if err != nil {
-		return nil, err
+		return nil, stats, err
 	}
 	core := partition.New(partition.Config{
 		ID:            p,
@@ -105,18 +120,25 @@ func (e *Engine) buildPart(p int, in *inboxScan, outSeq uint64, pauses []partiti
 		PauseOnViolation: e.opts.PauseOnViolation,
 		OwnTypePauses:    e.opts.Owned,
 		MaxRecordBytes:   e.opts.MaxRecordBytes,
-	}, storeReader{db: e.db, specs: specs}, rs)
+		TimerWindow:      window,
+	}, storeReader{db: e.db, specs: specs, p: p}, rs)
 	pt := newPart(p, core, e, e.opts.Now)
-	for i, k := range in.keys {
+	err = e.db.ScanInbox(p, func(k store.InboxKey, env *protocol.Envelope) error {
 		pt.arr.restored(k)
-		ev := partition.MessageArrived{Key: partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}, Env: in.envs[i]}
-		if m := in.envs[i].GetMutation(); m != nil {
+		ev := partition.MessageArrived{Key: partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}, Env: env}
+		if m := env.GetMutation(); m != nil {
 			ev.Mutation = mutationFromProto(m)
 		}
 		if err := core.Step(now, ev); err != nil {
-			return nil, err
+			return err
 		}
-		pt.hold(ev.Key, proto.Size(in.envs[i]))
+		pt.hold(ev.Key, proto.Size(env))
+		stats.messages++
+		return nil
+	})
+	if err != nil {
+		return nil, stats, err
 	}
-	return pt, nil
+	e.m.delayedHeld.WithLabelValues(partLabel(p)).Set(float64(core.TimersHeld()))
+	return pt, stats, nil
 }

@@ -28,8 +28,9 @@ type effects interface {
 	// commit hands a commit to the committer; CommitDurable comes back
 	// through post.
 	commit(p *part, c *partition.Commit)
-	// backlog reports the core's backlog after a step.
-	backlog(p int, n int)
+	// backlog reports the core's backlog, and the delayed messages it
+	// holds in memory, after a step.
+	backlog(p int, n, delayed int)
 	// health reports the core's failing and paused addresses when they
 	// changed.
 	health(p int, h partition.Health)
@@ -277,7 +278,7 @@ func (p *part) process() (bool, error) {
 	}
 	backlog := p.core.Backlog()
 	p.queued.Store(int64(backlog))
-	p.out.backlog(p.id, backlog)
+	p.out.backlog(p.id, backlog, p.core.TimersHeld())
 	// The waiting readers and mutators last: Go runs the goroutine the
 	// runner woke last first, and each later wake (a call worker, the
 	// committer) would push an earlier one to the back of the run queue,
@@ -306,6 +307,7 @@ func (e *Engine) commit(p *part, c *partition.Commit) {
 	_ = e.com.Submit(&partCommit{reqOf: reqOf{p: p}, e: e, c: c})
 }
 func (e *Engine) health(p int, h partition.Health) { e.m.repair.report(p, h) }
-func (e *Engine) backlog(p int, n int) {
+func (e *Engine) backlog(p int, n, delayed int) {
 	e.m.queueDepth.WithLabelValues(partLabel(p)).Set(float64(n))
+	e.m.delayedHeld.WithLabelValues(partLabel(p)).Set(float64(delayed))
 }

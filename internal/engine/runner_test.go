@@ -24,7 +24,7 @@ func (r *recorder) invoke(_ *part, inv partition.Invocation) {
 	r.invocations = append(r.invocations, inv)
 }
 func (r *recorder) commit(_ *part, c *partition.Commit) { r.commits = append(r.commits, c) }
-func (r *recorder) backlog(_ int, n int)                { r.queued = n }
+func (r *recorder) backlog(_ int, n, _ int)             { r.queued = n }
 func (r *recorder) health(int, partition.Health)        {}
 
 // The runner steps what was posted, in order, and hands the core's effects
@@ -100,7 +100,7 @@ func (r *orderRec) callFailed(int, partition.Failure)  {}
 func (r *orderRec) reply(partition.Reply)              { r.log = append(r.log, "reply") }
 func (r *orderRec) invoke(*part, partition.Invocation) { r.log = append(r.log, "invoke") }
 func (r *orderRec) commit(*part, *partition.Commit)    { r.log = append(r.log, "commit") }
-func (r *orderRec) backlog(int, int)                   {}
+func (r *orderRec) backlog(int, int, int)              {}
 func (r *orderRec) health(int, partition.Health)       {}
 
 // A read and an applied mutation posted with function traffic are answered

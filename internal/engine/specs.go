@@ -99,10 +99,29 @@ func specsToProto(in []partition.Spec) []*protocol.FromFunction_PersistedValueSp
 }
 
 // storeReader is what a partition core reads: the durable store, and the
-// specs that were durable when the engine started (immutable).
+// specs that were durable when the engine started (immutable); p is the
+// partition whose timers it reads.
 type storeReader struct {
 	db    *store.DB
 	specs map[address.TypeName][]partition.Spec
+	p     int
+}
+
+func (r storeReader) Timers(after *partition.TimerKey, fn func(partition.Timer) bool) error {
+	var from *store.TimerKey
+	if after != nil {
+		k := timerKey(*after)
+		k.Partition = r.p
+		from = &k
+	}
+	return r.db.ScanTimersAfter(r.p, from, func(k store.TimerKey, env *protocol.Envelope) bool {
+		return fn(partition.Timer{Key: partition.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}, Env: env})
+	})
+}
+
+func (r storeReader) TimerByToken(sender, token string) (partition.TimerKey, bool, error) {
+	k, ok, err := r.db.TimerByToken(r.p, sender, token)
+	return partition.TimerKey{Partition: k.Partition, Due: k.Due, ID: k.ID}, ok, err
 }
 
 func (r storeReader) State(a address.Address, state string) (partition.Entry, bool, error) {

@@ -67,6 +67,11 @@ type Config struct {
 	// backs off and the poison policy applies, instead of every commit of
 	// the partition failing on it. ≤ 0: no limit (embedded mode).
 	MaxRecordBytes int
+	// TimerWindow is how many pending delayed messages the core keeps in
+	// memory: the earliest due. The others stay in the store and are read
+	// through the Reader as the window drains (timers.go). ≤ 0 means
+	// DefaultTimerWindow.
+	TimerWindow int
 }
 
 // Restore is the durable starting point of a core: what the store held at
@@ -78,10 +83,16 @@ type Restore struct {
 	// OutSeq is the next sequence for messages this partition produces:
 	// above every pending inbox message whose source is this partition.
 	OutSeq uint64
-	// Timers are the pending delayed messages. New timer ids continue above
-	// the highest of them (ids of fired timers may be reused: their keys are
-	// gone).
-	Timers []Timer
+	// Timers are the first pending delayed messages in key order (due,
+	// then id): the shell reads up to Config.TimerWindow of them.
+	// MoreTimers says the store holds more after the last of them, which
+	// the core reads through its Reader when its window runs low.
+	Timers     []Timer
+	MoreTimers bool
+	// TimerSeq is the highest timer id of the partition's pending delayed
+	// messages; new ids continue above it and above those of Timers (ids
+	// of fired timers may be reused: their keys are gone).
+	TimerSeq uint64
 	// Pauses are the pauses in force: of this partition's addresses, and
 	// every type-level one (Addr.ID empty).
 	Pauses []PauseWrite
@@ -121,10 +132,21 @@ type Core struct {
 	overlay  map[stateKey]overlayEntry
 	byCommit map[uint64][]stateKey
 
+	// timers holds the wake-ups in memory: the delayed messages of the
+	// window, backoffs and pause expiries. The window's delayed messages
+	// are in pendingT and their tokens in tokens; horizon, all, past and
+	// removed are its bookkeeping (timers.go).
 	timers   timerHeap
 	schedSeq uint64
-	pendingT map[uint64]*timerItem // delayed messages by timer id
+	pendingT map[uint64]*timerItem // delayed messages in memory by timer id
 	tokens   map[tokenKey]uint64   // (sender id, token) → timer id
+	window   int
+	horizon  TimerKey
+	all      bool
+	past     map[TimerKey]pastTimer
+	pastTok  map[tokenKey]TimerKey
+	removed  map[TimerKey]uint64 // key → the commit that removes it
+	durable  uint64              // the last durable commit
 
 	nextRequest uint64
 	commitID    uint64
@@ -219,6 +241,12 @@ func New(cfg Config, r Reader, rs Restore) *Core {
 		byCommit:   map[uint64][]stateKey{},
 		pendingT:   map[uint64]*timerItem{},
 		tokens:     map[tokenKey]uint64{},
+		window:     cfg.TimerWindow,
+		past:       map[TimerKey]pastTimer{},
+		pastTok:    map[tokenKey]TimerKey{},
+		removed:    map[TimerKey]uint64{},
+		durable:    rs.CommitID,
+		timerSeq:   rs.TimerSeq,
 		commitID:   rs.CommitID,
 		versionSeq: rs.VersionSeq + versionEpoch,
 		outSeq:     rs.OutSeq,
@@ -228,9 +256,16 @@ func New(cfg Config, r Reader, rs Restore) *Core {
 		pausedByType:  map[address.TypeName]int{},
 		failingByType: map[address.TypeName]int{},
 	}
+	if c.window <= 0 {
+		c.window = DefaultTimerWindow
+	}
 	c.resetPending()
+	c.all = true
 	for _, t := range rs.Timers {
-		c.addTimer(t)
+		c.addTimer(t, 0)
+	}
+	if rs.MoreTimers && len(rs.Timers) > 0 && c.all {
+		c.all, c.horizon = false, rs.Timers[len(rs.Timers)-1].Key
 	}
 	for _, p := range rs.Pauses {
 		c.restorePause(p)
@@ -263,11 +298,11 @@ func (c *Core) Step(now int64, ev Event) error {
 	case ReadState:
 		c.read(ev)
 	case Inspect:
-		c.inspect(ev)
+		err = c.inspect(ev)
 	case SetPause:
 		err = c.setPause(ev)
 	case DelayedRepair:
-		c.repairDelayed(ev)
+		err = c.repairDelayed(ev)
 	case ResultArrived:
 		err = c.onResult(ev)
 	case CommitDurable:
@@ -751,6 +786,7 @@ func (c *Core) write(a address.Address, state string, e Entry, del bool) {
 }
 
 func (c *Core) onDurable(id uint64) {
+	c.timerDurable(id)
 	for cid, keys := range c.byCommit {
 		if cid > id {
 			continue

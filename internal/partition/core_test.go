@@ -15,13 +15,54 @@ import (
 // memStore is the test double of the durable store: it applies commits the
 // way the engine's committer does.
 type memStore struct {
-	state map[stateKey]Entry
-	specs map[address.TypeName][]Spec
-	inbox map[InboxKey]*protocol.Envelope
+	state  map[stateKey]Entry
+	specs  map[address.TypeName][]Spec
+	inbox  map[InboxKey]*protocol.Envelope
+	timers map[TimerKey]*protocol.Envelope
 }
 
 func newMemStore() *memStore {
-	return &memStore{state: map[stateKey]Entry{}, specs: map[address.TypeName][]Spec{}, inbox: map[InboxKey]*protocol.Envelope{}}
+	return &memStore{state: map[stateKey]Entry{}, specs: map[address.TypeName][]Spec{}, inbox: map[InboxKey]*protocol.Envelope{},
+		timers: map[TimerKey]*protocol.Envelope{}}
+}
+
+// sortedTimers returns the durable timers in key order.
+func (m *memStore) sortedTimers() []Timer {
+	out := make([]Timer, 0, len(m.timers))
+	for k, env := range m.timers {
+		out = append(out, Timer{Key: k, Env: env})
+	}
+	slices.SortFunc(out, func(a, b Timer) int {
+		switch {
+		case timerKeyLess(a.Key, b.Key):
+			return -1
+		case timerKeyLess(b.Key, a.Key):
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (m *memStore) Timers(after *TimerKey, fn func(Timer) bool) error {
+	for _, t := range m.sortedTimers() {
+		if after != nil && !timerKeyLess(*after, t.Key) {
+			continue
+		}
+		if !fn(t) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (m *memStore) TimerByToken(sender, token string) (TimerKey, bool, error) {
+	for k, env := range m.timers {
+		if env.GetCancellationToken() == token && env.GetCaller().GetId() == sender {
+			return k, true, nil
+		}
+	}
+	return TimerKey{}, false, nil
 }
 
 func (m *memStore) State(a address.Address, s string) (Entry, bool, error) {
@@ -57,6 +98,12 @@ func (m *memStore) apply(c *Commit) {
 	}
 	for _, k := range c.Consumed {
 		delete(m.inbox, k)
+	}
+	for _, t := range c.TimersAdded {
+		m.timers[t.Key] = t.Env
+	}
+	for _, r := range c.TimersRemoved {
+		delete(m.timers, r.Key)
 	}
 }
 
@@ -511,7 +558,7 @@ func TestRestoredTimersFireAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	rd := c.Ready()
-	if len(rd.Invocations) != 1 || rd.Commit.TimersRemoved[0].ID != 7 {
+	if len(rd.Invocations) != 1 || rd.Commit.TimersRemoved[0].Key.ID != 7 {
 		t.Fatalf("%+v", rd)
 	}
 	if rd.Commit.Produced[0].Env.CancellationToken != "" {

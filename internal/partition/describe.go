@@ -95,8 +95,8 @@ func DescribeCommit(c *Commit) string {
 	for _, k := range c.Consumed {
 		fmt.Fprintf(&b, "  consume %s\n", describeKey(k))
 	}
-	for _, k := range c.TimersRemoved {
-		fmt.Fprintf(&b, "  timer- due=%d id=%d\n", k.Due, k.ID)
+	for _, r := range c.TimersRemoved {
+		fmt.Fprintf(&b, "  timer- due=%d id=%d\n", r.Key.Due, r.Key.ID)
 	}
 	for _, e := range c.Egress {
 		fmt.Fprintf(&b, "  egress %s route=%s: %s\n", e.Egress, e.Route, DescribeValue(e.Record.GetArgument()))

@@ -84,12 +84,11 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 	// Tokens are scoped by the sender's id; follow the adds and cancels of
 	// this response in order to find a duplicate it creates itself.
 	changed := map[string]bool{} // token → pending after this response
-	pending := func(tok string) bool {
+	pending := func(tok string) (bool, error) {
 		if p, ok := changed[tok]; ok {
-			return p
+			return p, nil
 		}
-		_, ok := c.tokens[tokenKey{self.ID, tok}]
-		return ok
+		return c.tokenPending(self.ID, tok)
 	}
 	for i, d := range r.GetDelayedInvocations() {
 		if d.GetIsCancellationRequest() {
@@ -113,7 +112,9 @@ func (c *Core) validate(self address.Address, r *protocol.FromFunction_Invocatio
 			if err := checkToken(tok); err != nil {
 				return nil, violation("delayed invocation %d: %v", i, err)
 			}
-			if pending(tok) {
+			if p, err := pending(tok); err != nil {
+				return nil, err
+			} else if p {
 				return nil, violation("delayed invocation %d: cancellation token %q is already pending for id %q", i, tok, self.ID)
 			}
 			changed[tok] = true
@@ -287,12 +288,14 @@ func (c *Core) apply(self address.Address, b *batch, fx *effects) error {
 	}
 	for _, d := range fx.delayed {
 		if d.cancel {
-			c.cancelTimer(self.ID, d.token)
+			if err := c.cancelTimer(self.ID, d.token); err != nil {
+				return err
+			}
 			continue
 		}
 		c.timerSeq++
 		t := Timer{Key: TimerKey{Partition: c.cfg.ID, Due: addSat(c.now, d.delay), ID: c.timerSeq}, Env: d.env}
-		c.addTimer(t)
+		c.addTimer(t, c.commitID+1)
 		c.pending.TimersAdded = append(c.pending.TimersAdded, t)
 	}
 	c.pending.Egress = append(c.pending.Egress, fx.egress...)

@@ -129,20 +129,25 @@ type DelayedMessage struct {
 	Size     int
 }
 
-// inspect answers an Inspect.
-func (c *Core) inspect(ev Inspect) {
+// inspect answers an Inspect. An error is the Reader's (the delayed
+// messages of an inbox past the window are read from the store).
+func (c *Core) inspect(ev Inspect) error {
 	in := &Inspection{}
 	switch ev.Kind {
 	case InspectFailing:
 		in.Failing = c.failingAddresses(ev.Type)
 	case InspectInbox:
-		in.Inbox = c.inbox(ev.Addr)
+		var err error
+		if in.Inbox, err = c.inbox(ev.Addr); err != nil {
+			return err
+		}
 	case InspectPauses:
 		in.Pauses = c.pausesOf(ev.Type)
 	case InspectQueued:
 		in.Queued = c.queuedByType()
 	}
 	c.ready.Replies = append(c.ready.Replies, Reply{Request: ev.Request, Inspection: in})
+	return nil
 }
 
 func (c *Core) failingAddresses(t address.TypeName) []FailingAddress {
@@ -184,7 +189,7 @@ func (c *Core) queuedByType() map[address.TypeName]int {
 	return out
 }
 
-func (c *Core) inbox(a address.Address) *Inbox {
+func (c *Core) inbox(a address.Address) (*Inbox, error) {
 	in := &Inbox{Addr: a, Pause: c.pauses[a], TypePause: c.typePauses[a.Type]}
 	if mb := c.mailboxes[a]; mb != nil {
 		if b := mb.inflight; b != nil {
@@ -201,10 +206,12 @@ func (c *Core) inbox(a address.Address) *Inbox {
 			in.Queued = append(in.Queued, inboxMessage(q))
 		}
 	}
-	for _, it := range c.pendingT {
+	// The delayed messages past the window are read from the store: an
+	// operator's look at one address costs a scan of the partition's.
+	err := c.scanTimers(func(it *timerItem) bool {
 		t := it.timer
 		if toAddress(t.Env.GetTarget()) != a {
-			continue
+			return true
 		}
 		d := DelayedMessage{Key: t.Key, Token: t.Env.GetCancellationToken(), Typename: t.Env.GetArgument().GetTypename(), Size: len(t.Env.GetArgument().GetValue())}
 		if s := t.Env.GetCaller(); s != nil {
@@ -212,9 +219,10 @@ func (c *Core) inbox(a address.Address) *Inbox {
 			d.Sender = &sa
 		}
 		in.Delayed = append(in.Delayed, d)
-	}
+		return true
+	})
 	sort.Slice(in.Delayed, func(i, j int) bool { return timerKeyLess(in.Delayed[i].Key, in.Delayed[j].Key) })
-	return in
+	return in, err
 }
 
 func inboxMessage(q queued) InboxMessage {

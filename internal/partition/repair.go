@@ -252,7 +252,10 @@ func (c *Core) deleteAddress(m *Mutation, rc Receipt) error {
 			}
 		}
 	}
-	timers := c.timersOf(m.Addr)
+	timers, err := c.timersOf(m.Addr)
+	if err != nil {
+		return err
+	}
 	if len(entries) == 0 && len(msgs) == 0 && len(timers) == 0 {
 		rc.Reject, rc.Reason = RejectNotFound, "the address holds nothing: no state, no message, no delayed message"
 		c.settle(rc)
@@ -294,28 +297,19 @@ func (c *Core) deleteAddress(m *Mutation, rc Receipt) error {
 }
 
 // timersOf returns the delayed messages this partition holds for an
-// address or that the address sent, by key.
-func (c *Core) timersOf(a address.Address) []*timerItem {
+// address or that the address sent, by key: those in memory and those in
+// the store past the window.
+func (c *Core) timersOf(a address.Address) ([]*timerItem, error) {
 	var out []*timerItem
-	for _, it := range c.pendingT {
+	err := c.scanTimers(func(it *timerItem) bool {
 		env := it.timer.Env
 		if toAddress(env.GetTarget()) == a || (env.GetCaller() != nil && toAddress(env.GetCaller()) == a) {
 			out = append(out, it)
 		}
-	}
+		return true
+	})
 	sort.Slice(out, func(i, j int) bool { return timerKeyLess(out[i].timer.Key, out[j].timer.Key) })
-	return out
-}
-
-// dropTimer removes a pending delayed message and its token.
-func (c *Core) dropTimer(it *timerItem) {
-	t := it.timer
-	delete(c.pendingT, t.Key.ID)
-	if tok := t.Env.GetCancellationToken(); tok != "" {
-		delete(c.tokens, tokenKey{t.Env.GetCaller().GetId(), tok})
-	}
-	it.gone = true
-	c.pending.TimersRemoved = append(c.pending.TimersRemoved, t.Key)
+	return out, err
 }
 
 // reinstate puts back what a cancel or a delete of an address took away,
@@ -335,7 +329,9 @@ func (c *Core) reinstate(m *Mutation, rc Receipt) error {
 			return nil
 		}
 	}
-	if reason := c.tokensTaken(r.Timers); reason != "" {
+	if reason, err := c.tokensTaken(r.Timers); err != nil {
+		return err
+	} else if reason != "" {
 		rc.Reject, rc.Reason = RejectPrecondition, reason
 		c.settle(rc)
 		return nil
@@ -379,15 +375,15 @@ func (c *Core) queueAgain(a address.Address, msgs []*protocol.Envelope) []*proto
 }
 
 // tokensTaken says which cancellation token of timers is pending again.
-func (c *Core) tokensTaken(timers []Timer) string {
+func (c *Core) tokensTaken(timers []Timer) (string, error) {
 	for _, t := range timers {
 		if tok := t.Env.GetCancellationToken(); tok != "" {
-			if _, ok := c.tokens[tokenKey{t.Env.GetCaller().GetId(), tok}]; ok {
-				return "cancellation token " + tok + " of " + t.Env.GetCaller().GetId() + " is pending again; nothing was put back"
+			if ok, err := c.tokenPending(t.Env.GetCaller().GetId(), tok); err != nil || ok {
+				return "cancellation token " + tok + " of " + t.Env.GetCaller().GetId() + " is pending again; nothing was put back", err
 			}
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // addTimersBack schedules delayed messages again, due at their time (at
@@ -397,7 +393,7 @@ func (c *Core) addTimersBack(timers []Timer) []Timer {
 	for _, t := range timers {
 		c.timerSeq++
 		nt := Timer{Key: TimerKey{Partition: c.cfg.ID, Due: t.Key.Due, ID: c.timerSeq}, Env: t.Env}
-		c.addTimer(nt)
+		c.addTimer(nt, c.commitID+1)
 		c.pending.TimersAdded = append(c.pending.TimersAdded, nt)
 		out = append(out, nt)
 	}
@@ -406,38 +402,69 @@ func (c *Core) addTimersBack(timers []Timer) []Timer {
 
 // repairDelayed cancels a pending delayed message, or puts back the ones
 // a cancel took.
-func (c *Core) repairDelayed(ev DelayedRepair) {
+func (c *Core) repairDelayed(ev DelayedRepair) error {
 	rc := Receipt{Mutation: ev.Mutation, Request: ev.Request, Addr: ev.Addr, Ack: AckCommitted, Checkpoint: c.commitID + 1, At: c.now}
 	rec := AuditRecord{Mutation: ev.Mutation, At: c.now, Principal: ev.Principal, Reason: ev.Reason, Reverts: ev.Reverts, Addr: ev.Addr}
 	if ev.Reinstate != nil {
-		if reason := c.tokensTaken(ev.Reinstate); reason != "" {
+		if reason, err := c.tokensTaken(ev.Reinstate); err != nil {
+			return err
+		} else if reason != "" {
 			rc.Reject, rc.Reason = RejectPrecondition, reason
 			c.settle(rc)
-			return
+			return nil
 		}
 		rec.Op, rec.Timers = OpReinstate, c.addTimersBack(ev.Reinstate)
 		c.pending.Audit = append(c.pending.Audit, rec)
 		c.settle(rc)
-		return
+		return nil
 	}
-	var it *timerItem
-	if ev.TimerID != 0 {
-		it = c.pendingT[ev.TimerID]
-	} else if id, ok := c.tokens[tokenKey{ev.Sender.ID, ev.Token}]; ok {
-		it = c.pendingT[id]
-		if s := it.timer.Env.GetCaller(); s == nil || toAddress(s) != ev.Sender {
-			it = nil
-		}
+	it, err := c.findDelayed(ev)
+	if err != nil {
+		return err
 	}
 	if it == nil || toAddress(it.timer.Env.GetTarget()) != ev.Addr {
 		rc.Reject, rc.Reason = RejectNotFound, "no such delayed message pending for the address (delivered already, cancelled, or another address's)"
 		c.settle(rc)
-		return
+		return nil
 	}
 	c.dropTimer(it)
 	rec.Op, rec.Timers = OpCancelDelayed, []Timer{*it.timer}
 	c.pending.Audit = append(c.pending.Audit, rec)
 	c.settle(rc)
+	return nil
+}
+
+// findDelayed finds the pending delayed message a DelayedRepair names: by
+// timer id (in memory, else by a scan of the store past the window), or by
+// its sender and token (one point read of the store's index).
+func (c *Core) findDelayed(ev DelayedRepair) (*timerItem, error) {
+	if ev.TimerID != 0 {
+		if it := c.pendingT[ev.TimerID]; it != nil {
+			return it, nil
+		}
+		var found *timerItem
+		err := c.scanTimers(func(it *timerItem) bool {
+			if it.timer.Key.ID == ev.TimerID {
+				found = it
+			}
+			return found == nil
+		})
+		return found, err
+	}
+	it, key, ok, err := c.tokenTimer(ev.Sender.ID, ev.Token)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if it == nil {
+		// Past the window: read it, for its sender and the audit record.
+		if it, err = c.unloadedAt(key); err != nil || it == nil {
+			return nil, err
+		}
+	}
+	if s := it.timer.Env.GetCaller(); s == nil || toAddress(s) != ev.Sender {
+		return nil, nil
+	}
+	return it, nil
 }
 
 // repairOpNames name the repair operations for scripts and logs.

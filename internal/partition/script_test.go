@@ -40,8 +40,7 @@ type script struct {
 	cfg   Config
 	core  *Core
 	store *memStore
-	// Durable beyond memStore: timers, meta and inbox mutations.
-	timers     map[TimerKey]*protocol.Envelope
+	// Durable beyond memStore: meta and inbox mutations.
 	inboxMut   map[InboxKey]*Mutation
 	pauses     map[address.Address]Pause
 	commitID   uint64
@@ -64,7 +63,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		"init": s.cmdInit, "deliver": s.cmdDeliver, "ready": s.cmdReady, "result": s.cmdResult,
 		"incomplete": s.cmdIncomplete, "fail": s.cmdFail, "tick": s.cmdTick, "mutate": s.cmdMutate,
 		"read": s.cmdRead, "durable": s.cmdDurable, "restore": s.cmdRestore, "store": s.cmdStore,
-		"pause": s.cmdPause, "resume": s.cmdPause, "inspect": s.cmdInspect,
+		"pause": s.cmdPause, "resume": s.cmdPause, "inspect": s.cmdInspect, "window": s.cmdWindow,
 	}
 	for cmd, h := range s.repairHandlers() {
 		handlers[cmd] = h
@@ -93,7 +92,7 @@ func (s *script) step(t *testing.T, ev Event) {
 //	count
 //	seen after-write=100
 func (s *script) cmdInit(t *testing.T, d *datadriven.TestData) string {
-	*s = script{store: newMemStore(), timers: map[TimerKey]*protocol.Envelope{}, inboxMut: map[InboxKey]*Mutation{},
+	*s = script{store: newMemStore(), inboxMut: map[InboxKey]*Mutation{},
 		pauses: map[address.Address]Pause{}}
 	s.cfg = Config{Partitions: 1}
 	if v, ok := intArg(t, d, "max-batch"); ok {
@@ -106,6 +105,9 @@ func (s *script) cmdInit(t *testing.T, d *datadriven.TestData) string {
 	}
 	if d.HasArg("pause-on-violation") {
 		s.cfg.PauseOnViolation = func(address.TypeName) bool { return true }
+	}
+	if n, ok := intArg(t, d, "timer-window"); ok {
+		s.cfg.TimerWindow = int(n)
 	}
 	if n, ok := intArg(t, d, "max-batch-bytes"); ok {
 		s.cfg.MaxBatchBytes = func(address.TypeName) int { return int(n) }
@@ -335,12 +337,6 @@ func (s *script) cmdDurable(t *testing.T, d *datadriven.TestData) string {
 		c := s.unsynced[0]
 		s.unsynced = s.unsynced[1:]
 		s.store.apply(c)
-		for _, tm := range c.TimersAdded {
-			s.timers[tm.Key] = tm.Env
-		}
-		for _, k := range c.TimersRemoved {
-			delete(s.timers, k)
-		}
 		for _, p := range c.Rewritten {
 			s.store.inbox[p.Key] = p.Env
 		}
@@ -365,6 +361,28 @@ func (s *script) cmdDurable(t *testing.T, d *datadriven.TestData) string {
 	return "durable: " + strings.Join(done, " ") + "\n"
 }
 
+// cmdWindow prints the delayed messages the core holds in memory: in its
+// window, and past it for commits not durable yet.
+//
+//	window
+func (s *script) cmdWindow(t *testing.T, d *datadriven.TestData) string {
+	in := len(s.core.pendingT)
+	var tks []TimerKey
+	for _, it := range s.core.pendingT {
+		tks = append(tks, it.timer.Key)
+	}
+	sort.Slice(tks, func(i, j int) bool { return timerLess(tks[i], tks[j]) })
+	var keys []string
+	for _, k := range tks {
+		keys = append(keys, fmt.Sprintf("%d/%d", k.Due, k.ID))
+	}
+	horizon := "all"
+	if !s.core.all {
+		horizon = fmt.Sprintf("%d/%d", s.core.horizon.Due, s.core.horizon.ID)
+	}
+	return fmt.Sprintf("held=%d in-window=%d [%s] past=%d horizon=%s\n", s.core.TimersHeld(), in, strings.Join(keys, " "), len(s.core.past), horizon)
+}
+
 // cmdRestore simulates a crash: commits that are not durable are lost, a
 // new core starts from the store and its inbox is replayed in key order.
 //
@@ -373,10 +391,21 @@ func (s *script) cmdRestore(t *testing.T, d *datadriven.TestData) string {
 	s.unsynced = nil
 	s.last = map[address.Address]Invocation{}
 	rs := Restore{CommitID: s.commitID, VersionSeq: s.versionSeq}
-	for k, env := range s.timers {
-		rs.Timers = append(rs.Timers, Timer{Key: k, Env: env})
+	// As the engine does: the first window's worth of timers, the
+	// highest id, and whether there are more.
+	window := s.cfg.TimerWindow
+	if window <= 0 {
+		window = DefaultTimerWindow
 	}
-	sort.Slice(rs.Timers, func(i, j int) bool { return timerLess(rs.Timers[i].Key, rs.Timers[j].Key) })
+	all := s.store.sortedTimers()
+	pending := len(all)
+	for _, tm := range all {
+		rs.TimerSeq = max(rs.TimerSeq, tm.Key.ID)
+	}
+	if len(all) > window {
+		all, rs.MoreTimers = all[:window], true
+	}
+	rs.Timers = all
 	for a, p := range s.pauses {
 		p := p
 		rs.Pauses = append(rs.Pauses, PauseWrite{Addr: a, Pause: &p})
@@ -408,7 +437,7 @@ func (s *script) cmdRestore(t *testing.T, d *datadriven.TestData) string {
 			s.step(t, MessageArrived{Key: k, Env: s.store.inbox[k]})
 		}
 	}
-	return fmt.Sprintf("restored at commit %d: %d inbox records, %d timers\n", s.commitID, len(keys), len(rs.Timers))
+	return fmt.Sprintf("restored at commit %d: %d inbox records, %d timers\n", s.commitID, len(keys), pending)
 }
 
 // cmdStore prints what is durable: state entries, timers and the inbox.
@@ -419,7 +448,7 @@ func (s *script) cmdStore(t *testing.T, d *datadriven.TestData) string {
 	for k, e := range s.store.state {
 		out = append(out, fmt.Sprintf("state %s %s = %s", k.addr, k.state, DescribeEntry(e)))
 	}
-	for k, env := range s.timers {
+	for k, env := range s.store.timers {
 		out = append(out, fmt.Sprintf("timer due=%d id=%d -> %s: %s", k.Due, k.ID, describeAddr(env.GetTarget()), DescribeValue(env.GetArgument())))
 	}
 	for k, env := range s.store.inbox {

@@ -213,7 +213,7 @@ func (c *Core) read(r ReadState) {
 // through its applied writes; the engine reads the durable store this way
 // for an address with no applied write waiting for durability, without
 // a turn in the partition's mailbox.
-func ReadFrom(r Reader, now int64, a address.Address, state string) Reply {
+func ReadFrom(r StateReader, now int64, a address.Address, state string) Reply {
 	var rep Reply
 	specs, err := r.Specs(a.Type)
 	if err != nil {
@@ -272,7 +272,7 @@ func (c *Core) entries(a address.Address, state string) ([]StateEntry, error) {
 
 // liveEntries returns the entries of one state (or all, state empty) of a
 // that have a value at now, in state-name order.
-func liveEntries(r Reader, now int64, a address.Address, state string) ([]StateEntry, error) {
+func liveEntries(r StateReader, now int64, a address.Address, state string) ([]StateEntry, error) {
 	if state != "" {
 		e, ok, err := r.State(a, state)
 		if err != nil || !ok || e.expired(now) {

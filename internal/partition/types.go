@@ -44,6 +44,20 @@ type Spec struct {
 // Reader is the committed state the core reads through. Its methods are
 // called only from within Step. An error makes the partition inoperable.
 type Reader interface {
+	StateReader
+	// Timers calls fn with the partition's durable delayed messages whose
+	// key comes after after (from the first when nil), in key order (due,
+	// then id), until fn returns false.
+	Timers(after *TimerKey, fn func(Timer) bool) error
+	// TimerByToken returns the key of the partition's durable delayed
+	// message that the function with id sender scheduled with
+	// cancellation token token, if any.
+	TimerByToken(sender, token string) (TimerKey, bool, error)
+}
+
+// StateReader is the part of a Reader that reads state: what ReadFrom
+// needs.
+type StateReader interface {
 	// State returns the durable entry of one state of one address.
 	State(a address.Address, state string) (Entry, bool, error)
 	// Specs returns the states registered for a function type, in
@@ -82,6 +96,15 @@ type TimerKey struct {
 type Timer struct {
 	Key TimerKey
 	Env *protocol.Envelope
+}
+
+// RemovedTimer is a delayed message a commit deletes (it fired or was
+// cancelled): its key, and the id of its sender and its cancellation
+// token (empty when it had none), whose entry in the store's index by
+// token goes with it.
+type RemovedTimer struct {
+	Key           TimerKey
+	Sender, Token string
 }
 
 // Event is an input to Step.
@@ -176,7 +199,7 @@ type Commit struct {
 	Produced      []Produced
 	Consumed      []InboxKey
 	TimersAdded   []Timer
-	TimersRemoved []TimerKey
+	TimersRemoved []RemovedTimer
 	Egress        []Egress
 	// Receipts are the outcomes of the operator mutations in this commit;
 	// Audit their per-entry records with before-images.

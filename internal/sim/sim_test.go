@@ -13,11 +13,17 @@ import (
 )
 
 var (
-	flagSeed  = flag.Int64("sim.seed", -1, "run only this seed (reproduces a failed run)")
-	flagSeeds = flag.Int("sim.seeds", 0, "run N seeds, from -sim.first on, instead of the fixed set")
-	flagFirst = flag.Int64("sim.first", 1, "the first seed -sim.seeds runs")
-	flagSteps = flag.Int("sim.steps", 0, "steps per seed (default 600)")
+	flagSeed        = flag.Int64("sim.seed", -1, "run only this seed (reproduces a failed run)")
+	flagSeeds       = flag.Int("sim.seeds", 0, "run N seeds, from -sim.first on, instead of the fixed set")
+	flagFirst       = flag.Int64("sim.first", 1, "the first seed -sim.seeds runs")
+	flagSteps       = flag.Int("sim.steps", 0, "steps per seed (default 600)")
+	flagTimerWindow = flag.Int("sim.timer-window", 0, "delayed messages a partition keeps in memory (default: the engine's)")
 )
+
+// smallTimerWindow is the window TestSimulationSmallTimerWindow gives
+// every partition: with it nearly every delayed message lives in the store
+// past the window, and is loaded, cancelled or restored from there.
+const smallTimerWindow = 1
 
 // ciSeeds is the fixed set make test runs.
 var ciSeeds = []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
@@ -56,7 +62,18 @@ const defaultSteps = 800
 // "fatal error: sync: unlock of unlocked mutex", when a write-ahead log
 // sync fails while the log rotates (here: the flush of Close after a disk
 // error); fixed in internal/store (walGuard, TestWALRotationErrorFailsStore).
-func TestSimulation(t *testing.T) { runSeeds(t, false) }
+func TestSimulation(t *testing.T) { runSeeds(t, false, *flagTimerWindow) }
+
+// TestSimulationSmallTimerWindow runs the fixed seeds with a window of one
+// delayed message per partition, so that the core's paging of delayed
+// messages through the store (loads as the window drains, cancellations
+// of messages not in memory, new ones past the window, restarts with more
+// than the window pending) meets the crashes, disk errors and operator
+// repairs of the schedules. The same checks hold.
+func TestSimulationSmallTimerWindow(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) { runSeeds(t, false, smallTimerWindow) })
+	t.Run("cluster", func(t *testing.T) { runSeeds(t, true, smallTimerWindow) })
+}
 
 // TestSimulationCluster runs the same schedules against the engine in
 // cluster mode (cluster_test.go): ingress and mutation commands through
@@ -87,11 +104,11 @@ func TestSimulation(t *testing.T) { runSeeds(t, false) }
 //     208 lines, "settled with a message still in partition 1's inbox"
 //     (a new message took the key of one still pending, which then never
 //     ran). make soak runs enough seeds for that.
-func TestSimulationCluster(t *testing.T) { runSeeds(t, true) }
+func TestSimulationCluster(t *testing.T) { runSeeds(t, true, *flagTimerWindow) }
 
 // runSeeds runs the fixed set of seeds, or the flags' seeds, each in a
 // subtest.
-func runSeeds(t *testing.T, cluster bool) {
+func runSeeds(t *testing.T, cluster bool, timerWindow int) {
 	seeds := ciSeeds
 	switch {
 	case *flagSeed >= 0:
@@ -108,7 +125,7 @@ func runSeeds(t *testing.T, cluster bool) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			w := run(t, seed, steps, cluster)
+			w := runWindow(t, seed, steps, cluster, timerWindow)
 			t.Logf("seed %d: %d trace lines, %d restarts (%d after a disk error), %d messages, %d mutations",
 				seed, len(w.trace), w.epoch, w.leaked, len(w.m.sent), len(w.m.muts))
 			if w.cl != nil {
@@ -150,7 +167,12 @@ func compareTraces(t *testing.T, seed int64, cluster bool, a, b []string) {
 // run plays one seed: phases of random steps, each followed by settling
 // the engine and the full check.
 func run(t testing.TB, seed int64, steps int, cluster bool) *world {
-	w := newWorld(t, seed, steps, cluster)
+	return runWindow(t, seed, steps, cluster, *flagTimerWindow)
+}
+
+// runWindow is run with the partitions' timer window (0: the default).
+func runWindow(t testing.TB, seed int64, steps int, cluster bool, timerWindow int) *world {
+	w := newWorld(t, seed, steps, cluster, timerWindow)
 	phase := max(steps/4, 1)
 	for i := 1; i <= steps; i++ {
 		w.randomStep()

@@ -123,7 +123,8 @@ func (b *Batch) DeleteInbox(k InboxKey) {
 
 // PutTimer writes a delayed message: env is delivered to its target at
 // k.Due. Its caller is the sender; its CancellationToken is set when the
-// sender gave one.
+// sender gave one, and then the token's entry in the index by token
+// (TimerByToken) is written too, naming this timer.
 func (b *Batch) PutTimer(k TimerKey, env *protocol.Envelope) {
 	if env == nil {
 		panic("store: PutTimer with a nil envelope")
@@ -131,6 +132,24 @@ func (b *Batch) PutTimer(k TimerKey, env *protocol.Envelope) {
 	b.partition(k.Partition)
 	b.key = timerKey(b.key[:0], k)
 	b.setProto(b.key, env)
+	if tok := env.GetCancellationToken(); tok != "" {
+		b.putToken(k, env.GetCaller().GetId(), tok)
+	}
+}
+
+func (b *Batch) putToken(k TimerKey, sender, token string) {
+	b.key = tokenKey(b.key[:0], k.Partition, sender, token)
+	b.val = appendTokenValue(b.val[:0], k)
+	b.set(b.key, b.val)
+}
+
+// DeleteTimerToken removes the entry of a cancellation token from the
+// index by token: the timer sender scheduled with token in partition p
+// was delivered or cancelled. The caller deletes it only when no timer
+// written by the same batch took the token again.
+func (b *Batch) DeleteTimerToken(p int, sender, token string) {
+	b.key = tokenKey(b.key[:0], b.partition(p), sender, token)
+	b.delete(b.key)
 }
 
 // DeleteTimer removes a delayed message (it was delivered or cancelled).

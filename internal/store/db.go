@@ -296,6 +296,11 @@ func Open(dir string, opts Options) (*DB, error) {
 		_ = fsCloser.Close()
 		return nil, err
 	}
+	if err := db.indexTokens(); err != nil {
+		_ = db.pdb.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
 	if err := db.backfillHistory(); err != nil {
 		_ = db.pdb.Close()
 		_ = fsCloser.Close()

@@ -17,11 +17,11 @@ import (
 // retired space stays here as a commented-out line. docs/storage.md describes
 // every space; a change here is a change there.
 const (
-	spaceMeta  byte = 0x00 // global meta: format version, partition count
-	spaceState byte = 0x01 // state entries
-	spaceInbox byte = 0x02 // partition inboxes
-	spaceTimer byte = 0x03 // delayed-message timers
-	// spaceCancel byte = 0x04 // reserved: the cancellation-token index, not yet written
+	spaceMeta      byte = 0x00 // global meta: format version, partition count
+	spaceState     byte = 0x01 // state entries
+	spaceInbox     byte = 0x02 // partition inboxes
+	spaceTimer     byte = 0x03 // delayed-message timers
+	spaceToken     byte = 0x04 // the cancellation-token index of the timers
 	spaceSpecs     byte = 0x05 // registered specs per function type
 	spacePartition byte = 0x06 // partition meta
 	spaceEgress    byte = 0x07 // egress outboxes
@@ -61,6 +61,10 @@ const (
 	// lacks.
 	metaAuditIndexed  = "audit-indexed"   // value: 1, u32 BE
 	metaAuditIndexed2 = "audit-indexed-2" // value: 1, u32 BE
+	// metaTokensIndexed marks a store whose timers with a cancellation
+	// token all have their entry in 0x04. Open builds what an older store
+	// lacks.
+	metaTokensIndexed = "tokens-indexed" // value: 1, u32 BE
 	// metaEgressSeq is the highest egress sequence number ever written, so
 	// that numbers are never given twice, even once every outbox is empty
 	// (a consumer's position must never point at a later record).
@@ -263,6 +267,60 @@ func decodeTimerKey(key []byte) (TimerKey, error) {
 		Due:       unflipSign(binary.BigEndian.Uint64(key[3:])),
 		ID:        binary.BigEndian.Uint64(key[11:]),
 	}, nil
+}
+
+// tokenKey appends the key of a cancellation token's entry in the index
+// of the timers by token: the delayed message that sender (the id of the
+// function that sent it) scheduled with token, held by partition.
+//
+//	+------+------------------+----------------+------------+
+//	| 0x04 | partition u16 BE | str(sender id) | str(token) |
+//	+------+------------------+----------------+------------+
+//
+// The value is the timer's key after its partition:
+//
+//	+--------------------------+-----------------+
+//	| due u64 BE, sign flipped | timer id u64 BE |
+//	+--------------------------+-----------------+
+//	            8 B                    8 B         = 16 bytes
+//
+// so a cancellation finds a timer that is not in memory with one point
+// read. A token names at most one pending timer of a sender (a response
+// that schedules a second one is refused), so the entry is written with
+// its timer and deleted with it, in the same batch.
+func tokenKey(dst []byte, p int, sender, token string) []byte {
+	dst = append(dst, spaceToken)
+	dst = binary.BigEndian.AppendUint16(dst, partitionU16(p))
+	dst = appendString(dst, sender)
+	return appendString(dst, token)
+}
+
+const tokenValueLen = 8 + 8
+
+// appendTokenValue appends the value of a token's entry: the due time and
+// id of its timer.
+func appendTokenValue(dst []byte, k TimerKey) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, flipSign(k.Due))
+	return binary.BigEndian.AppendUint64(dst, k.ID)
+}
+
+// decodeTokenKey is the inverse of tokenKey.
+func decodeTokenKey(key []byte) (p int, sender, token string, err error) {
+	if len(key) < 3 || key[0] != spaceToken {
+		return 0, "", "", errBadKey
+	}
+	p = int(binary.BigEndian.Uint16(key[1:]))
+	b := key[3:]
+	if sender, b, err = decodeString(b); err != nil {
+		return 0, "", "", err
+	}
+	if token, b, err = decodeString(b); err != nil {
+		return 0, "", "", err
+	}
+	if len(b) != 0 {
+		return 0, "", "", errBadKey
+	}
+	return p, sender, token, nil
 }
 
 // specsKey appends the key of the registered specs of function type t.
@@ -542,6 +600,10 @@ func formatKey(key []byte) string {
 		case spaceTimer:
 			if k, err := decodeTimerKey(key); err == nil {
 				return fmt.Sprintf("timer(p=%d, due=%d, id=%d)", k.Partition, k.Due, k.ID)
+			}
+		case spaceToken:
+			if p, sender, token, err := decodeTokenKey(key); err == nil {
+				return fmt.Sprintf("token(p=%d, %s, %s)", p, q(sender), q(token))
 			}
 		case spaceSpecs:
 			if t, err := decodeSpecsKey(key); err == nil {

@@ -139,6 +139,14 @@ func TestLayoutGolden(t *testing.T) {
 			add(u64(1_700_000_000_000|1<<63), "due 1700000000000, sign bit flipped").add(u64(2), "timer id 2"),
 			timerKey(nil, TimerKey{Partition: 3, Due: 1_700_000_000_000, ID: 2})},
 
+		{rec("key: cancellation token \"tok\" of sender id \"bob\", partition 3").
+			add([]byte{0x04}, "space 0x04: timer by token").add(u16(3), "partition 3").
+			str("bob", "sender id").str("tok", "token"),
+			tokenKey(nil, 3, "bob", "tok")},
+		{rec("value: the timer a token names, due 1700000000000, id 2").
+			add(u64(1_700_000_000_000|1<<63), "due 1700000000000, sign bit flipped").add(u64(2), "timer id 2"),
+			appendTokenValue(nil, TimerKey{Partition: 3, Due: 1_700_000_000_000, ID: 2})},
+
 		{rec("key: specs of example/greeter").
 			add([]byte{0x05}, "space 0x05: specs").str("example", "namespace").str("greeter", "type"),
 			specsKey(nil, greeter.Type)},

@@ -308,6 +308,30 @@ func (db *DB) ScanInbox(p int, fn func(k InboxKey, env *protocol.Envelope) error
 	return finish(it, nil)
 }
 
+// ScanInboxKeys calls fn with the key of every message in the inbox of
+// partition p, in key order, without reading or decoding the messages: a
+// restart's first pass, which needs only the sequence numbers.
+func (db *DB) ScanInboxKeys(p int, fn func(k InboxKey) error) error {
+	if err := db.checkPartition(p); err != nil {
+		return err
+	}
+	prefix := inboxPrefix(nil, p)
+	it, err := db.newIter(prefix, prefixSuccessor(prefix))
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		k, err := decodeInboxKey(it.Key())
+		if err != nil {
+			return finish(it, corrupt(it.Key(), err))
+		}
+		if err := fn(k); err != nil {
+			return finish(it, err)
+		}
+	}
+	return finish(it, nil)
+}
+
 // ScanTimers calls fn with every delayed message of partition p, in the
 // order they fall due (by due time, then timer id).
 func (db *DB) ScanTimers(p int, fn func(k TimerKey, env *protocol.Envelope) error) error {
@@ -333,6 +357,80 @@ func (db *DB) ScanTimers(p int, fn func(k TimerKey, env *protocol.Envelope) erro
 		}
 	}
 	return finish(it, nil)
+}
+
+// ScanTimersAfter calls fn with the delayed messages of partition p whose
+// key comes after after (every one when after is nil), in the order they
+// fall due, until fn returns false.
+func (db *DB) ScanTimersAfter(p int, after *TimerKey, fn func(k TimerKey, env *protocol.Envelope) bool) error {
+	if err := db.checkPartition(p); err != nil {
+		return err
+	}
+	prefix := timerPrefix(nil, p)
+	lower := prefix
+	if after != nil {
+		// The smallest key above after's: after's key with a zero byte
+		// appended.
+		lower = append(timerKey(nil, TimerKey{Partition: p, Due: after.Due, ID: after.ID}), 0)
+	}
+	it, err := db.newIter(lower, prefixSuccessor(prefix))
+	if err != nil {
+		return err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		k, err := decodeTimerKey(it.Key())
+		if err != nil {
+			return finish(it, corrupt(it.Key(), err))
+		}
+		env := new(protocol.Envelope)
+		if err := iterValue(it, env); err != nil {
+			return finish(it, err)
+		}
+		if !fn(k, env) {
+			break
+		}
+	}
+	return finish(it, nil)
+}
+
+// TimerStats returns how many delayed messages partition p holds and the
+// highest timer id among them, reading keys only.
+func (db *DB) TimerStats(p int) (n int, maxID uint64, err error) {
+	if err := db.checkPartition(p); err != nil {
+		return 0, 0, err
+	}
+	prefix := timerPrefix(nil, p)
+	it, err := db.newIter(prefix, prefixSuccessor(prefix))
+	if err != nil {
+		return 0, 0, err
+	}
+	for valid := it.First(); valid; valid = it.Next() {
+		k, err := decodeTimerKey(it.Key())
+		if err != nil {
+			return 0, 0, finish(it, corrupt(it.Key(), err))
+		}
+		n++
+		maxID = max(maxID, k.ID)
+	}
+	return n, maxID, finish(it, nil)
+}
+
+// TimerByToken returns the key of the delayed message that sender (a
+// function's id) scheduled in partition p with cancellation token token,
+// and false if none is pending.
+func (db *DB) TimerByToken(p int, sender, token string) (TimerKey, bool, error) {
+	if err := db.checkPartition(p); err != nil {
+		return TimerKey{}, false, err
+	}
+	key := tokenKey(nil, p, sender, token)
+	val, ok, err := db.get(key)
+	if err != nil || !ok {
+		return TimerKey{}, false, err
+	}
+	if len(val) != tokenValueLen {
+		return TimerKey{}, false, corrupt(key, fmt.Errorf("token index value of %d bytes, want %d", len(val), tokenValueLen))
+	}
+	return TimerKey{Partition: p, Due: unflipSign(binary.BigEndian.Uint64(val)), ID: binary.BigEndian.Uint64(val[8:])}, true, nil
 }
 
 // NextEgress returns the first record of the outbox (egress, route) whose

@@ -559,6 +559,48 @@ func (db *DB) indexAudit() error {
 	return nil
 }
 
+// indexTokens builds the index by cancellation token (0x04) of a store
+// written before it existed, in batches, then marks the store indexed. A
+// store created by this build is marked at once.
+func (db *DB) indexTokens() error {
+	if _, ok, err := db.metaU32(metaTokensIndexed); err != nil || ok {
+		return err
+	}
+	it, err := db.newIter([]byte{spaceTimer}, []byte{spaceTimer + 1})
+	if err != nil {
+		return err
+	}
+	b := db.NewBatch()
+	defer func() { b.Close() }()
+	for valid := it.First(); valid; valid = it.Next() {
+		k, err := decodeTimerKey(it.Key())
+		if err != nil {
+			return finish(it, corrupt(it.Key(), err))
+		}
+		env := new(protocol.Envelope)
+		if err := iterValue(it, env); err != nil {
+			return finish(it, err)
+		}
+		if tok := env.GetCancellationToken(); tok != "" {
+			b.putToken(k, env.GetCaller().GetId(), tok)
+		}
+		if b.Len() >= sweepBatch {
+			if err := b.Commit(false); err != nil {
+				return finish(it, err)
+			}
+			b = db.NewBatch()
+		}
+	}
+	if err := closeIter(it); err != nil {
+		return err
+	}
+	b.set(metaKey(nil, metaTokensIndexed), appendU32(nil, 1))
+	if err := b.Commit(true); err != nil {
+		return fmt.Errorf("store: index the timers by cancellation token: %w", err)
+	}
+	return nil
+}
+
 // spaceBytes estimates the disk bytes of the key spaces [lower, upper).
 func (db *DB) spaceBytes(lower, upper byte) uint64 {
 	n, err := db.pdb.EstimateDiskUsage([]byte{lower}, []byte{upper})

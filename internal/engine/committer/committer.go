@@ -54,13 +54,15 @@ type Answerer interface {
 }
 
 // Urgent is a Request a caller is waiting on (a state API write with
-// ack=committed), for a partition. The next group then carries only it and
-// the requests of the same partition queued before it, which must be
-// durable first (a partition's commits land in order); the others wait for
-// the group after. An operator's committed write so waits for one small
-// group instead of a loaded one: its encoding, its store write and the
-// Durable calls of hundreds of ingress requests. Requests of other
-// partitions lose nothing but one sync's time: none of them depends on it.
+// ack=committed), for a partition. The next group then carries every
+// urgent request queued, each with the requests of its partition queued
+// before it, which must be durable first (a partition's commits land in
+// order); the others wait for the group after. An operator's committed
+// write so waits for one small group instead of a loaded one: its
+// encoding, its store write and the Durable calls of hundreds of ingress
+// requests. Concurrent committed writes still share one group, and one
+// sync, as group commit means them to. Requests of the other partitions
+// lose nothing but one sync's time: none of them depends on these.
 type Urgent interface {
 	Request
 	// Lane returns the request's partition, and whether a caller waits for
@@ -285,26 +287,31 @@ func contains(s []int, i int) bool {
 	return false
 }
 
-// cutLane splits off the group of the first urgent request (see Urgent):
-// the requests of its partition up to it, in order. rest keeps the others
-// in order. ok is false when no request is urgent.
+// cutLane splits off the group of the urgent requests (see Urgent): every
+// one queued, each with the requests of its partition queued before it, in
+// order. rest keeps the others in order. ok is false when no request is
+// urgent.
 func cutLane(reqs []Request) (rest, lane []Request, ok bool) {
-	at, part := -1, 0
+	// The last urgent request of each partition: that partition's
+	// requests up to it go in the lane.
+	var last map[int]int
 	for i, r := range reqs {
 		if u, isU := r.(Urgent); isU {
 			if p, urgent := u.Lane(); urgent {
-				at, part = i, p
-				break
+				if last == nil {
+					last = map[int]int{}
+				}
+				last[p] = i
 			}
 		}
 	}
-	if at < 0 {
+	if last == nil {
 		return reqs, nil, false
 	}
 	rest = make([]Request, 0, len(reqs))
 	for i, r := range reqs {
-		if u, isU := r.(Urgent); isU && i <= at {
-			if p, _ := u.Lane(); p == part {
+		if u, isU := r.(Urgent); isU {
+			if p, _ := u.Lane(); i <= lastOr(last, p) {
 				lane = append(lane, r)
 				continue
 			}
@@ -312,4 +319,12 @@ func cutLane(reqs []Request) (rest, lane []Request, ok bool) {
 		rest = append(rest, r)
 	}
 	return rest, lane, true
+}
+
+// lastOr is last[p], or -1 when p has no urgent request.
+func lastOr(last map[int]int, p int) int {
+	if i, ok := last[p]; ok {
+		return i
+	}
+	return -1
 }

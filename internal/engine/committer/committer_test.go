@@ -294,3 +294,38 @@ func TestUrgentRequestCutsItsLane(t *testing.T) {
 		t.Fatalf("groups %v, want [3 3]", groups)
 	}
 }
+
+// Concurrent committed writes of several partitions share one group (and
+// one sync): the urgent lane carries every urgent request queued, each with
+// its partition's requests before it; the rest follow in order.
+func TestUrgentRequestsShareTheirLane(t *testing.T) {
+	db := openStore(t)
+	var groups []int
+	c := New(db, Options{Observe: func(_ time.Duration, reqs, _, _ int) { groups = append(groups, reqs) }})
+	var log []string
+	for _, r := range []*laneReq{
+		{name: "p0-a", part: 0}, {name: "p1-a", part: 1}, {name: "p0-urgent", part: 0, urgent: true},
+		{name: "p2-a", part: 2}, {name: "p1-urgent", part: 1, urgent: true}, {name: "p3-urgent", part: 3, urgent: true},
+		{name: "p0-b", part: 0}, {name: "p2-b", part: 2},
+	} {
+		r.log = &log
+		if err := c.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CommitGroup(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(log); got != "[p0-a p1-a p0-urgent p1-urgent p3-urgent]" {
+		t.Fatalf("first group made %s durable, want every urgent request with its partition's before it", got)
+	}
+	if _, err := c.CommitGroup(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(log); got != "[p0-a p1-a p0-urgent p1-urgent p3-urgent p2-a p0-b p2-b]" {
+		t.Fatalf("after the second group %s, want the others in submission order", got)
+	}
+	if fmt.Sprint(groups) != "[5 3]" {
+		t.Fatalf("groups %v, want [5 3]", groups)
+	}
+}

@@ -458,6 +458,16 @@ func watchBubble(name string, done <-chan struct{}) {
 // heartbeats never come, and the join never ends: the test would hang.
 // Under the synctests build tag franz-go replaces its mutexes by
 // channel-based ones (its internal xsync package), which synctest sees.
+//
+// Under the tag both tests fail in a few runs in a hundred: a node's
+// transactional offset commit is answered PRODUCER_FENCED, and the node
+// stops, as on any fence. In the one failure traced, a heartbeat answered
+// REBALANCE_IN_PROGRESS by the fault injection made node a rejoin just
+// after node b stopped; kfake left a's JoinGroup unanswered until the
+// client's request timed out (15 s, past the 5 s rebalance timeout); the
+// transaction a held open behind it passed the 10 s transaction timeout
+// (on which a broker aborts it and bumps the producer's epoch). On real
+// time these tests have not failed so.
 func kafkaTestThroughRebalances(t *testing.T, test func(t *testing.T, h *harness)) {
 	t.Helper()
 	if kgoMutexesDurable {

@@ -161,11 +161,16 @@ type ticker struct {
 	mu    sync.Mutex
 	nodes []*node
 	stop  chan struct{}
+	once  sync.Once // closes stop
 	done  chan struct{}
 }
 
-func startTicker(seed uint64, nodes ...*node) *ticker {
+func startTicker(t *testing.T, seed uint64, nodes ...*node) *ticker {
 	tk := &ticker{nodes: nodes, stop: make(chan struct{}), done: make(chan struct{})}
+	// Also when the test fails before it halts the ticker: a bubble must
+	// end with none of its goroutines left. Registered after the nodes'
+	// cleanups, this one runs before theirs.
+	t.Cleanup(tk.halt)
 	rng := rand.New(rand.NewPCG(seed, seed+1))
 	go func() {
 		defer close(tk.done)
@@ -191,8 +196,9 @@ func (tk *ticker) set(nodes ...*node) {
 	tk.mu.Unlock()
 }
 
+// halt stops the ticker and waits for it; later calls do nothing.
 func (tk *ticker) halt() {
-	close(tk.stop)
+	tk.once.Do(func() { close(tk.stop) })
 	<-tk.done
 }
 
@@ -211,7 +217,7 @@ func TestThreeNodesExactlyOnceThroughMovesAndFaults(t *testing.T) {
 		dirB := t.TempDir()
 		a := h.start("a", t.TempDir())
 		b := h.start("b", dirB)
-		tk := startTicker(seed, a, b)
+		tk := startTicker(t, seed, a, b)
 		var all []*node
 		all = append(all, a, b)
 		want := int64(0)

@@ -102,6 +102,23 @@ const MaxRebuildBackoff = 30 * time.Second
 // restore failed.
 const RestoreRetry = time.Second
 
+// refusalBackoff is the wait before the rebuilds after the n-th
+// transaction in a row Kafka refused to commit: none after the first (a
+// rebalance aborts one, and the partitions must serve again at once), then
+// 100 ms doubling up to 5 s. Without it a node whose every commit Kafka
+// refuses at once would abort and rebuild a thousand times a second until
+// it gives up.
+func refusalBackoff(n int) time.Duration {
+	if n <= 1 {
+		return 0
+	}
+	d := 100 * time.Millisecond
+	for i := 2; i < n && d < 5*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Second)
+}
+
 // Machine is one node's commit cycle. The zero value is not usable; call
 // New.
 type Machine struct {
@@ -111,6 +128,9 @@ type Machine struct {
 	rearm bool   // a revocation was heard; End must run before the next one can be
 	txn   *Txn   // the open transaction, if any
 	give  giveUp
+	// refused counts the transactions in a row Kafka refused to commit
+	// (Reason Group or Fenced): their rebuilds back off (refusalBackoff).
+	refused int
 }
 
 // part is a partition the group assigned to the node.

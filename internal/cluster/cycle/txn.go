@@ -276,6 +276,7 @@ func (t *Txn) Finish(o Outcome, now time.Time) Result {
 	}
 	if t.abort == NoReason {
 		res.Committed = true
+		m.refused = 0
 		for _, p := range touched {
 			if pt := m.parts[p]; pt != nil {
 				pt.strikes = 0
@@ -285,18 +286,23 @@ func (t *Txn) Finish(o Outcome, now time.Time) Result {
 		return res
 	}
 	res.Reason = t.abort
+	var refusedWait time.Duration
+	if t.abort.countsTowardGiveUp() {
+		m.refused++
+		refusedWait = refusalBackoff(m.refused)
+	}
 	for _, p := range touched {
 		pt := m.parts[p]
 		if pt == nil || !pt.serving {
 			continue
 		}
 		pt.full = false
-		var wait time.Duration
+		wait := refusedWait
 		strikes := 0
 		if t.culprits[p] {
 			pt.strikes++
 			strikes = pt.strikes
-			wait = rebuildBackoff(pt.strikes, m.cfg.RebuildBackoff)
+			wait = max(wait, rebuildBackoff(pt.strikes, m.cfg.RebuildBackoff))
 		}
 		res.Rebuild = append(res.Rebuild, m.restore(p, wait, false, strikes))
 	}

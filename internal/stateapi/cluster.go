@@ -97,15 +97,7 @@ func (s *Server) nodeJSON(n ClusterNode) clusterNodeJSON {
 // another node sent is answered with this node alone. In embedded mode it
 // is a 404.
 func (s *Server) serveCluster(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		methodNotAllowed(w, r, "GET, HEAD")
-		return
-	}
-	if _, ok := s.authorize(w, r, ScopeRead); !ok {
-		return
-	}
-	if len(r.URL.Query()) != 0 {
-		fail(w, r, http.StatusBadRequest, "/cluster takes no parameters")
+	if !s.readWithoutParams(w, r, "/cluster") {
 		return
 	}
 	if s.opts.ClusterView == nil {

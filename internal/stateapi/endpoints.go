@@ -33,15 +33,7 @@ type endpointJSON struct {
 // that is down shows once, as the endpoint's state, rather than as one
 // failing row per address.
 func (s *Server) serveEndpoints(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		methodNotAllowed(w, r, "GET, HEAD")
-		return
-	}
-	if _, ok := s.authorize(w, r, ScopeRead); !ok {
-		return
-	}
-	if len(r.URL.Query()) != 0 {
-		fail(w, r, http.StatusBadRequest, "/endpoints takes no parameters")
+	if !s.readWithoutParams(w, r, "/endpoints") {
 		return
 	}
 	out := struct {
@@ -58,4 +50,22 @@ func (s *Server) serveEndpoints(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// readWithoutParams admits a GET or HEAD of a route that takes no
+// parameters (route names it in the 400), for a caller with the read
+// scope; false when it answered the request itself.
+func (s *Server) readWithoutParams(w http.ResponseWriter, r *http.Request, route string) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, r, "GET, HEAD")
+		return false
+	}
+	if _, ok := s.authorize(w, r, ScopeRead); !ok {
+		return false
+	}
+	if len(r.URL.Query()) != 0 {
+		fail(w, r, http.StatusBadRequest, route+" takes no parameters")
+		return false
+	}
+	return true
 }

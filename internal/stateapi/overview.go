@@ -91,15 +91,7 @@ type typeOverview struct {
 // the size of its state. It never lists ids: the state of a type is
 // counted up to OverviewMaxKeys entries.
 func (s *Server) serveOverview(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		methodNotAllowed(w, r, "GET, HEAD")
-		return
-	}
-	if _, ok := s.authorize(w, r, ScopeRead); !ok {
-		return
-	}
-	if len(r.URL.Query()) != 0 {
-		fail(w, r, http.StatusBadRequest, "/overview takes no parameters")
+	if !s.readWithoutParams(w, r, "/overview") {
 		return
 	}
 	if s.gather(w, r, overviewListing()) {

@@ -284,34 +284,19 @@ func (db *DB) Meta(p int) (PartitionMeta, error) {
 // ScanInbox calls fn with every message in the inbox of partition p, in key
 // order: the order the messages arrived (InboxKey.Arrival).
 func (db *DB) ScanInbox(p int, fn func(k InboxKey, env *protocol.Envelope) error) error {
-	if err := db.checkPartition(p); err != nil {
-		return err
-	}
-	prefix := inboxPrefix(nil, p)
-	it, err := db.newIter(prefix, prefixSuccessor(prefix))
-	if err != nil {
-		return err
-	}
-	for valid := it.First(); valid; valid = it.Next() {
-		k, err := decodeInboxKey(it.Key())
-		if err != nil {
-			return finish(it, corrupt(it.Key(), err))
-		}
-		env := new(protocol.Envelope)
-		if err := iterValue(it, env); err != nil {
-			return finish(it, err)
-		}
-		if err := fn(k, env); err != nil {
-			return finish(it, err)
-		}
-	}
-	return finish(it, nil)
+	return db.scanInbox(p, true, fn)
 }
 
 // ScanInboxKeys calls fn with the key of every message in the inbox of
 // partition p, in key order, without reading or decoding the messages: a
 // restart's first pass, which needs only the sequence numbers.
 func (db *DB) ScanInboxKeys(p int, fn func(k InboxKey) error) error {
+	return db.scanInbox(p, false, func(k InboxKey, _ *protocol.Envelope) error { return fn(k) })
+}
+
+// scanInbox is ScanInbox, decoding the messages only when values is set
+// (fn gets nil otherwise).
+func (db *DB) scanInbox(p int, values bool, fn func(k InboxKey, env *protocol.Envelope) error) error {
 	if err := db.checkPartition(p); err != nil {
 		return err
 	}
@@ -325,7 +310,14 @@ func (db *DB) ScanInboxKeys(p int, fn func(k InboxKey) error) error {
 		if err != nil {
 			return finish(it, corrupt(it.Key(), err))
 		}
-		if err := fn(k); err != nil {
+		var env *protocol.Envelope
+		if values {
+			env = new(protocol.Envelope)
+			if err := iterValue(it, env); err != nil {
+				return finish(it, err)
+			}
+		}
+		if err := fn(k, env); err != nil {
 			return finish(it, err)
 		}
 	}

@@ -194,9 +194,13 @@ func (e *docEnv) runBlock(t *testing.T, b docBlock) bool {
 		cmd = e.toUsed(cmd)
 		t.Logf("%s:%d: %s", b.file, c.line, c.text)
 		deadline := time.Now().Add(15 * time.Second)
+		first := "" // what the first attempt printed: a retried read may have popped it
 		for attempt := 1; ; attempt++ {
 			stdout, stderr, err := e.run(cmd)
 			out := e.toDoc(stdout)
+			if attempt == 1 {
+				first = out
+			}
 			var caps map[string]string
 			ok := err == nil
 			if ok && c.want != nil {
@@ -218,6 +222,9 @@ func (e *docEnv) runBlock(t *testing.T, b docBlock) bool {
 				fmt.Fprintf(&msg, "failed (%v)", err)
 			} else {
 				fmt.Fprintf(&msg, "printed what the doc does not show (attempt %d)", attempt)
+			}
+			if attempt > 1 && first != out {
+				fmt.Fprintf(&msg, "\n--- the first attempt printed:\n%s", first)
 			}
 			fmt.Fprintf(&msg, "\n--- it printed:\n%s\n--- on stderr:\n%s\n", out, e.toDoc(stderr))
 			if c.want != nil {

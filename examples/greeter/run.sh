@@ -5,7 +5,8 @@
 # Ctrl-C stops both; so does either one stopping on its own.
 #
 # Environment: BIN_DIR (default bin), GREETER_ADDR (default :8000; keep it in
-# step with module.yaml), STATEFUN_DATA_DIR (default data/greeter).
+# step with the module), STATEFUN_MODULE (default examples/greeter/module.yaml),
+# STATEFUN_DATA_DIR (default data/greeter).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -49,7 +50,7 @@ if ! kill -0 "$greeter" 2>/dev/null; then
 fi
 echo "run.sh: the greeter function serves on $addr; starting the runtime"
 
-"$bin/statefun" run --module examples/greeter/module.yaml --data-dir "${STATEFUN_DATA_DIR:-data/greeter}" &
+"$bin/statefun" run --module "${STATEFUN_MODULE:-examples/greeter/module.yaml}" --data-dir "${STATEFUN_DATA_DIR:-data/greeter}" &
 runtime=$!
 
 # Once the runtime is ready, say where to look and what to try.

@@ -54,7 +54,9 @@ func (e *TooManyTypesError) Unwrap() error { return ErrTooManyTypes }
 // admitted is the types each wildcard endpoint serves so far.
 type admitted struct {
 	limit int // < 0: no bound
-	mu    sync.Mutex
+	// mu is read-locked for the lookup every ingress message and every
+	// message a function sends makes; written only when a type is new.
+	mu    sync.RWMutex
 	names map[*module.Endpoint]map[string]struct{}
 }
 
@@ -95,6 +97,12 @@ func (r *Router) Routable(t address.TypeName) error {
 
 func (a *admitted) admit(ep *module.Endpoint, t address.TypeName, always bool) error {
 	if a.limit < 0 && !always {
+		return nil
+	}
+	a.mu.RLock()
+	_, known := a.names[ep][t.Name]
+	a.mu.RUnlock()
+	if known {
 		return nil
 	}
 	a.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
@@ -30,6 +31,10 @@ const downAfter = 3
 
 // health is one endpoint's reachability.
 type health struct {
+	// clean is set while the endpoint is up with no failure counted: the
+	// state of almost every call, which then changes nothing and takes no
+	// lock (every call of every address passes here).
+	clean    atomic.Bool
 	mu       sync.Mutex
 	down     bool
 	since    time.Time // of the current state; zero until the first change
@@ -86,6 +91,9 @@ func (r *Router) Down() []string {
 // observe records the outcome of one call to mep.
 func (r *Router) observe(mep *module.Endpoint, ep *endpoint, err error) {
 	h := &ep.health
+	if err == nil && h.clean.Load() {
+		return
+	}
 	kind := invoker.KindOf(err)
 	h.mu.Lock()
 	var changed, down bool
@@ -107,6 +115,7 @@ func (r *Router) observe(mep *module.Endpoint, ep *endpoint, err error) {
 		}
 	}
 	lastErr, failures := h.lastErr, h.failures
+	h.clean.Store(!h.down && h.failures == 0)
 	h.mu.Unlock()
 	if !changed {
 		return

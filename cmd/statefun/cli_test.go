@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"strings"
@@ -225,7 +226,7 @@ func TestStateHumanOutput(t *testing.T) {
 	r = rt.ok(t, "", "inbox", "example/person", "h")
 	if !regexpLine(r.stdout, `^PAUSED\s+since `+rfc3339+` by anonymous; lifts at `+rfc3339+`$`) ||
 		!regexpLine(r.stdout, `^QUEUED\s+1, oldest arrived `+rfc3339+`$`) ||
-		!regexpLine(r.stdout, `^queued\s+\S+\s+\S+\s+ingress\s+\d+\s+`+rfc3339+`$`) {
+		!regexpLine(r.stdout, `^queued\s+\S+\s+\S+\s+ingress\s+\d+\s+hi\s+`+rfc3339+`$`) {
 		t.Errorf("inbox:\n%s", r.stdout)
 	}
 	r = rt.ok(t, "", "skip", "--reason", "look", "example/person", "h")
@@ -283,5 +284,29 @@ func TestStateDestructiveConfirm(t *testing.T) {
 	rt.ok(t, "", "delete-address", "--yes", "-q", "example/person", "d")
 	if r := rt.cli(t, "", "get", "example/person", "d", "visits"); r.code != 1 {
 		t.Fatalf("after delete-address --yes: %s", r)
+	}
+}
+
+// A waiting message's value in the inbox table: JSON compacted, text
+// when its bytes are UTF-8, the length otherwise, cut at 40 characters
+// with a mark (also when the API showed only the first 4 KiB).
+func TestMessageValueColumn(t *testing.T) {
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	long := strings.Repeat("x", 50)
+	for _, c := range []struct {
+		v    *stateclient.MessageValue
+		want string
+	}{
+		{nil, "-"},
+		{&stateclient.MessageValue{JSON: json.RawMessage(`{ "a": 1 }`), Base64: b64(`{ "a": 1 }`)}, `{"a":1}`},
+		{&stateclient.MessageValue{Base64: b64("not json")}, "not json"},
+		{&stateclient.MessageValue{Base64: base64.StdEncoding.EncodeToString([]byte{0xff, 0x00})}, "<2 bytes>"},
+		{&stateclient.MessageValue{Base64: b64(long)}, strings.Repeat("x", 40) + "…"},
+		{&stateclient.MessageValue{Base64: b64("head"), Truncated: true}, "head…"},
+		{&stateclient.MessageValue{Base64: b64("a\nb")}, `a\nb`},
+	} {
+		if got := messageValue(c.v); got != c.want {
+			t.Errorf("messageValue(%+v) = %q; want %q", c.v, got, c.want)
+		}
 	}
 }

@@ -4,6 +4,8 @@ package main
 // scripts (-o json), times in one format (formatTime).
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/statefun-go/statefun/pkg/stateclient"
 )
@@ -200,7 +203,7 @@ func writeInbox(w io.Writer, in *stateclient.Inbox) error {
 	if len(inflightMsgs)+len(in.Queued.Messages) > 0 {
 		fmt.Fprintln(w)
 		tw := newTable(w)
-		fmt.Fprintln(tw, "WHERE\tKEY\tTYPENAME\tCALLER\tSIZE\tARRIVED")
+		fmt.Fprintln(tw, "WHERE\tKEY\tTYPENAME\tCALLER\tSIZE\tVALUE\tARRIVED")
 		for _, set := range []struct {
 			where string
 			msgs  []stateclient.InboxMessage
@@ -210,7 +213,7 @@ func writeInbox(w io.Writer, in *stateclient.Inbox) error {
 				if m.Caller != nil {
 					caller = jsonAddress(m.Caller)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", set.where, m.Key, m.Typename, caller, m.Size, formatTime(m.ArrivedAt))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", set.where, m.Key, m.Typename, caller, m.Size, messageValue(m.Value), formatTime(m.ArrivedAt))
 			}
 		}
 		if err := tw.Flush(); err != nil {
@@ -253,4 +256,45 @@ func writeMessageDeadLetter(w io.Writer, d *stateclient.MessageDeadLetter) error
 		{"ATTEMPTS", strconv.Itoa(d.Attempts)},
 		{"LAST ERROR", orDash(oneLine(d.LastError))},
 	})
+}
+
+// maxValueColumn bounds the characters of a message's value in the inbox
+// table; -o json has all the API gives.
+const maxValueColumn = 40
+
+// messageValue renders a waiting message's value for the inbox table: its
+// JSON, else its text when the bytes are UTF-8, else its length; cut to
+// maxValueColumn characters ("…" marks a cut, or a value longer than the
+// API showed). "-" for an operator mutation.
+func messageValue(v *stateclient.MessageValue) string {
+	if v == nil {
+		return "-"
+	}
+	var s string
+	raw, err := base64.StdEncoding.DecodeString(v.Base64)
+	switch {
+	case len(v.JSON) > 0:
+		var compact bytes.Buffer
+		if json.Compact(&compact, v.JSON) == nil {
+			s = compact.String()
+		} else {
+			s = string(v.JSON)
+		}
+	case err == nil && utf8.Valid(raw):
+		s = string(raw)
+	case err == nil:
+		s = fmt.Sprintf("<%d bytes>", len(raw))
+	}
+	s = oneLine(s)
+	cut := v.Truncated
+	if r := []rune(s); len(r) > maxValueColumn {
+		s, cut = string(r[:maxValueColumn]), true
+	}
+	if cut {
+		s += "…"
+	}
+	if s == "" {
+		return `""`
+	}
+	return s
 }

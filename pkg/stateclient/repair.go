@@ -63,6 +63,19 @@ type InboxMessage struct {
 	Caller    *JSONAddress `json:"caller"`
 	Size      int          `json:"size"`
 	ArrivedAt time.Time    `json:"arrivedAt"`
+	// Value is the message's argument (nil for an operator mutation):
+	// at most its first 4 KiB.
+	Value *MessageValue `json:"value,omitempty"`
+}
+
+// MessageValue is a waiting message's argument as GET /inbox shows it:
+// JSON when the typename is a built-in scalar or the bytes are JSON, the
+// bytes in base64, both of at most the first 4 KiB (Truncated: the value
+// is longer).
+type MessageValue struct {
+	JSON      json.RawMessage `json:"json,omitempty"`
+	Base64    string          `json:"base64"`
+	Truncated bool            `json:"truncated"`
 }
 
 // Inbox is what the runtime holds for one address.

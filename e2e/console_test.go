@@ -859,27 +859,8 @@ func (e *cnEnv) testPhone(t *testing.T) {
 	e.checkA11y(t, ctx, "phone")
 }
 
-// cnBrowser starts the headless Chromium the console tests drive, closed
-// when the test ends.
+// cnBrowser starts the headless Chromium the console tests drive, at the
+// console's window size, closed when the test ends.
 func cnBrowser(t *testing.T, chromium string) context.Context {
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1366, 900),
-	)
-	t.Cleanup(cancel)
-	browser, cancelBrowser := chromedp.NewContext(alloc)
-	t.Cleanup(cancelBrowser)
-	if err := chromedp.Do(browser); err != nil {
-		t.Fatalf("starting %s: %v", chromium, err)
-	}
-	return browser
+	return startChromium(t, chromium, chromedp.WindowSize(1366, 900))
 }

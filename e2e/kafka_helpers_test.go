@@ -323,32 +323,12 @@ func payloads(recs []kcatRecord) []string {
 	return out
 }
 
-// startWhen launches the process and waits until /readyz answers so that
-// ok(status, body) holds (start waits for 200; a runtime whose Kafka is
-// unreachable answers 503).
+// startWhen launches the process with 8 partitions and waits until
+// /readyz answers so that ok(status, body) holds (start waits for 200; a
+// runtime whose Kafka is unreachable answers 503).
 func (r *runtime) startWhen(ok func(status int, body string) bool) {
 	r.t.Helper()
-	r.cmd = exec.Command(binary, "run", "--module", r.module, "--data-dir", filepath.Join(r.dir, "data"),
-		"--admin-addr", r.admin, "--partitions", "8")
-	r.cmd.Env = append(os.Environ(), "STATEFUN_LISTEN_HOST=127.0.0.1")
-	r.cmd.Stdout, r.cmd.Stderr = r, r
-	if err := r.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	r.exited = make(chan struct{})
-	go func(c *exec.Cmd, done chan struct{}) { c.Wait(); close(done) }(r.cmd, r.exited)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if status, body, err := r.readyz(); err == nil && ok(status, body) {
-			return
-		}
-		select {
-		case <-r.exited:
-			r.t.Fatalf("statefun exited during start:\n%s", r.logs())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	r.t.Fatalf("statefun not in the expected state 30s after start:\n%s", r.logs())
+	r.startArgs(ok, "--partitions", "8")
 }
 
 // readyz is the admin listener's answer to GET /readyz.

@@ -104,14 +104,16 @@ func (s *Server) serveCluster(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusNotFound, "this runtime runs embedded, one process on its own store: there is no cluster to describe (docs/cluster.md)")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-	defer cancel()
-	v := s.opts.ClusterView(ctx)
 	if r.Method == http.MethodHead {
+		// Nothing to read for headers alone (the console asks HEAD to
+		// learn whether there is a cluster at all).
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	v := s.opts.ClusterView(ctx)
 	nodes := map[string]clusterNodeJSON{v.Self.Node: s.nodeJSON(v.Self)}
 	if !forward.Forwarded(r) && s.opts.Cluster != nil {
 		answers, _ := s.opts.Cluster.Gather(r, 0, nil)

@@ -327,28 +327,15 @@ func (db *DB) scanInbox(p int, values bool, fn func(k InboxKey, env *protocol.En
 // ScanTimers calls fn with every delayed message of partition p, in the
 // order they fall due (by due time, then timer id).
 func (db *DB) ScanTimers(p int, fn func(k TimerKey, env *protocol.Envelope) error) error {
-	if err := db.checkPartition(p); err != nil {
-		return err
-	}
-	prefix := timerPrefix(nil, p)
-	it, err := db.newIter(prefix, prefixSuccessor(prefix))
+	var fnErr error
+	err := db.ScanTimersAfter(p, nil, func(k TimerKey, env *protocol.Envelope) bool {
+		fnErr = fn(k, env)
+		return fnErr == nil
+	})
 	if err != nil {
 		return err
 	}
-	for valid := it.First(); valid; valid = it.Next() {
-		k, err := decodeTimerKey(it.Key())
-		if err != nil {
-			return finish(it, corrupt(it.Key(), err))
-		}
-		env := new(protocol.Envelope)
-		if err := iterValue(it, env); err != nil {
-			return finish(it, err)
-		}
-		if err := fn(k, env); err != nil {
-			return finish(it, err)
-		}
-	}
-	return finish(it, nil)
+	return fnErr
 }
 
 // ScanTimersAfter calls fn with the delayed messages of partition p whose

@@ -59,6 +59,7 @@ type Pool struct {
 	fns   Functions
 	now   func() time.Time
 	calls chan call // unbuffered: a send succeeds only to an idle worker
+	gate  Gate      // fns, when it is one (else nil)
 }
 
 // New returns a pool calling fns until ctx ends; then calls in flight are
@@ -67,7 +68,8 @@ func New(ctx context.Context, fns Functions, now func() time.Time) *Pool {
 	if now == nil {
 		now = time.Now
 	}
-	return &Pool{ctx: ctx, fns: fns, now: now, calls: make(chan call)}
+	gate, _ := fns.(Gate)
+	return &Pool{ctx: ctx, fns: fns, now: now, calls: make(chan call), gate: gate}
 }
 
 // Dispatch starts inv and returns at once; done is called from a worker
@@ -77,8 +79,8 @@ func New(ctx context.Context, fns Functions, now func() time.Time) *Pool {
 // state value of its address attached) is added to held, the bytes its
 // partition's admission counts (nil: not counted).
 func (p *Pool) Dispatch(inv partition.Invocation, done Done, held *atomic.Int64) {
-	gate, ok := p.fns.(Gate)
-	if !ok {
+	gate := p.gate
+	if gate == nil {
 		p.hand(call{inv: inv, done: done})
 		return
 	}

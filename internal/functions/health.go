@@ -99,8 +99,10 @@ func (r *Router) observe(mep *module.Endpoint, ep *endpoint, err error) {
 	var changed, down bool
 	var was time.Time
 	switch {
-	case err == nil || kind >= invoker.KindStatus:
-		// An answer, whatever it says: the server is there.
+	case err == nil || kind == invoker.KindStatus || kind == invoker.KindContentType ||
+		kind == invoker.KindEmptyBody || kind == invoker.KindDecode:
+		// An answer, whatever it says: the server is there. (A request
+		// over the payload cap is never sent: it says nothing either way.)
 		h.failures, h.lastErr = 0, ""
 		if h.down {
 			h.down, changed, was = false, true, h.since

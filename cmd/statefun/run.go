@@ -105,6 +105,10 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 	bindEnv(fs, "max-calls-per-type", "STATEFUN_MAX_CALLS_PER_TYPE")
 	maxWildcardTypes := fs.Int("max-wildcard-types", functions.DefaultMaxWildcardTypes, "distinct function types a namespace endpoint (functions: ns/*) serves; a message to one more is refused (the ingress answers 422); types holding state are always served; negative means no bound (docs/limits.md)")
 	bindEnv(fs, "max-wildcard-types", "STATEFUN_MAX_WILDCARD_TYPES")
+	maxBacklog := fs.Int("max-backlog", engine.DefaultMaxBacklog, "messages one partition holds in memory (queued for its addresses or in calls); past it the ingresses and the state API answer busy, and messages functions send it or that fall due wait in its inbox in the store, paged in as it drains (docs/limits.md)")
+	bindEnv(fs, "max-backlog", "STATEFUN_MAX_BACKLOG")
+	maxBacklogBytes := fs.Int64("max-backlog-bytes", engine.DefaultMaxBacklogBytes, "bytes of messages one partition holds in memory, the same way as --max-backlog (docs/limits.md)")
+	bindEnv(fs, "max-backlog-bytes", "STATEFUN_MAX_BACKLOG_BYTES")
 	timerWindow := fs.Int("timer-window", partition.DefaultTimerWindow, "delayed messages one partition keeps in memory, the earliest due; the others wait in the store and are read as these fire (docs/limits.md)")
 	bindEnv(fs, "timer-window", "STATEFUN_TIMER_WINDOW")
 	fixedCalls := fs.Bool("fixed-calls", false, "keep each function type's calls in flight at --max-calls-per-type instead of adapting them to the fewest that give the most throughput (docs/limits.md)")
@@ -135,6 +139,9 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 		}
 		if clusterCfg != nil && *partitions != 0 {
 			return usagef("--partitions is the embedded store's; in cluster mode P is the application's: use --cluster-partitions")
+		}
+		if *maxBacklog < 1 || *maxBacklogBytes < 1 {
+			return usagef("--max-backlog %d, --max-backlog-bytes %d: want at least 1 message and 1 byte per partition", *maxBacklog, *maxBacklogBytes)
 		}
 		if *timerWindow < 1 {
 			return usagef("--timer-window %d: want at least 1 delayed message per partition", *timerWindow)
@@ -241,6 +248,8 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 			MaxCallsPerType:  *maxCallsPerType,
 			MaxWildcardTypes: *maxWildcardTypes,
 			TimerWindow:      *timerWindow,
+			MaxBacklog:       *maxBacklog,
+			MaxBacklogBytes:  *maxBacklogBytes,
 			FixedCalls:       *fixedCalls,
 			NoAdminLane:      !*adminLane,
 			IngressAnswers:   *ingressAnswers,

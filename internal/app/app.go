@@ -118,6 +118,10 @@ type Config struct {
 	// TimerWindow is how many pending delayed messages one partition keeps
 	// in memory (engine.Options.TimerWindow); 0 means the default.
 	TimerWindow int
+	// MaxBacklog and MaxBacklogBytes bound the messages one partition
+	// holds in memory (engine.Options); 0 means the defaults.
+	MaxBacklog      int
+	MaxBacklogBytes int64
 	// Listeners bounds the connections and timeouts of every listener
 	// (docs/limits.md).
 	Listeners ListenerLimits
@@ -304,20 +308,22 @@ func Start(cfg Config) (*App, error) {
 		return nil, err
 	}
 	eopts := engine.Options{
-		IngressAnswers: cfg.IngressAnswers,
-		TimerWindow:    cfg.TimerWindow,
-		Store:          db,
-		Functions:      fns,
-		MaxBatch:       fns.MaxBatch,
-		MaxBatchBytes:  fns.MaxBatchBytes,
-		Routable:       fns.Routable,
-		Egress:         routes.Route,
-		RetryBase:      cfg.RetryBase,
-		RetryMax:       cfg.RetryMax,
-		PauseAfter:     cfg.PauseAfter,
-		Logger:         cfg.Logger,
-		Metrics:        engine.NewMetrics(reg),
-		Admit:          guard.Admit,
+		IngressAnswers:  cfg.IngressAnswers,
+		TimerWindow:     cfg.TimerWindow,
+		MaxBacklog:      cfg.MaxBacklog,
+		MaxBacklogBytes: cfg.MaxBacklogBytes,
+		Store:           db,
+		Functions:       fns,
+		MaxBatch:        fns.MaxBatch,
+		MaxBatchBytes:   fns.MaxBatchBytes,
+		Routable:        fns.Routable,
+		Egress:          routes.Route,
+		RetryBase:       cfg.RetryBase,
+		RetryMax:        cfg.RetryMax,
+		PauseAfter:      cfg.PauseAfter,
+		Logger:          cfg.Logger,
+		Metrics:         engine.NewMetrics(reg),
+		Admit:           guard.Admit,
 	}
 	if cfg.PauseOnViolation {
 		eopts.PauseOnViolation = func(address.TypeName) bool { return true }

@@ -68,12 +68,13 @@ func (d *Driver) Pending(p int) int {
 }
 
 // HasWork reports whether Step(p) has something to do now: events in the
-// mailbox, or effects of the core not handed on yet (after New, the restored
-// inbox's invocations). Due timers need a Step too: see NextDeadline.
+// mailbox, effects of the core not handed on yet (after New, the restored
+// inbox's invocations), or messages waiting in the store that the partition
+// has room for now. Due timers need a Step too: see NextDeadline.
 // False for a partition not owned.
 func (d *Driver) HasWork(p int) bool {
 	pt := d.e.part(p)
-	return pt != nil && (pt.mb.Len() > 0 || pt.core.HasReady())
+	return pt != nil && (pt.mb.Len() > 0 || pt.core.HasReady() || pt.pageDue())
 }
 
 // Step processes partition p once: every event waiting in its mailbox, or a
@@ -241,7 +242,9 @@ func (d *Driver) Read(a address.Address, state string) (*ReadFuture, error) {
 	if rep, ok := e.readStore(p, a, state); ok {
 		return &ReadFuture{e: e, rep: rep, err: rep.Err, done: true}, nil
 	}
-	if e.full(p) {
+	// A read queues behind no message: only reads flooding the mailbox
+	// are refused, not those of a partition whose backlog is full.
+	if p.mailboxFull() {
 		return nil, ErrBusy
 	}
 	e.m.stateReads.WithLabelValues("mailbox").Inc()

@@ -43,12 +43,16 @@ type Options struct {
 	// MaxRecordBytes is the most bytes one record of the log takes (see
 	// partition.Config.MaxRecordBytes); ≤ 0 for no limit.
 	MaxRecordBytes int
-	// MaxBacklog is how many messages may wait in one partition before the
-	// ingress answers busy. Default 100000.
+	// MaxBacklog is how many messages one partition holds in memory: past
+	// it the ingresses and the state API answer busy, and the messages it
+	// cannot refuse (from other partitions, delayed ones falling due, a
+	// restart's inbox) wait in its inbox in the store, paged in as it
+	// drains (paging.go). Default DefaultMaxBacklog.
 	MaxBacklog int
 	// MaxBacklogBytes is how many bytes of messages may be held in memory
 	// by one partition (waiting in its mailbox, queued in its core or in
-	// flight) before the ingress and the state API answer busy. One message
+	// flight) before the ingress and the state API answer busy, and the
+	// rest waits in the store like MaxBacklog's. One message
 	// is always taken into an empty partition, whatever its size. Default
 	// DefaultMaxBacklogBytes.
 	MaxBacklogBytes int64
@@ -100,6 +104,9 @@ type Options struct {
 	// and Outbound.
 	Owned bool
 }
+
+// DefaultMaxBacklog is the default of Options.MaxBacklog.
+const DefaultMaxBacklog = 100_000
 
 // DefaultMaxBacklogBytes is the default of Options.MaxBacklogBytes: 64 MiB
 // per partition, so 1 GiB for the 16 partitions of a default store.
@@ -208,7 +215,7 @@ func New(opts Options) (*Engine, error) {
 		return nil, errors.New("engine: Options.Owned needs Options.Durability (the cluster session makes the partitions' work durable)")
 	}
 	if opts.MaxBacklog <= 0 {
-		opts.MaxBacklog = 100_000
+		opts.MaxBacklog = DefaultMaxBacklog
 	}
 	if opts.MaxBacklogBytes <= 0 {
 		opts.MaxBacklogBytes = DefaultMaxBacklogBytes
@@ -477,6 +484,9 @@ func deliverTo(p *part, k partition.InboxKey, env *protocol.Envelope) {
 	if p == nil || p.gone.Load() {
 		return
 	}
+	if p.pageOut(k) {
+		return // in the store: paged in once the partition has room
+	}
 	ev := partition.MessageArrived{Key: k, Env: env}
 	if m := env.GetMutation(); m != nil {
 		ev.Mutation = mutationFromProto(m)
@@ -485,7 +495,7 @@ func deliverTo(p *part, k partition.InboxKey, env *protocol.Envelope) {
 }
 
 // full reports whether p is at its limit of messages or bytes.
-func (e *Engine) full(p *part) bool { return p.full(e.opts.MaxBacklog, e.opts.MaxBacklogBytes) }
+func (e *Engine) full(p *part) bool { return p.full() }
 
 // poolInvoker sends invocations on the call workers of a dispatch.Pool.
 type poolInvoker struct {

@@ -23,6 +23,7 @@ type Metrics struct {
 	commitBytes     prometheus.Histogram
 	queueDepth      *prometheus.GaugeVec
 	delayedHeld     *prometheus.GaugeVec
+	paged           *prometheus.GaugeVec
 	ingressed       prometheus.Counter
 	ingressRejected prometheus.Counter
 	ingressReplayed prometheus.Counter
@@ -69,6 +70,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		delayedHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "statefun_delayed_in_memory", Help: "Delayed messages a partition holds in memory, per partition: its window of the earliest due (at most --timer-window) and those of commits not yet durable. The others wait in the store.",
 		}, []string{"partition"}),
+		paged: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "statefun_inbox_paged_messages", Help: "Messages a partition at its backlog bound left in its inbox in the store, per partition: they are paged in, in arrival order, as its backlog drains.",
+		}, []string{"partition"}),
 		ingressed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "statefun_ingress_messages_total", Help: "Messages accepted (durable) from ingresses.",
 		}),
@@ -100,7 +104,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.invocations, m.batchSize, m.callSeconds, m.retries, m.commitSeconds,
-			m.commitOps, m.commitBytes, m.queueDepth, m.delayedHeld, m.ingressed, m.ingressRejected, m.ingressReplayed, m.ingressKeyReuse, m.replayed, m.stateRequest, m.stateReads)
+			m.commitOps, m.commitBytes, m.queueDepth, m.delayedHeld, m.paged, m.ingressed, m.ingressRejected, m.ingressReplayed, m.ingressKeyReuse, m.replayed, m.stateRequest, m.stateReads)
 		reg.MustRegister(m.repair.collectors()...)
 	}
 	return m

@@ -215,11 +215,14 @@ func (r *partCommit) Durable() {
 	}
 	e, cm := r.e, r.c
 	r.p.pending.durable(cm)
-	if e.opts.Outbound == nil {
-		for _, p := range cm.Produced {
-			if p.Key.Partition != r.p.id {
-				e.deliver(p.Key, p.Env)
+	for _, p := range cm.Produced {
+		switch {
+		case p.Key.Partition == r.p.id:
+			if p.Deliver { // handed over by the core: it had no room
+				deliverTo(r.p, p.Key, p.Env)
 			}
+		case e.opts.Outbound == nil:
+			e.deliver(p.Key, p.Env)
 		}
 	}
 	if len(cm.Receipts) > 0 {

@@ -13,7 +13,9 @@ import (
 // restore rebuilds every partition core from the store: its meta, its
 // timers, and the messages still waiting in its inbox, which re-run.
 //
-// It streams. A first pass reads the inboxes' keys only, for the numbers
+// It streams, and holds no more of an inbox than its partition's bound: the
+// rest stays in the store and is paged in as the backlog drains
+// (paging.go). A first pass reads the inboxes' keys only, for the numbers
 // every partition needs before its core is built: the highest ingress
 // sequence, and each partition's next sequence, which must stay above
 // every message of its own still waiting in any inbox. Then each
@@ -120,10 +122,32 @@ func (e *Engine) buildPart(p int, outSeq uint64, pauses []partition.PauseWrite,
 		PauseOnViolation: e.opts.PauseOnViolation,
 		OwnTypePauses:    e.opts.Owned,
 		MaxRecordBytes:   e.opts.MaxRecordBytes,
+		MaxQueued:        e.opts.MaxBacklog,
 		TimerWindow:      window,
 	}, storeReader{db: e.db, specs: specs, p: p}, rs)
 	pt := newPart(p, core, e, e.opts.Now)
+	pt.limit, pt.limitBytes, pt.inbox = e.opts.MaxBacklog, e.opts.MaxBacklogBytes, e.db
+	// The inbox's end first: messages past the partition's bound stay in
+	// the store, and new ones are numbered above them (paging.go).
+	var end uint64
+	err = e.db.ScanInboxKeys(p, func(k store.InboxKey) error {
+		end = k.Arrival + 1
+		stats.messages++
+		return nil
+	})
+	if err != nil {
+		return nil, stats, err
+	}
+	pt.arr.skipTo(end)
+	pt.pg.restoredEnd = end
+	stepped := 0
 	err = e.db.ScanInbox(p, func(k store.InboxKey, env *protocol.Envelope) error {
+		if stepped > 0 && (core.Backlog() >= pt.limit || pt.heldBytes.Load() >= pt.limitBytes) {
+			pt.pg.next.Store(k.Arrival)
+			pt.pg.waiting.Store(int64(stats.messages - stepped))
+			pt.pg.on.Store(true)
+			return errPageStop
+		}
 		pt.arr.restored(k)
 		ev := partition.MessageArrived{Key: partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}, Env: env}
 		if m := env.GetMutation(); m != nil {
@@ -133,10 +157,10 @@ func (e *Engine) buildPart(p int, outSeq uint64, pauses []partition.PauseWrite,
 			return err
 		}
 		pt.hold(ev.Key, proto.Size(env))
-		stats.messages++
+		stepped++
 		return nil
 	})
-	if err != nil {
+	if err != nil && err != errPageStop {
 		return nil, stats, err
 	}
 	e.m.delayedHeld.WithLabelValues(partLabel(p)).Set(float64(core.TimersHeld()))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -28,9 +29,9 @@ type effects interface {
 	// commit hands a commit to the committer; CommitDurable comes back
 	// through post.
 	commit(p *part, c *partition.Commit)
-	// backlog reports the core's backlog, and the delayed messages it
-	// holds in memory, after a step.
-	backlog(p int, n, delayed int)
+	// backlog reports the core's backlog, the delayed messages it holds
+	// in memory and the messages waiting in the store, after a step.
+	backlog(p int, n, delayed, paged int)
 	// health reports the core's failing and paused addresses when they
 	// changed.
 	health(p int, h partition.Health)
@@ -54,6 +55,19 @@ type part struct {
 	// runner touches held.
 	held      map[partition.InboxKey]int
 	heldBytes atomic.Int64
+	// consuming is the partition's own messages consumed by commits not yet
+	// durable, with the commit's id: still in the store, no longer held
+	// (paging.go). Only the runner touches it.
+	consuming map[partition.InboxKey]uint64
+	// limit and limitBytes bound the messages and bytes the partition
+	// holds in memory (Options.MaxBacklog, MaxBacklogBytes); past them
+	// its messages wait in the store (paging.go), which inbox reads.
+	limit      int
+	limitBytes int64
+	pg         paging
+	inbox      inboxReader
+	// handedOver mirrors the core's HandedOver after each step.
+	handedOver atomic.Bool
 	// pending is the addresses with applied writes not yet durable.
 	pending *pendingWrites
 	// arr numbers this part's inbox messages (arrivals.go).
@@ -108,6 +122,7 @@ type part struct {
 
 func newPart(id int, core *partition.Core, out effects, now func() time.Time) *part {
 	return &part{id: id, core: core, mb: mailbox.New[partition.Event](), out: out, now: now, held: map[partition.InboxKey]int{},
+		consuming: map[partition.InboxKey]uint64{}, limit: math.MaxInt, limitBytes: math.MaxInt64,
 		pending: newPendingWrites(), arr: newArrivals(), commands: map[string]bool{},
 		ingressKeys: map[string][]byte{}, readPos: map[readKey]store.ReadPosition{}}
 }
@@ -170,10 +185,11 @@ func (s *reqOf) failed(err error) bool {
 	return false
 }
 
-// full reports whether the partition's queue is at its limit of events or
-// of bytes.
-func (p *part) full(limit int, limitBytes int64) bool {
-	return int64(p.mb.Len())+p.queued.Load() >= int64(limit) || p.mb.Bytes()+p.heldBytes.Load() >= limitBytes
+// full reports whether the partition takes no new work from the
+// ingresses and the state API: its queue is at its limit of events or of
+// bytes, or messages that came before wait in the store (paging.go).
+func (p *part) full() bool {
+	return p.atBound() || p.pg.on.Load() || p.handedOver.Load()
 }
 
 // post queues an event that holds no message; it never blocks.
@@ -210,6 +226,9 @@ func (p *part) run(ctx context.Context) error {
 		if _, err := p.process(); err != nil {
 			return err
 		}
+		if p.pg.more {
+			continue // the next page before waiting
+		}
 		if at, ok := p.core.NextDeadline(); ok {
 			timer.Reset(time.UnixMilli(at).Sub(p.now()))
 		} else {
@@ -235,8 +254,15 @@ func (p *part) process() (bool, error) {
 		if err := p.core.Step(now, it.Event); err != nil {
 			return true, err
 		}
-		if ma, ok := it.Event.(partition.MessageArrived); ok {
-			p.hold(ma.Key, it.Size)
+		switch ev := it.Event.(type) {
+		case partition.MessageArrived:
+			p.hold(ev.Key, it.Size)
+		case partition.CommitDurable:
+			for k, id := range p.consuming {
+				if id <= ev.ID {
+					delete(p.consuming, k)
+				}
+			}
 		}
 	}
 	if len(items) == 0 {
@@ -246,6 +272,9 @@ func (p *part) process() (bool, error) {
 	}
 	stepped := len(items) > 0
 	p.mb.Release(items)
+	if err := p.pageIn(now); err != nil {
+		return stepped, err
+	}
 
 	rd := p.core.Ready()
 	for _, f := range rd.Failures {
@@ -256,12 +285,15 @@ func (p *part) process() (bool, error) {
 	}
 	if c := rd.Commit; c != nil {
 		for _, m := range c.Produced {
-			if m.Key.Partition == p.id {
+			if m.Key.Partition == p.id && !m.Deliver {
 				p.hold(m.Key, proto.Size(m.Env))
 			}
 		}
 		for _, k := range c.Consumed {
 			p.consumed(k)
+			if k.Source == uint32(p.id) {
+				p.consuming[k] = c.ID
+			}
 		}
 		for _, m := range c.Rewritten {
 			// An edited message is held at its new size.
@@ -278,7 +310,8 @@ func (p *part) process() (bool, error) {
 	}
 	backlog := p.core.Backlog()
 	p.queued.Store(int64(backlog))
-	p.out.backlog(p.id, backlog, p.core.TimersHeld())
+	p.handedOver.Store(p.core.HandedOver())
+	p.out.backlog(p.id, backlog, p.core.TimersHeld(), int(p.pg.waiting.Load()))
 	// The waiting readers and mutators last: Go runs the goroutine the
 	// runner woke last first, and each later wake (a call worker, the
 	// committer) would push an earlier one to the back of the run queue,
@@ -307,7 +340,8 @@ func (e *Engine) commit(p *part, c *partition.Commit) {
 	_ = e.com.Submit(&partCommit{reqOf: reqOf{p: p}, e: e, c: c})
 }
 func (e *Engine) health(p int, h partition.Health) { e.m.repair.report(p, h) }
-func (e *Engine) backlog(p int, n, delayed int) {
+func (e *Engine) backlog(p int, n, delayed, paged int) {
 	e.m.queueDepth.WithLabelValues(partLabel(p)).Set(float64(n))
+	e.m.paged.WithLabelValues(partLabel(p)).Set(float64(paged))
 	e.m.delayedHeld.WithLabelValues(partLabel(p)).Set(float64(delayed))
 }

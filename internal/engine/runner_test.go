@@ -24,7 +24,7 @@ func (r *recorder) invoke(_ *part, inv partition.Invocation) {
 	r.invocations = append(r.invocations, inv)
 }
 func (r *recorder) commit(_ *part, c *partition.Commit) { r.commits = append(r.commits, c) }
-func (r *recorder) backlog(_ int, n, _ int)             { r.queued = n }
+func (r *recorder) backlog(_ int, n, _, _ int)          { r.queued = n }
 func (r *recorder) health(int, partition.Health)        {}
 
 // The runner steps what was posted, in order, and hands the core's effects
@@ -41,8 +41,12 @@ func TestRunnerHandsOnEffects(t *testing.T) {
 	p.post(partition.MessageArrived{Key: k1, Env: msg("a", "one")})
 	p.post(partition.MessageArrived{Key: k2, Env: msg("a", "two")})
 	p.post(partition.ReadState{Request: 7, Addr: addr("a")})
-	if p.mb.Len() != 3 || !p.full(3, 1<<20) || p.full(4, 1<<20) {
-		t.Fatalf("mailbox %d events; full(3) %v, full(4) %v", p.mb.Len(), p.full(3, 1<<20), p.full(4, 1<<20))
+	full := func(limit int) bool {
+		p.limit, p.limitBytes = limit, 1<<20
+		return p.full()
+	}
+	if p.mb.Len() != 3 || !full(3) || full(4) {
+		t.Fatalf("mailbox %d events; full(3) %v, full(4) %v", p.mb.Len(), full(3), full(4))
 	}
 	if stepped, err := p.process(); err != nil || !stepped {
 		t.Fatalf("process = %v, %v", stepped, err)
@@ -52,7 +56,7 @@ func TestRunnerHandsOnEffects(t *testing.T) {
 	}
 	// The core's backlog counts every unsettled message: the one in flight
 	// and the one waiting behind it.
-	if rec.queued != 2 || p.mb.Len() != 0 || !p.full(2, 1<<20) || p.full(3, 1<<20) {
+	if rec.queued != 2 || p.mb.Len() != 0 || !full(2) || full(3) {
 		t.Fatalf("queued %d, mailbox %d: want the first message in flight and the second waiting in the core", rec.queued, p.mb.Len())
 	}
 	if len(rec.replies) != 1 || rec.replies[0].Request != 7 {
@@ -100,7 +104,7 @@ func (r *orderRec) callFailed(int, partition.Failure)  {}
 func (r *orderRec) reply(partition.Reply)              { r.log = append(r.log, "reply") }
 func (r *orderRec) invoke(*part, partition.Invocation) { r.log = append(r.log, "invoke") }
 func (r *orderRec) commit(*part, *partition.Commit)    { r.log = append(r.log, "commit") }
-func (r *orderRec) backlog(int, int, int)              {}
+func (r *orderRec) backlog(int, int, int, int)         {}
 func (r *orderRec) health(int, partition.Health)       {}
 
 // A read and an applied mutation posted with function traffic are answered

@@ -129,7 +129,9 @@ func (e *Engine) Read(ctx context.Context, a address.Address, state string) (par
 		e.m.observeStateRequest("read", time.Since(start))
 		return rep, nil
 	}
-	if e.full(p) {
+	// A read queues behind no message: only reads flooding the mailbox
+	// are refused, not those of a partition whose backlog is full.
+	if p.mailboxFull() {
 		return partition.Reply{}, ErrBusy
 	}
 	e.m.stateReads.WithLabelValues("mailbox").Inc()

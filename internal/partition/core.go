@@ -67,6 +67,19 @@ type Config struct {
 	// backs off and the poison policy applies, instead of every commit of
 	// the partition failing on it. ≤ 0: no limit (embedded mode).
 	MaxRecordBytes int
+	// MaxQueued is how many unsettled messages (Backlog) the core holds
+	// before a message it produces for an address of its own partition —
+	// sent by a function, or a delayed message falling due — is not
+	// queued but written to the inbox only and handed to the shell to
+	// deliver (Produced.Deliver), like a message for another partition.
+	// The shell holds a partition's messages past its bound in the store
+	// and pages them in as the backlog drains, so a partition whose
+	// functions message each other, or whose delayed messages fall due
+	// together, holds a bounded number in memory. Once one message is
+	// handed over, the next ones of this partition go the same way until
+	// the last of them is back: a sender's messages to an address stay in
+	// the order it sent them. ≤ 0: no bound, every such message is queued.
+	MaxQueued int
 	// TimerWindow is how many pending delayed messages the core keeps in
 	// memory: the earliest due. The others stay in the store and are read
 	// through the Reader as the window drains (timers.go). ≤ 0 means
@@ -115,6 +128,12 @@ type Core struct {
 	// not settled yet: queued, parked behind a probe, or in a batch in
 	// flight or in backoff.
 	backlog int
+	// handedOver is set while a message this partition produced for
+	// itself was handed to the shell (Config.MaxQueued) and has not come
+	// back: until the one numbered lastHanded arrives, the next ones are
+	// handed over too, so none overtakes an earlier one of its sender.
+	handedOver bool
+	lastHanded uint64
 
 	specs map[address.TypeName][]Spec
 	// known marks types whose states are known to be complete: they have
@@ -288,6 +307,9 @@ func (c *Core) Step(now int64, ev Event) error {
 	var err error
 	switch ev := ev.(type) {
 	case MessageArrived:
+		if c.handedOver && ev.Key.Source == uint32(c.cfg.ID) && ev.Key.Seq >= c.lastHanded {
+			c.handedOver = false
+		}
 		if ev.Mutation != nil {
 			err = c.queueMutation(&ev.Key, ev.Mutation)
 		} else {
@@ -359,6 +381,11 @@ func (c *Core) NextDeadline() (int64, bool) {
 // cold type's probe, or in a batch in flight or waiting out a backoff. A
 // message stuck retrying counts until it succeeds.
 func (c *Core) Backlog() int { return c.backlog }
+
+// HandedOver reports whether messages this partition produced for its own
+// addresses wait with the shell (Config.MaxQueued): the shell must not
+// let new work overtake them.
+func (c *Core) HandedOver() bool { return c.handedOver }
 
 func (c *Core) mailbox(addr address.Address) *mailbox {
 	mb := c.mailboxes[addr]
@@ -801,17 +828,24 @@ func (c *Core) onDurable(id uint64) {
 }
 
 // produce writes a message from this partition into its target's inbox.
-// A target in this partition is queued at once; others are delivered by the
-// shell once the commit is durable.
+// A target in this partition is queued at once, unless the core holds
+// Config.MaxQueued or handed an earlier one over; others, and those, are
+// delivered by the shell once the commit is durable.
 func (c *Core) produce(env *protocol.Envelope) error {
 	dest := address.Partition(env.GetTarget().GetId(), c.cfg.Partitions)
 	key := InboxKey{Partition: dest, Source: uint32(c.cfg.ID), Seq: c.outSeq}
 	c.outSeq++
-	c.pending.Produced = append(c.pending.Produced, Produced{Key: key, Env: env})
-	if dest == c.cfg.ID {
-		return c.enqueue(key, env)
+	if dest != c.cfg.ID {
+		c.pending.Produced = append(c.pending.Produced, Produced{Key: key, Env: env})
+		return nil
 	}
-	return nil
+	if c.handedOver || (c.cfg.MaxQueued > 0 && c.backlog >= c.cfg.MaxQueued) {
+		c.pending.Produced = append(c.pending.Produced, Produced{Key: key, Env: env, Deliver: true})
+		c.handedOver, c.lastHanded = true, key.Seq
+		return nil
+	}
+	c.pending.Produced = append(c.pending.Produced, Produced{Key: key, Env: env})
+	return c.enqueue(key, env)
 }
 
 func toAddress(a *protocol.Address) address.Address {

@@ -64,7 +64,11 @@ func DescribeCommit(c *Commit) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "commit %d versions=%s\n", c.ID, describeVersion(c.VersionSeq))
 	for _, p := range c.Produced {
-		fmt.Fprintf(&b, "  produce %s -> %s from %s: %s\n", describeKey(p.Key), describeAddr(p.Env.GetTarget()), describeCaller(p.Env.GetCaller()), DescribeValue(p.Env.GetArgument()))
+		handed := ""
+		if p.Deliver {
+			handed = " (handed over)"
+		}
+		fmt.Fprintf(&b, "  produce %s -> %s from %s: %s%s\n", describeKey(p.Key), describeAddr(p.Env.GetTarget()), describeCaller(p.Env.GetCaller()), DescribeValue(p.Env.GetArgument()), handed)
 	}
 	for _, t := range c.TimersAdded {
 		tok := ""

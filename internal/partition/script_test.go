@@ -51,6 +51,9 @@ type script struct {
 	request  uint64    // reply correlation for reads and mutations
 	unsynced []*Commit // handed out by Ready, not durable yet
 	last     map[address.Address]Invocation
+	// handed is the messages durable commits handed to the shell
+	// (Produced.Deliver), not delivered back yet (handback).
+	handed []Produced
 	// repair is the state of the repair commands (repair_script_test.go).
 	repair repairScript
 }
@@ -64,6 +67,7 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		"incomplete": s.cmdIncomplete, "fail": s.cmdFail, "tick": s.cmdTick, "mutate": s.cmdMutate,
 		"read": s.cmdRead, "durable": s.cmdDurable, "restore": s.cmdRestore, "store": s.cmdStore,
 		"pause": s.cmdPause, "resume": s.cmdPause, "inspect": s.cmdInspect, "window": s.cmdWindow,
+		"handback": s.cmdHandback,
 	}
 	for cmd, h := range s.repairHandlers() {
 		handlers[cmd] = h
@@ -108,6 +112,9 @@ func (s *script) cmdInit(t *testing.T, d *datadriven.TestData) string {
 	}
 	if n, ok := intArg(t, d, "timer-window"); ok {
 		s.cfg.TimerWindow = int(n)
+	}
+	if n, ok := intArg(t, d, "max-queued"); ok {
+		s.cfg.MaxQueued = int(n)
 	}
 	if n, ok := intArg(t, d, "max-batch-bytes"); ok {
 		s.cfg.MaxBatchBytes = func(address.TypeName) int { return int(n) }
@@ -340,6 +347,11 @@ func (s *script) cmdDurable(t *testing.T, d *datadriven.TestData) string {
 		for _, p := range c.Rewritten {
 			s.store.inbox[p.Key] = p.Env
 		}
+		for _, p := range c.Produced {
+			if p.Deliver {
+				s.handed = append(s.handed, p)
+			}
+		}
 		for _, k := range c.Consumed {
 			delete(s.inboxMut, k)
 		}
@@ -359,6 +371,25 @@ func (s *script) cmdDurable(t *testing.T, d *datadriven.TestData) string {
 		return "nothing to sync\n"
 	}
 	return "durable: " + strings.Join(done, " ") + "\n"
+}
+
+// cmdHandback delivers the first n (all when absent) of the messages
+// durable commits handed to the shell, as the shell does once the
+// partition has room for them.
+//
+//	handback n=2
+func (s *script) cmdHandback(t *testing.T, d *datadriven.TestData) string {
+	n := len(s.handed)
+	if v, ok := intArg(t, d, "n"); ok {
+		n = min(n, int(v))
+	}
+	var keys []string
+	for _, p := range s.handed[:n] {
+		s.step(t, MessageArrived{Key: p.Key, Env: p.Env})
+		keys = append(keys, describeKey(p.Key))
+	}
+	s.handed = s.handed[n:]
+	return fmt.Sprintf("handed back: %s; handed over: %v\n", strings.Join(keys, " "), s.core.HandedOver())
 }
 
 // cmdWindow prints the delayed messages the core holds in memory: in its

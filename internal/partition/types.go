@@ -161,6 +161,12 @@ type Invocation struct {
 type Produced struct {
 	Key InboxKey
 	Env *protocol.Envelope
+	// Deliver is set on a message for this partition's own address that
+	// the core did not queue (Config.MaxQueued): the shell delivers it
+	// once the commit is durable, as it delivers those for other
+	// partitions, and it comes back as a MessageArrived. A message for
+	// another partition is always delivered by the shell.
+	Deliver bool
 }
 
 // Egress is a record for an egress, routed (e.g. to a playground topic).

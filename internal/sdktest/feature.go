@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -39,6 +40,14 @@ type FeatureServer struct {
 	batches []Batch
 	holds   map[string][]*Hold
 	fails   map[string]int
+	gates   []gate
+}
+
+// gate holds every request for the addresses whose key starts with prefix
+// until open is closed.
+type gate struct {
+	prefix string
+	open   chan struct{}
 }
 
 // Batch is one request the FeatureServer received, in arrival order.
@@ -124,6 +133,20 @@ func (s *FeatureServer) Hold(fnType, id string) *Hold {
 	return h
 }
 
+// Gate makes every request for an address of fnType whose id starts with
+// idPrefix wait, before it reaches the SDK, until the returned function is
+// called (or the server closes): a function that is slow for as long as a
+// test needs, across restarts of the runtime (a request whose runtime went
+// away is answered to nobody).
+func (s *FeatureServer) Gate(fnType, idPrefix string) (open func()) {
+	g := gate{prefix: AddressKey(Address(fnType, idPrefix)), open: make(chan struct{})}
+	s.mu.Lock()
+	s.gates = append(s.gates, g)
+	s.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(g.open) }) }
+}
+
 // FailNext makes the next n requests for the address fail with HTTP 500
 // without reaching the SDK, as a crashed or overloaded function would.
 func (s *FeatureServer) FailNext(fnType, id string, n int) {
@@ -154,6 +177,15 @@ func (s *FeatureServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	b := batchOf(body)
 
+	for _, g := range s.gatesFor(b.Target) {
+		select {
+		case <-g.open:
+		case <-s.closing:
+		case <-r.Context().Done():
+			http.Error(w, "sdktest: the caller went away while the request was gated", http.StatusServiceUnavailable)
+			return
+		}
+	}
 	hold, fail := s.take(b.Target)
 	if hold != nil {
 		close(hold.arrived)
@@ -216,6 +248,19 @@ func batchOf(body []byte) Batch {
 		b.States = append(b.States, st.GetStateName())
 	}
 	return b
+}
+
+// gatesFor returns the gates a request for key waits at.
+func (s *FeatureServer) gatesFor(key string) []gate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var gs []gate
+	for _, g := range s.gates {
+		if strings.HasPrefix(key, g.prefix) {
+			gs = append(gs, g)
+		}
+	}
+	return gs
 }
 
 // take pops the next hold and failure for an address.

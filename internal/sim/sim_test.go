@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
@@ -18,7 +20,20 @@ var (
 	flagFirst       = flag.Int64("sim.first", 1, "the first seed -sim.seeds runs")
 	flagSteps       = flag.Int("sim.steps", 0, "steps per seed (default 600)")
 	flagTimerWindow = flag.Int("sim.timer-window", 0, "delayed messages a partition keeps in memory (default: the engine's)")
+	flagMaxBacklog  = flag.Int("sim.max-backlog", 0, "messages a partition holds in memory before the rest wait in the store (default: the engine's)")
 )
+
+// limits are the engine's bounds a run uses; 0 means the engine's default.
+type limits struct {
+	timerWindow int // Options.TimerWindow
+	maxBacklog  int // Options.MaxBacklog
+}
+
+func flagLimits() limits { return limits{timerWindow: *flagTimerWindow, maxBacklog: *flagMaxBacklog} }
+
+// smallBacklog is the bound TestSimulationSmallBacklog gives every
+// partition.
+const smallBacklog = 3
 
 // smallTimerWindow is the window TestSimulationSmallTimerWindow gives
 // every partition: with it nearly every delayed message lives in the store
@@ -62,7 +77,7 @@ const defaultSteps = 800
 // "fatal error: sync: unlock of unlocked mutex", when a write-ahead log
 // sync fails while the log rotates (here: the flush of Close after a disk
 // error); fixed in internal/store (walGuard, TestWALRotationErrorFailsStore).
-func TestSimulation(t *testing.T) { runSeeds(t, false, *flagTimerWindow) }
+func TestSimulation(t *testing.T) { runSeeds(t, false, flagLimits()) }
 
 // TestSimulationSmallTimerWindow runs the fixed seeds with a window of one
 // delayed message per partition, so that the core's paging of delayed
@@ -71,8 +86,22 @@ func TestSimulation(t *testing.T) { runSeeds(t, false, *flagTimerWindow) }
 // than the window pending) meets the crashes, disk errors and operator
 // repairs of the schedules. The same checks hold.
 func TestSimulationSmallTimerWindow(t *testing.T) {
-	t.Run("embedded", func(t *testing.T) { runSeeds(t, false, smallTimerWindow) })
-	t.Run("cluster", func(t *testing.T) { runSeeds(t, true, smallTimerWindow) })
+	t.Run("embedded", func(t *testing.T) { runSeeds(t, false, limits{timerWindow: smallTimerWindow}) })
+	t.Run("cluster", func(t *testing.T) { runSeeds(t, true, limits{timerWindow: smallTimerWindow}) })
+}
+
+// TestSimulationSmallBacklog runs the fixed seeds with a bound of a few
+// messages per partition, so that nearly every message a function sends,
+// every delayed message falling due and every restart's inbox goes
+// through the store and is paged in as the partition drains (the
+// engine's paging and the core's hand-over of its own messages) while
+// the schedules crash, fail the disk and repair. Ingress messages and
+// mutations the engine refuses as busy are not sent. The same checks
+// hold: nothing lost, nothing run twice, every address's messages and
+// mutations in arrival order.
+func TestSimulationSmallBacklog(t *testing.T) {
+	t.Run("embedded", func(t *testing.T) { runSeeds(t, false, limits{maxBacklog: smallBacklog}) })
+	t.Run("cluster", func(t *testing.T) { runSeeds(t, true, limits{maxBacklog: smallBacklog}) })
 }
 
 // TestSimulationCluster runs the same schedules against the engine in
@@ -104,11 +133,11 @@ func TestSimulationSmallTimerWindow(t *testing.T) {
 //     208 lines, "settled with a message still in partition 1's inbox"
 //     (a new message took the key of one still pending, which then never
 //     ran). make soak runs enough seeds for that.
-func TestSimulationCluster(t *testing.T) { runSeeds(t, true, *flagTimerWindow) }
+func TestSimulationCluster(t *testing.T) { runSeeds(t, true, flagLimits()) }
 
 // runSeeds runs the fixed set of seeds, or the flags' seeds, each in a
 // subtest.
-func runSeeds(t *testing.T, cluster bool, timerWindow int) {
+func runSeeds(t *testing.T, cluster bool, lim limits) {
 	seeds := ciSeeds
 	switch {
 	case *flagSeed >= 0:
@@ -125,7 +154,7 @@ func runSeeds(t *testing.T, cluster bool, timerWindow int) {
 	}
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			w := runWindow(t, seed, steps, cluster, timerWindow)
+			w := runWindow(t, seed, steps, cluster, lim)
 			t.Logf("seed %d: %d trace lines, %d restarts (%d after a disk error), %d messages, %d mutations",
 				seed, len(w.trace), w.epoch, w.leaked, len(w.m.sent), len(w.m.muts))
 			if w.cl != nil {
@@ -167,12 +196,12 @@ func compareTraces(t *testing.T, seed int64, cluster bool, a, b []string) {
 // run plays one seed: phases of random steps, each followed by settling
 // the engine and the full check.
 func run(t testing.TB, seed int64, steps int, cluster bool) *world {
-	return runWindow(t, seed, steps, cluster, *flagTimerWindow)
+	return runWindow(t, seed, steps, cluster, flagLimits())
 }
 
-// runWindow is run with the partitions' timer window (0: the default).
-func runWindow(t testing.TB, seed int64, steps int, cluster bool, timerWindow int) *world {
-	w := newWorld(t, seed, steps, cluster, timerWindow)
+// runWindow is run with the partitions' limits (0: the defaults).
+func runWindow(t testing.TB, seed int64, steps int, cluster bool, lim limits) *world {
+	w := newWorld(t, seed, steps, cluster, lim)
 	phase := max(steps/4, 1)
 	for i := 1; i <= steps; i++ {
 		w.randomStep()
@@ -299,6 +328,12 @@ func (w *world) ingest() {
 		return
 	}
 	f, err := w.d.Ingest(env)
+	if errors.Is(err, engine.ErrBusy) {
+		// Refused before anything was written: never sent.
+		w.logf("ingest %s refused: busy", id)
+		delete(w.m.sent, id)
+		return
+	}
 	w.must(err, "ingest")
 	w.ingresses = append(w.ingresses, &pendingIngress{id: id, f: f})
 }
@@ -349,6 +384,11 @@ func (w *world) mutate() {
 	}
 	w.logf("mutate %s at %s: %+v", id, to, *mu)
 	f, err := w.d.Mutate(pm)
+	if errors.Is(err, engine.ErrBusy) {
+		w.logf("mutate %s refused: busy", id)
+		delete(w.m.muts, id)
+		return
+	}
 	w.must(err, "mutate")
 	if mu.ack != partition.AckAccepted {
 		w.m.arrived(to, id, true) // posted to the partition now
@@ -370,6 +410,10 @@ func (w *world) read() {
 	}
 	w.logf("read %s after %d arrivals (last applied-ack mutation: arrival %d)", to, rd.pos, rd.after)
 	f, err := w.d.Read(addrOf(to), "op")
+	if errors.Is(err, engine.ErrBusy) {
+		w.logf("read %s refused: busy", to)
+		return
+	}
 	w.must(err, "read")
 	w.m.reads = append(w.m.reads, rd)
 	w.reads = append(w.reads, &pendingRead{rd: rd, f: f})

@@ -64,8 +64,8 @@ type world struct {
 	reads     []*pendingRead
 	pops      []*engine.PopFuture
 	seq       int // names messages and mutations
-	// timerWindow is the engine's Options.TimerWindow (0: its default).
-	timerWindow int
+	// lim is the engine's bounds (0: its defaults).
+	lim limits
 }
 
 type pendingIngress struct {
@@ -91,9 +91,9 @@ func (quietPebble) Fatalf(f string, args ...any) {
 	panic("sim: Pebble's Fatalf reached the test logger: " + fmt.Sprintf(f, args...))
 }
 
-func newWorld(t testing.TB, seed int64, steps int, cluster bool, timerWindow int) *world {
+func newWorld(t testing.TB, seed int64, steps int, cluster bool, lim limits) *world {
 	w := &world{
-		t: t, seed: seed, steps: steps, timerWindow: timerWindow,
+		t: t, seed: seed, steps: steps, lim: lim,
 		rng: rand.New(rand.NewPCG(uint64(seed), 0x5157)),
 		now: time.UnixMilli(1_700_000_000_000),
 		mem: vfs.NewCrashableMem(),
@@ -163,7 +163,7 @@ func (w *world) open() {
 		Store: db, Functions: w.fn, Driven: true, Now: func() time.Time { return w.now },
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		RetryBase: 20 * time.Millisecond, RetryMax: 400 * time.Millisecond,
-		TimerWindow: w.timerWindow,
+		TimerWindow: w.lim.timerWindow, MaxBacklog: w.lim.maxBacklog,
 		Egress: func(ns, typ string, _ *protocol.TypedValue) (string, error) {
 			if ns != egressNS || typ != egressName {
 				return "", fmt.Errorf("unknown egress %s/%s", ns, typ)

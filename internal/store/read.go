@@ -287,6 +287,14 @@ func (db *DB) ScanInbox(p int, fn func(k InboxKey, env *protocol.Envelope) error
 	return db.scanInbox(p, true, fn)
 }
 
+// ScanInboxFrom calls fn with the messages in the inbox of partition p
+// whose arrival number is from or above, in key order, until fn returns an
+// error (returned as it is): how a partition pages in the messages it left
+// in the store while its backlog was full.
+func (db *DB) ScanInboxFrom(p int, from uint64, fn func(k InboxKey, env *protocol.Envelope) error) error {
+	return db.scanInboxFrom(p, from, true, fn)
+}
+
 // ScanInboxKeys calls fn with the key of every message in the inbox of
 // partition p, in key order, without reading or decoding the messages: a
 // restart's first pass, which needs only the sequence numbers.
@@ -297,11 +305,17 @@ func (db *DB) ScanInboxKeys(p int, fn func(k InboxKey) error) error {
 // scanInbox is ScanInbox, decoding the messages only when values is set
 // (fn gets nil otherwise).
 func (db *DB) scanInbox(p int, values bool, fn func(k InboxKey, env *protocol.Envelope) error) error {
+	return db.scanInboxFrom(p, 0, values, fn)
+}
+
+// scanInboxFrom is scanInbox from the arrival number from on.
+func (db *DB) scanInboxFrom(p int, from uint64, values bool, fn func(k InboxKey, env *protocol.Envelope) error) error {
 	if err := db.checkPartition(p); err != nil {
 		return err
 	}
 	prefix := inboxPrefix(nil, p)
-	it, err := db.newIter(prefix, prefixSuccessor(prefix))
+	lower := binary.BigEndian.AppendUint64(inboxPrefix(nil, p), from)
+	it, err := db.newIter(lower, prefixSuccessor(prefix))
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,10 @@ type Mailbox[E any] struct {
 
 	count atomic.Int64
 	bytes atomic.Int64
+	// posted and taken count the events ever posted and ever taken
+	// (under mu): an event posted before posted read n has been taken
+	// once taken reaches n.
+	posted, taken uint64
 }
 
 // New returns an empty mailbox.
@@ -35,9 +39,19 @@ func New[E any]() *Mailbox[E] {
 func (m *Mailbox[E]) Post(ev E, size int) {
 	m.mu.Lock()
 	m.items = append(m.items, Item[E]{ev, size})
+	m.posted++
 	m.mu.Unlock()
 	m.count.Add(1)
 	m.bytes.Add(int64(size))
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Nudge wakes the consumer without an event: something it waits for
+// outside the mailbox changed.
+func (m *Mailbox[E]) Nudge() {
 	select {
 	case m.wake <- struct{}{}:
 	default:
@@ -55,7 +69,23 @@ func (m *Mailbox[E]) Take() []Item[E] {
 	defer m.mu.Unlock()
 	items := m.items
 	m.items, m.spare = m.spare[:0], nil
+	m.taken = m.posted
 	return items
+}
+
+// Posted returns how many events were ever posted.
+func (m *Mailbox[E]) Posted() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.posted
+}
+
+// Taken returns how many events were ever taken: every event posted
+// before Posted returned n was handed to the consumer once Taken ≥ n.
+func (m *Mailbox[E]) Taken() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.taken
 }
 
 // Release ends the count of items (returned by Take, now processed) and

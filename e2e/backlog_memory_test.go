@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"flag"
+	"fmt"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/statefun-go/statefun/internal/sdktest"
+)
+
+var (
+	flagBacklogMessages = flag.Int("backlog.messages", 8_000, "messages TestBacklogIsPagedThroughTheStore fans out to its slow function")
+	flagBacklogBound    = flag.Int("backlog.bound", 200, "--max-backlog TestBacklogIsPagedThroughTheStore runs with (0: the default)")
+)
+
+// TestBacklogIsPagedThroughTheStore: messages a partition cannot refuse —
+// those functions send it — past its bound wait in its inbox in the store,
+// not in memory, while the function they are for is slow; a restart finds
+// them there and holds no more; and once the function answers every one
+// runs exactly once.
+//
+// One ingress message makes a sender fan out to other senders, which send
+// every message to 20 slow sinks (their requests wait until the test
+// opens the gate). The partitions' queues stay at their bound, the rest
+// waits in the store (statefun_inbox_paged_messages), the RSS stays flat;
+// after a SIGKILL the restart holds no more; once the sinks answer, their
+// counters add up to exactly the messages sent.
+//
+// At full scale (a benchmark, not make test):
+//
+//	go test ./e2e -run TestBacklogIsPagedThroughTheStore -backlog.messages=100000 -backlog.bound=0 -v
+func TestBacklogIsPagedThroughTheStore(t *testing.T) {
+	const (
+		parts   = 4
+		sinks   = 20
+		senders = 10
+	)
+	total, bound := *flagBacklogMessages, *flagBacklogBound
+	perSender := total / senders
+	total = perSender * senders
+
+	fs := sdktest.StartFeatureServer(t)
+	open := fs.Gate(sdktest.FeaturesFn, "sink-")
+	defer open()
+	rt := newRuntimeWith(t, playgroundModule(fs.URL, []string{"sdktest"}, featureTopics))
+	rt.routeEgress(fs)
+	args := []string{"--partitions", strconv.Itoa(parts)}
+	if bound > 0 {
+		args = append(args, "--max-backlog", strconv.Itoa(bound))
+	}
+	saStart(rt, "http", http.DefaultClient, args...)
+
+	// One ingress message; the fan-out is functions messaging each other,
+	// which no partition refuses.
+	var fan []sdktest.Command
+	for s := range senders {
+		var sends []sdktest.Command
+		for i := range perSender {
+			sends = append(sends, sdktest.Command{Op: sdktest.OpSend, To: &sdktest.Target{ID: fmt.Sprint("sink-", (s*perSender+i)%sinks)},
+				Command: &sdktest.Command{Op: sdktest.OpIncr}})
+		}
+		fan = append(fan, sdktest.Command{Op: sdktest.OpSend, To: &sdktest.Target{ID: fmt.Sprint("sender-", s)}, Command: ptr(seq(sends...))})
+	}
+	command(t, rt, sdktest.FeaturesFn, "fan", seq(fan...))
+
+	paged := func() float64 {
+		n := 0.0
+		for p := range parts {
+			n += metric(t, rt, fmt.Sprintf(`statefun_inbox_paged_messages{partition="%d"}`, p))
+		}
+		return n
+	}
+	held := func(when string) {
+		t.Helper()
+		queued := 0.0
+		for p := range parts {
+			q := metric(t, rt, fmt.Sprintf(`statefun_queue_depth{partition="%d"}`, p))
+			if bound > 0 && q > float64(bound) {
+				t.Errorf("%s: partition %d holds %v messages, over its bound of %d", when, p, q, bound)
+			}
+			queued += q
+		}
+		rss := processRSS(t, rt.cmd.Process.Pid)
+		t.Logf("%s: %v messages in memory, %v in the store, of %d sent; RSS %d MiB, %v goroutines",
+			when, queued, paged(), total, rss>>20, metric(t, rt, "go_goroutines"))
+	}
+	// Wait until the fan-out has been sent: the store holds what the
+	// partitions have no room for.
+	want := float64(total - parts*max(bound, 1)*2)
+	deadline := time.Now().Add(90 * time.Second)
+	for paged() < want && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if bound > 0 && paged() < want {
+		t.Fatalf("%v messages wait in the store, want at least %v of %d", paged(), want, total)
+	}
+	held("sent")
+
+	rt.kill()
+	saStart(rt, "http", http.DefaultClient, args...)
+	deadline = time.Now().Add(30 * time.Second)
+	for bound > 0 && paged() < want && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	held("restarted")
+
+	// The sinks answer: every message runs, once.
+	open()
+	counts := map[string]int{}
+	for i := range total {
+		counts[fmt.Sprint("sink-", i%sinks)]++
+	}
+	rt.waitStates(sdktest.FeaturesFn, sdktest.StateInt64, counts, 5*time.Minute)
+	if n := paged(); n != 0 {
+		t.Errorf("%v messages still wait in the store after every one ran", n)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

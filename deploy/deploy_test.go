@@ -71,7 +71,7 @@ func checkModule(t *testing.T, mod *module.Module) {
 }
 
 // The examples run with tokens, so they carry a cluster secret the
-// runtime takes (docs/cluster.md, "Trust between nodes"): compose's in a
+// runtime takes (docs/explanation/cluster.md, "Trust between nodes"): compose's in a
 // file, Kubernetes's in a Secret.
 func TestClusterSecrets(t *testing.T) {
 	if _, err := trust.LoadSecret("compose/cluster-secret"); err != nil {

@@ -201,8 +201,8 @@ func TestClusterAPIEveryNode(t *testing.T) {
 
 	// Each partition is run by one node's session: a node that missed a
 	// revocation would run one the group gave to another, and the sum
-	// would stay above 8 (the bug docs/cluster.md, "Moving partitions",
-	// describes; it lost committed writes). A partition between owners may
+	// would stay above 8 (docs/explanation/cluster.md, "Moving
+	// partitions": an idle node must hear every revocation). A partition between owners may
 	// count twice for a moment, so wait for the sum to settle.
 	waitFor(t, 30*time.Second, "the nodes' sessions to run 8 partitions in all", func() bool {
 		owned, err := sumMetric(nodes, "statefun_cluster_owned_partitions")

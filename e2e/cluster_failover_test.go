@@ -1,6 +1,6 @@
 package e2e
 
-// Failover at the default timeouts (docs/cluster.md, "Failure
+// Failover at the default timeouts (docs/explanation/cluster.md, "Failure
 // detection"): the survivors find a dead node by probing its admin URL,
 // abort its open transaction and remove it from the group, instead of
 // waiting for Kafka's 45 s session timeout.

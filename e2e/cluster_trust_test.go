@@ -1,6 +1,6 @@
 package e2e
 
-// The trust boundary of cluster mode (docs/cluster.md, "Trust between
+// The trust boundary of cluster mode (docs/explanation/cluster.md, "Trust between
 // nodes"): a member record written into <app>-meta by someone without the
 // cluster secret draws no request, let alone an operator's token, while
 // the nodes that have the secret go on forwarding to each other.

@@ -17,7 +17,7 @@ import (
 )
 
 // docFiles are the Markdown files whose marked blocks run
-// (docs/testing.md, "Docs that are tested"), relative to the repository.
+// (docs/explanation/testing.md, "Docs that are tested"), relative to the repository.
 var docFiles = []string{"README.md"}
 
 // TestDocs runs the commands of the README's marked blocks in order, per

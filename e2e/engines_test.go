@@ -80,7 +80,7 @@ func runOnEngines(t *testing.T, parallel bool, body func(t *testing.T, e engine)
 }
 
 // skipCluster skips t on a cluster node, for a test that does not apply
-// there; why names the documented difference (docs/cluster.md) or the
+// there; why names the documented difference (docs/explanation/cluster.md) or the
 // defect.
 func (e engine) skipCluster(t *testing.T, why string) {
 	t.Helper()

@@ -1052,7 +1052,7 @@ func TestFeatureLargeState(t *testing.T) {
 		_, rt, rr := startFeatures(t, e)
 		big := strings.Repeat("0123456789abcdef", 3<<19/16)
 		if e == clustered {
-			// docs/cluster.md, "What cluster mode refuses": a message travels
+			// docs/explanation/cluster.md, "What cluster mode refuses": a message travels
 			// <app>-messages as one record, and the node's producer takes
 			// records up to max.request.size (1 MiB by default). Refused at
 			// the edge for good, not 503 to be retried forever.

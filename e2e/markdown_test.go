@@ -1,6 +1,6 @@
 package e2e
 
-// Runnable blocks in the Markdown docs (docs/testing.md, "Docs that are
+// Runnable blocks in the Markdown docs (docs/explanation/testing.md, "Docs that are
 // tested"): extraction of the blocks marked `<!-- test: <scenario> -->`,
 // and the loose comparison of what a command printed with what the doc
 // shows.
@@ -66,7 +66,7 @@ func readDocBlocks(path, name string) ([]docBlock, error) {
 	var blocks []docBlock
 	for i := 0; i < len(lines); i++ {
 		if strings.HasPrefix(lines[i], "    ") || strings.HasPrefix(lines[i], "\t") {
-			continue // a marker shown in a code block, as docs/testing.md does
+			continue // a marker shown in a code block, as docs/explanation/testing.md does
 		}
 		m := markerRe.FindStringSubmatch(strings.TrimSpace(lines[i]))
 		if m == nil {

@@ -15,8 +15,8 @@ import (
 	"github.com/statefun-go/statefun/internal/module"
 )
 
-// clusterFlags are the cluster settings of run (docs/cluster.md,
-// "Configuration"). Given any of them, run is in cluster mode.
+// clusterFlags are the cluster settings of run (docs/how-to/deploy.md,
+// "What every node needs"; docs/reference/cli.md lists them). Given any of them, run is in cluster mode.
 type clusterFlags struct {
 	fs                          *pflag.FlagSet
 	env                         envSource
@@ -36,7 +36,7 @@ type clusterFlags struct {
 // read env too).
 func registerClusterFlags(fs *pflag.FlagSet, env envSource) *clusterFlags {
 	c := &clusterFlags{fs: fs, env: env}
-	c.brokers = fs.String("cluster-brokers", "", "cluster mode: Kafka bootstrap brokers, host:port separated by commas (docs/cluster.md)")
+	c.brokers = fs.String("cluster-brokers", "", "cluster mode: Kafka bootstrap brokers, host:port separated by commas (docs/explanation/cluster.md)")
 	bindEnv(fs, "cluster-brokers", "STATEFUN_CLUSTER_BROKERS")
 	c.appID = fs.String("cluster-app-id", "", "cluster mode: the application id every node of the application shares; names its Kafka topics and consumer group")
 	bindEnv(fs, "cluster-app-id", "STATEFUN_CLUSTER_APP_ID")
@@ -62,9 +62,9 @@ func registerClusterFlags(fs *pflag.FlagSet, env envSource) *clusterFlags {
 	bindEnv(fs, "cluster-give-up-after", "STATEFUN_CLUSTER_GIVE_UP_AFTER")
 	c.propsFile = fs.String("cluster-properties", "", "cluster mode: a Kafka client properties file (key=value lines, as client.properties); --cluster-property overrides it")
 	bindEnv(fs, "cluster-properties", "STATEFUN_CLUSTER_PROPERTIES")
-	c.secretFile = fs.String("cluster-secret-file", "", "cluster mode: a file holding the cluster secret every node shares (at least 32 characters); nodes trust only member records and requests authenticated with it. STATEFUN_CLUSTER_SECRET may give the secret itself instead. Required with --api-tokens (docs/cluster.md, \"Trust between nodes\")")
+	c.secretFile = fs.String("cluster-secret-file", "", "cluster mode: a file holding the cluster secret every node shares (at least 32 characters); nodes trust only member records and requests authenticated with it. STATEFUN_CLUSTER_SECRET may give the secret itself instead. Required with --api-tokens (docs/explanation/cluster.md, \"Trust between nodes\")")
 	bindEnv(fs, "cluster-secret-file", "STATEFUN_CLUSTER_SECRET_FILE")
-	fs.Func("cluster-property", "cluster mode: one Kafka client property `key=value`, e.g. security.protocol=SASL_SSL; repeatable (docs/kafka.md, client properties)", func(v string) error {
+	fs.Func("cluster-property", "cluster mode: one Kafka client property `key=value`, e.g. security.protocol=SASL_SSL; repeatable (docs/how-to/deploy.md, \"Kafka: topics, ACLs and client settings\")", func(v string) error {
 		p, err := clusterconfig.ParsePropertyFlag(v)
 		if err != nil {
 			return errors.New(strings.TrimPrefix(err.Error(), "cluster: "+clusterconfig.PropertyFlag+" "))

@@ -42,7 +42,7 @@ func newRunCmd(c *cli) *cobra.Command {
 		Short: "Run the runtime: the module's functions, ingresses and egresses, and the admin listener",
 		Long: `Runs the application module.yaml describes on the embedded store in --data-dir, or,
 given the --cluster-* settings, as one node of an application on Kafka
-(docs/cluster.md). The admin listener (--admin-addr) serves the state API,
+(docs/explanation/cluster.md). The admin listener (--admin-addr) serves the state API,
 /metrics, /healthz, /readyz and the console.
 
 SIGINT or SIGTERM stops it cleanly; a second signal ends it at once.
@@ -117,7 +117,7 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 	bindEnv(fs, "admin-lane", "STATEFUN_ADMIN_LANE")
 	ingressAnswers := fs.Int("ingress-answers", 0, "playground ingress requests woken with their answer at once after a group commit, the rest in turn; 0 means two per processor (docs/limits.md)")
 	bindEnv(fs, "ingress-answers", "STATEFUN_INGRESS_ANSWERS")
-	pauseAfter := fs.String("pause-after", "", "poison policy: pause an address after this many failed attempts of one batch, per function type: \"ns/type=5,ns/*=3,*=10\"; a type no rule names retries until it succeeds (docs/partition.md)")
+	pauseAfter := fs.String("pause-after", "", "poison policy: pause an address after this many failed attempts of one batch, per function type: \"ns/type=5,ns/*=3,*=10\"; a type no rule names retries until it succeeds (docs/explanation/partition.md)")
 	bindEnv(fs, "pause-after", "STATEFUN_PAUSE_AFTER")
 	keepIngressMembership := fs.Bool("kafka-ingress-keep-membership", false, "embedded mode: a clean stop keeps each Kafka ingress a member of its consumer group instead of leaving it; a restart within the session timeout keeps its partitions without a rebalance, but any other consumer joining the group meanwhile waits for that timeout (docs/kafka-ingress.md)")
 	bindEnv(fs, "kafka-ingress-keep-membership", "STATEFUN_KAFKA_INGRESS_KEEP_MEMBERSHIP")
@@ -187,7 +187,8 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 			// The live heap is small (7–9 MiB under load) and garbage comes
 			// fast; at the default 100 the collector took about 7% of the CPU.
 			// 400 cut the runtime's CPU per message by about 7% for 25–35 MiB
-			// more heap (docs/benchmarks.md). GOGC set in the environment wins.
+			// more heap (an interleaved A/B of BenchmarkEndToEnd at 10,000
+			// addresses). GOGC set in the environment wins.
 			debug.SetGCPercent(400)
 		}
 

@@ -140,7 +140,7 @@ type Config struct {
 	// (kafkaegress.Config.ResetMarker, docs/kafka-egress.md).
 	KafkaEgressResetMarkers map[string]kafkaegress.MarkerRef
 	// Cluster, when set, runs the application in cluster mode on Kafka
-	// (docs/cluster.md); nil runs it embedded. Partitions must then be 0:
+	// (docs/explanation/cluster.md); nil runs it embedded. Partitions must then be 0:
 	// P is the application's.
 	Cluster *clusterconfig.Config
 }
@@ -422,7 +422,7 @@ func Start(cfg Config) (*App, error) {
 		apiOpts.Owner, apiOpts.NodeID, apiOpts.Distrusted = cn.Owner, cfg.Cluster.NodeID, cn.Distrusted
 		// Requests to other nodes are signed with the cluster secret on
 		// behalf of the caller this node authenticated; the caller's token
-		// is never sent on (docs/cluster.md, "Trust between nodes").
+		// is never sent on (docs/explanation/cluster.md, "Trust between nodes").
 		if len(cfg.Cluster.Secret) > 0 {
 			apiOpts.Nodes = trust.NewNodeAuth(cfg.Cluster.Secret, cfg.Cluster.AppID, cfg.Cluster.NodeID)
 		}

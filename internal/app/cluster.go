@@ -27,7 +27,7 @@ import (
 )
 
 // This file is what Start does differently in cluster mode
-// (docs/cluster.md): the module's edges that cluster mode refuses, the
+// (docs/explanation/cluster.md): the module's edges that cluster mode refuses, the
 // application's internal topics and P, the store opened with that P, and
 // the Kafka egresses produced in the node's transaction.
 
@@ -71,7 +71,7 @@ func refuseInCluster(mod *module.Module, cfg Config) error {
 }
 
 // clusterIngresses maps the module's Kafka ingresses for the node's
-// session (docs/cluster.md, "Edges"): routes, bad-record checks and
+// session (docs/explanation/cluster.md, "Edges"): routes, bad-record checks and
 // startup positions as in embedded mode; the consumer group is the
 // application's, so consumerGroupId does not apply, and the client
 // properties are the node's.

@@ -14,8 +14,8 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// This file is the engine's seam for cluster mode (docs/cluster.md, "How
-// the engine runs in cluster mode"): who makes its work durable
+// This file is the engine's seam for cluster mode (docs/explanation/engine.md,
+// "The cluster seam"): who makes its work durable
 // (Durability), where messages for other partitions and egress records go
 // (Outbound), which partitions it runs (Assign, Revoke), and the messages
 // polled from the messages topic (SubmitArrivals). The embedded engine

@@ -24,7 +24,7 @@ import (
 // own test double of the cluster session (package sessiontest, a shell
 // around the commit cycle's Machine as the real session is): the
 // topics in memory, and a session per engine that implements Durability
-// and Outbound on them the way docs/cluster.md's commit protocol says. The
+// and Outbound on them the way docs/explanation/cluster.md's commit protocol says. The
 // real session is tested against Kafka in internal/cluster/session.
 
 // restoreFrom applies partition p's changelog from the store's position

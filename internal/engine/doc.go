@@ -8,7 +8,7 @@
 // completion callback; package mailbox is the event queue; a runner hands
 // its core's effects to the effects interface. With Options.Driven no
 // goroutine runs and a Driver steps every part on the caller's goroutine.
-// docs/engine.md has the map, the goroutines, the lock order and the
+// docs/explanation/engine.md has the map, the goroutines, the lock order and the
 // commit/durability contract.
 //
 // Nothing leaves a partition before the commit that produced it is durable:

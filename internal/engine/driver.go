@@ -16,7 +16,7 @@ import (
 // goroutine and in the caller's order: a partition's events, one group
 // commit, one function call. Nothing runs between two calls, so a seeded
 // simulation chooses every interleaving (and, with Options.Now, every
-// instant) and replays it exactly. See docs/engine.md.
+// instant) and replays it exactly. See docs/explanation/engine.md.
 type Driver struct {
 	e *Engine
 

@@ -40,7 +40,7 @@ func settle(t *testing.T, d *Driver, parts int) {
 	t.Fatal("the engine did not settle in 1000 rounds")
 }
 
-// This is the simulation seam of docs/engine.md: one message driven
+// This is the simulation seam of docs/explanation/engine.md: one message driven
 // through the engine step by step on the test's goroutine, with a clock the
 // test owns.
 func TestDriverOneMessage(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// Kafka ingress dead letters in cluster mode (docs/cluster.md, "Edges"):
+// Kafka ingress dead letters in cluster mode (docs/explanation/cluster.md, "Edges"):
 // the node that consumes an ingress partition may own no runtime
 // partition, so a record it cannot turn into a message travels, in the
 // transaction that commits its offset, as a command of the messages topic

@@ -92,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		// HTTP round trip measured by the client, it says whether a slow
 		// answer waited in the runtime (the partition's mailbox, the group
 		// commit) or outside it (the network, the scheduler of a loaded
-		// machine). docs/benchmarks.md uses it.
+		// machine). BenchmarkStateAPI reports it beside the client's latency.
 		stateReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "statefun_state_reads_total", Help: "State API reads by the path that answered: store (the address had no write waiting for durability) or mailbox (in the partition's order, after its applied writes).",
 		}, []string{"path"}),

@@ -12,7 +12,7 @@ import (
 // but not yet durable. A read of anything else is answered from the store
 // by the caller's goroutine, without a turn in the partition's mailbox:
 // behind a runner busy with function traffic that turn was most of a read's
-// time under load (docs/engine.md, "Reads").
+// time under load (docs/explanation/engine.md, "Goroutines").
 //
 // The runner marks a commit's addresses when it hands the commit on, which
 // is before it answers anyone who could have seen those writes (the replies

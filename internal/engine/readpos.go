@@ -15,7 +15,7 @@ import (
 // back by an operator, reset, or expired while every node was down bring
 // records the partition has applied already, and those are skipped here.
 // (Flink keeps its source positions inside its checkpoints for the same
-// reason.) docs/cluster.md, "Read positions".
+// reason.) docs/explanation/cluster.md, "Read positions".
 
 // readKey names a Kafka topic partition among a part's read positions.
 type readKey struct {

@@ -10,7 +10,7 @@ import (
 )
 
 // A re-send of a message dead letter to an address of another partition,
-// in cluster mode (docs/cluster.md, "A re-send to another partition").
+// in cluster mode (docs/explanation/cluster.md, "A re-send to another partition").
 //
 // The dead letter is a key its address's partition (the source) wrote, so
 // the source's changelog must carry its removal; the message, its receipt

@@ -10,7 +10,7 @@ import (
 )
 
 // Cluster is the client configuration of a cluster-mode node: the Kafka
-// clients of `statefun run` with cluster settings (docs/cluster.md). The
+// clients of `statefun run` with cluster settings (docs/explanation/cluster.md). The
 // node decides its consumer group, instance id, transactional id,
 // isolation level and acks itself, so properties that would change those
 // are refused rather than silently overridden.

@@ -13,7 +13,7 @@
 //   - ignored with a warning: the property has no franz-go counterpart and
 //     ignoring it changes neither; the caller logs the warning once.
 //
-// docs/kafka.md has the whole table. Property values may be credentials:
+// docs/explanation/kafka.md has the whole table. Property values may be credentials:
 // no error or warning of this package contains the value of a sensitive
 // property (see Sensitive), and a JAAS configuration is never echoed.
 package kafkaclient

@@ -17,7 +17,7 @@ import (
 // Mapping is how one Kafka ingress turns records into messages: its routes,
 // the checks that make a record bad, and where a partition without a
 // position starts. The embedded consumer and a cluster-mode node
-// (docs/cluster.md, "Edges") share it, so a record means the same message
+// (docs/explanation/cluster.md, "Edges") share it, so a record means the same message
 // in both modes.
 type Mapping struct {
 	cfg    Config

@@ -8,8 +8,8 @@
 // second always has work queued, so an operator's request can sit
 // unnoticed in its socket for milliseconds and then wait at the back of a
 // run queue, although serving it takes microseconds. (docs/benchmarks.md,
-// "Where a slow GET's time goes", has the execution traces this was read
-// from.)
+// "Where a slow GET's time goes, and the admin lane", measures it and
+// names the tools that join its execution traces.)
 //
 // The runtime's own busy goroutines do the noticing instead. The hot paths
 // of the load — a playground ingress request, a partition's turn, a call to

@@ -17,7 +17,7 @@ import (
 // reads them (RoutableKafkaIngressSpec, GenericKafkaEgressSpec and the
 // Kafka builders behind them). Where StateFun would only fail later, at run
 // time, or silently drop a setting, the loader refuses the file at the
-// field instead; doc.go and docs/kafka.md list those places.
+// field instead; doc.go and docs/explanation/kafka.md list those places.
 
 // Startup positions of a Kafka ingress, the values of startupPosition.type.
 const (

@@ -39,7 +39,7 @@ type Envelope struct {
 	Mutation *StateMutation `protobuf:"bytes,5,opt,name=mutation,proto3" json:"mutation,omitempty"`
 	// ingress_key is set, in cluster mode, on a playground ingress message
 	// sent with an Idempotency-Key: the owner of the target delivers the
-	// first message of each key and drops repeats (docs/cluster.md).
+	// first message of each key and drops repeats (docs/explanation/cluster.md).
 	IngressKey *IngressKey `protobuf:"bytes,6,opt,name=ingress_key,json=ingressKey,proto3" json:"ingress_key,omitempty"`
 	// ingress_dead_letter is set (and the fields above unset), in cluster
 	// mode, for a Kafka ingress record that could not become a message: the

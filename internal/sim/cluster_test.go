@@ -23,7 +23,7 @@ import (
 // state machine (package cycle), the one the real session drives: every
 // decision of a cycle here — what a transaction takes, when it aborts,
 // when the membership is checked, what is rebuilt — is production's. Kafka outlives every crash; the process's store
-// is a cache of it. docs/testing.md, "The cluster variant", says what it
+// is a cache of it. docs/explanation/testing.md, "The cluster variant", says what it
 // models and what it does not.
 
 // clusterSim is the part of a world that only cluster mode has.
@@ -386,7 +386,7 @@ func moved(err error) bool {
 }
 
 // command is the state API's command for mutation pm, as it produces it
-// to the messages topic (docs/cluster.md, the state API on every node).
+// to the messages topic (docs/explanation/cluster.md, the state API on every node).
 func command(pm partition.Mutation) *protocol.Envelope {
 	sm := &protocol.StateMutation{
 		Id: pm.ID, Target: target(pm.Addr.ID), State: pm.State, Op: int32(pm.Op), Typename: pm.Typename,

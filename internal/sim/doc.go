@@ -9,6 +9,6 @@
 // commit cycle's state machine as the real session does, with aborted
 // transactions, partition moves, restores, revocations and losses in the
 // middle of a transaction, a fenced zombie and a stalled member — and
-// checked against a small reference model. docs/testing.md says what it
+// checked against a small reference model. docs/explanation/testing.md says what it
 // covers, how to run it and how to reproduce a seed.
 package sim

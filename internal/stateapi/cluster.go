@@ -101,7 +101,7 @@ func (s *Server) serveCluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.opts.ClusterView == nil {
-		fail(w, r, http.StatusNotFound, "this runtime runs embedded, one process on its own store: there is no cluster to describe (docs/cluster.md)")
+		fail(w, r, http.StatusNotFound, "this runtime runs embedded, one process on its own store: there is no cluster to describe (docs/explanation/cluster.md)")
 		return
 	}
 	if r.Method == http.MethodHead {

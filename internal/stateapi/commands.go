@@ -17,7 +17,7 @@ import (
 // Commands takes, in cluster mode, the mutations this node cannot apply
 // itself: a write about an address whose partition it does not serve
 // goes to the partition's owner as a command through the messages topic
-// (docs/cluster.md, "The state access API on every node").
+// (docs/explanation/cluster.md, "The state access API on every node").
 type Commands interface {
 	// Send produces m as a command carrying its id and returns when m.Ack
 	// says: AckAccepted once Kafka acknowledged the command (the receipt

@@ -22,7 +22,7 @@ import (
 // The dead letters of the Kafka ingresses (docs/kafka-ingress.md): the
 // records an ingress consumed but could not deliver, kept in the store
 // until retention removes them (in cluster mode, by the owner of the
-// partition that keeps them; docs/cluster.md, "Edges"). Read-only; re-sending them is left to a
+// partition that keeps them; docs/explanation/cluster.md, "Edges"). Read-only; re-sending them is left to a
 // later repair tool.
 
 // DefaultDeadLetterLimit and MaxDeadLetterLimit are the default and the

@@ -4,7 +4,7 @@ package stateapi
 // address — a revert (POST /mutations/<id>/revert) and a re-send of a
 // message dead letter (POST /dead-letters/messages/<id>/resend) — are
 // answered by the node that holds the id's record, the owner of the
-// partition that wrote it (docs/cluster.md, "The state access API on every
+// partition that wrote it (docs/explanation/cluster.md, "The state access API on every
 // node"). The id names no address, so a node that does not hold the record
 // finds the holder by reading the record from every node, as GET
 // /mutations/<id> and GET /dead-letters/messages/<id> do, and then sends

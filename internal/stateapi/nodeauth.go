@@ -1,7 +1,7 @@
 package stateapi
 
 // Cluster mode: requests one node sends another on a caller's behalf
-// (docs/cluster.md, "Trust between nodes"). The sending node checked the
+// (docs/explanation/cluster.md, "Trust between nodes"). The sending node checked the
 // caller's token; it sends the request signed with the cluster secret,
 // naming the caller and the token's scopes, never the token itself. This
 // node checks the signature, then authorizes the request as the caller's,

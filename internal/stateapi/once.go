@@ -7,7 +7,7 @@ package stateapi
 // node gave it (MutationIDHeader). The owner applies an id once, so that
 // the sender may send it again whenever it does not know the outcome —
 // a 503, an answer lost on the way — and a change is never applied twice
-// (docs/cluster.md, "The state access API on every node"):
+// (docs/explanation/cluster.md, "The state access API on every node"):
 //
 //   - while an application of the id runs here, a repeat waits for its
 //     answer, and gets the same answer;

@@ -1,7 +1,7 @@
 package stateapi
 
 // Cluster mode: reads of one address answered by the owner of its
-// partition, listings gathered from every node (docs/cluster.md, "The
+// partition, listings gathered from every node (docs/explanation/cluster.md, "The
 // state access API on every node"; internal/cluster/forward carries the
 // requests).
 

@@ -21,7 +21,7 @@ const (
 // another partition (cluster mode; engine.Resend's AckAccepted receipt):
 // the dead letter is gone and the re-send is a command in the messages
 // topic, committed with that removal, which the target's owner applies
-// once (docs/cluster.md, "A re-send to another partition"). The answer
+// once (docs/explanation/cluster.md, "A re-send to another partition"). The answer
 // waits, up to MaxWait, for the receipt that owner writes when it applies
 // the command — read from every node, as GET /mutations/<id>?wait= is —
 // and is then embedded mode's 200 (without the inbox key, which that

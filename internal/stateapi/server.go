@@ -350,7 +350,7 @@ func (s *Server) notOwned(w http.ResponseWriter, r *http.Request, p int) {
 		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s (%s), not by this node; retry, or send the request there", p, pr.OwnerNode, pr.OwnerURL)
 	case pr.OwnerNode != "" && s.distrusted(pr.OwnerNode) != "":
 		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s, and this node does not trust %s, so no request was sent there: "+
-			"if %s is a node of this application, give it the same cluster secret as the others; if not, someone who may write the meta topic and join the consumer group published it (docs/cluster.md, \"Trust between nodes\")",
+			"if %s is a node of this application, give it the same cluster secret as the others; if not, someone who may write the meta topic and join the consumer group published it (docs/explanation/cluster.md, \"Trust between nodes\")",
 			p, pr.OwnerNode, s.distrusted(pr.OwnerNode), pr.OwnerNode)
 	case pr.OwnerNode != "":
 		pr.Detail = fmt.Sprintf("partition %d, which holds this address, is owned by node %s, not by this node, and its admin URL is not known; retry", p, pr.OwnerNode)

@@ -2,7 +2,7 @@ package stateapi
 
 // Cluster mode: a pause or resume of every address of a function type is
 // applied by every partition, each on the node that owns it
-// (docs/cluster.md, "The state access API on every node").
+// (docs/explanation/cluster.md, "The state access API on every node").
 
 import (
 	"encoding/json"

@@ -11,7 +11,7 @@ import (
 // Cluster mode keeps each partition's writes in a Kafka changelog topic,
 // and this store is a cache of the partitions the process owns: a prefix
 // of each one's committed changelog, with the position it reaches
-// (docs/cluster.md). This file holds what the store needs for that: the
+// (docs/explanation/cluster.md). This file holds what the store needs for that: the
 // writes of an unapplied batch (the overlay of a Kafka transaction) as
 // plain operations, one atomic apply of such operations together with the
 // partition's changelog position, and the removal of everything a

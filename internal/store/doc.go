@@ -6,7 +6,7 @@
 // The partition state machines never touch it. The engine reads from it (on
 // start, to rebuild each partition; the state API, to browse) and writes one
 // atomic Batch per group commit, synced when the commit must be durable
-// before its effects leave the partition (docs/engine.md).
+// before its effects leave the partition (docs/explanation/engine.md).
 //
 // The on-disk layout is the contract of this package: docs/storage.md
 // describes it, and each encoder carries the box diagram of its layout.

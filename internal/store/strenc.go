@@ -112,7 +112,7 @@ func prefixSuccessor(prefix []byte) []byte {
 
 // AddressKey returns str(namespace) str(type) str(id): an address in the
 // key form of the store's state entries, which is also the key of a
-// cluster's messages-topic record (docs/cluster.md).
+// cluster's messages-topic record (docs/explanation/cluster.md).
 func AddressKey(namespace, typ, id string) []byte {
 	b := appendString(nil, namespace)
 	b = appendString(b, typ)

@@ -1,5 +1,5 @@
 // Package balance is the consumer group balancer of a cluster-mode node
-// (docs/cluster.md, "Assignment"): cooperative-sticky, run for each topic
+// (docs/explanation/cluster.md, "Assignment"): cooperative-sticky, run for each topic
 // on its own.
 //
 // A node's group consumes the messages topic and the module's Kafka

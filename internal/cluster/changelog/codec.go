@@ -1,6 +1,6 @@
 // Package changelog keeps a partition's store writes in its Kafka changelog
 // partition and the local store a prefix of that changelog (cluster mode,
-// docs/cluster.md).
+// docs/explanation/cluster.md).
 //
 // The three steps of a partition's life on one process:
 //

@@ -2,7 +2,7 @@
 // Kafka brokers, the application id its nodes share, this node's id and
 // the URL other nodes reach it at, the application's partition count and
 // the internal topics' settings, and the Kafka client properties
-// (docs/cluster.md, "Configuration").
+// (docs/how-to/deploy.md, "What every node needs").
 //
 // Validate explains every problem: which setting, what is wrong, what
 // would be right. The names of the internal topics, the consumer group and
@@ -36,7 +36,7 @@ const (
 	// DefaultReplication is the internal topics' replication factor when
 	// none is given: it survives one broker down while another is being
 	// restarted. On a cluster of fewer brokers it is lowered to their
-	// number, with a warning (docs/cluster.md).
+	// number, with a warning (docs/explanation/cluster.md).
 	DefaultReplication = 3
 	// DefaultMessagesRetention is how long records of the messages topic
 	// are kept: Kafka's default retention, written explicitly so that a
@@ -49,7 +49,7 @@ const (
 	// transaction timeout (60 s).
 	MaxCommitInterval = 30 * time.Second
 	// DefaultPeerProbeInterval is how often a node asks each other node
-	// that owns partitions whether it is alive (docs/cluster.md, "Failure
+	// that owns partitions whether it is alive (docs/explanation/cluster.md, "Failure
 	// detection").
 	DefaultPeerProbeInterval = 500 * time.Millisecond
 	// DefaultPeerDownAfter is how long a node that owns partitions may

@@ -1,6 +1,6 @@
 // Package command sends the state API's writes about addresses a node does
 // not own to their owner, as commands through the application's messages
-// topic (docs/cluster.md, "The state access API on every node"): the
+// topic (docs/explanation/cluster.md, "The state access API on every node"): the
 // mutation travels keyed and partitioned like a message to its address,
 // carrying its id, and the owner's session applies it in the address's
 // mailbox order, each id once (the engine's SubmitArrivals skips an id

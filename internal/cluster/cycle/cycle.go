@@ -1,5 +1,5 @@
 // Package cycle is the commit cycle of a cluster-mode node as a
-// deterministic state machine (docs/cluster.md, "The commit protocol"):
+// deterministic state machine (docs/explanation/cluster.md, "The commit protocol"):
 // which partitions the node serves, restores and rebuilds, and, for each
 // transaction, what it takes, whether it must abort and why, whether the
 // group membership must be checked before it ends, how it ends, and what

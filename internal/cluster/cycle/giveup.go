@@ -16,7 +16,7 @@ import (
 var ErrGaveUp = errors.New("cluster: gave up: Kafka refuses this node's commits")
 
 // giveUp counts the transactions aborted since the last commit, to tell
-// when this node should give its partitions up (docs/cluster.md, "What
+// when this node should give its partitions up (docs/explanation/cluster.md, "What
 // each failure costs"). It reads no clock: now arrives with each call.
 //
 // Only aborts where Kafka refused the commit itself count: a rebalance or

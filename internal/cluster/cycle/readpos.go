@@ -3,7 +3,7 @@ package cycle
 import "fmt"
 
 // A partition's read position in the messages topic is part of its state
-// (docs/cluster.md, "Read positions"): the changelog carries the offset of
+// (docs/explanation/cluster.md, "Read positions"): the changelog carries the offset of
 // the last record it applied in the transaction that carries the record's
 // effects, and a restored partition resumes after it, whatever the group's
 // committed offsets say.

@@ -1,6 +1,6 @@
 // Package failover notices a node of the application that died and moves
 // its partitions at once, instead of after the consumer group's session
-// timeout (45 s by default): docs/cluster.md, "Failure detection".
+// timeout (45 s by default): docs/explanation/cluster.md, "Failure detection".
 //
 // Every node runs a Detector. It probes the admin URL (GET /healthz) of
 // each other node that owns partitions, as the member records name it,

@@ -1,5 +1,5 @@
 // Package forward lets any node of a cluster-mode application answer the
-// state access API (docs/cluster.md, "The state access API on every
+// state access API (docs/explanation/cluster.md, "The state access API on every
 // node"), for the partitions other nodes own.
 //
 // The contract:

@@ -1,7 +1,7 @@
 // Package members tells the nodes of an application apart: which node owns
 // which partition, and at which URL each node's admin listener answers, so
 // that a node can forward a state API request to an address's owner
-// (docs/cluster.md, "The state access API on every node").
+// (docs/explanation/cluster.md, "The state access API on every node").
 //
 // Ownership comes from Kafka: the consumer group's current assignment of
 // the messages topic, read with DescribeGroups (Owners). The URLs come from
@@ -12,7 +12,7 @@
 // same node id replaces the record.
 //
 // Anyone who may write the meta topic can write a record, so a Watcher
-// keeps only the records it trusts (docs/cluster.md, "Trust between
+// keeps only the records it trusts (docs/explanation/cluster.md, "Trust between
 // nodes"): with a cluster secret, those whose MAC verifies under it; without
 // one, those whose admin URL is a loopback name. A record that fails is
 // never looked up (Distrusted says why), and never displaces a trusted

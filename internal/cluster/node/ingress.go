@@ -69,7 +69,7 @@ func (in *ingresses) Start(ctx context.Context, adm *kadm.Client, offsets map[st
 // Route maps r to its messages-topic records. A bad record becomes one
 // record too: its dead letter (engine.IngressDeadLetterCommand), sent to
 // the runtime partition that keeps it, whose owner stores it
-// (docs/cluster.md, "Edges"). Its value is left out (ValueOmitted) when
+// (docs/explanation/cluster.md, "Edges"). Its value is left out (ValueOmitted) when
 // the command would not fit in a record of the messages topic, which
 // would otherwise abort every transaction routing it.
 func (in *ingresses) Route(r *kgo.Record) ([]session.Message, string, error) {

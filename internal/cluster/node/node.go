@@ -1,4 +1,4 @@
-// Package node joins the parts of a cluster-mode node (docs/cluster.md):
+// Package node joins the parts of a cluster-mode node (docs/explanation/cluster.md):
 // the Kafka session (internal/cluster/session) and the engine
 // (internal/engine) meet here, through adapters between their interfaces,
 // which were written apart: the session's Engine (records polled from the
@@ -60,7 +60,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Ingresses are the module's Kafka ingresses: the node's session
 	// consumes their topics and routes their records through the
-	// messages topic (docs/cluster.md, "Edges"). Two may not share a
+	// messages topic (docs/explanation/cluster.md, "Edges"). Two may not share a
 	// topic.
 	Ingresses []*kafkaingress.Mapping
 	// Now is the clock that stamps the Kafka ingress dead letters' stored
@@ -422,7 +422,7 @@ func (n *Node) Ingest(ctx context.Context, env *protocol.Envelope) error {
 // repeats (engine.SubmitArrivals), so a client that retries until it gets
 // a 200 has sent one message. It never reports a replay — whether the key
 // was seen before is known only to the owner, after the answer — so a
-// repeat is answered 200 like the first (docs/cluster.md, "Edges").
+// repeat is answered 200 like the first (docs/explanation/cluster.md, "Edges").
 func (n *Node) IngestOnce(ctx context.Context, env *protocol.Envelope, r idempotency.Request) (bool, error) {
 	t := env.GetTarget()
 	keyed := proto.Clone(env).(*protocol.Envelope)

@@ -16,7 +16,7 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// The messages topic's record format (docs/cluster.md, "The messages
+// The messages topic's record format (docs/explanation/cluster.md, "The messages
 // topic"): the key is the target address as str(namespace) str(type)
 // str(id), the same for a message and a state mutation command, and the
 // partition is address.Partition of the id; the value is the envelope's

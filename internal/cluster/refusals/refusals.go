@@ -6,7 +6,7 @@
 // record a function sends, so that the next such record is refused where
 // it is made — a protocol violation of the one function response, which
 // the poison policy sees — instead of aborting the node's transaction,
-// with every other partition's work, again and again (docs/cluster.md,
+// with every other partition's work, again and again (docs/explanation/cluster.md,
 // "One refused record").
 //
 // An entry expires after TTL: a topic created meanwhile, or a limit

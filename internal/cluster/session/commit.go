@@ -355,7 +355,8 @@ func (s *Session) commit(ctx, rctx context.Context, t *cycle.Txn, reqs []Request
 // lock for 500 ms after the commit, and End itself waits for that lock
 // on the way out. A node whose cycles alternate between arrivals (with
 // offsets) and their effects (without) thus spent half a second in every
-// other cycle (docs/benchmarks.md, "Cluster mode", window 100).
+// other cycle (BenchmarkCluster, one node, window 100: 140 records/s at
+// p50 712 ms with the pause, 474 records/s at 209 ms without).
 //
 // What End would add here is not needed: with no offsets there is no
 // TxnOffsetCommit to fence and no heartbeat to force; the membership check

@@ -6,8 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are a session's Prometheus collectors (docs/cluster.md,
-// "Observability of a node").
+// metrics are a session's Prometheus collectors (docs/explanation/cluster.md,
+// "What a node shows").
 type metrics struct {
 	owned      prometheus.Gauge
 	restoring  prometheus.Gauge

@@ -12,7 +12,7 @@ import (
 )
 
 // A partition's read position in the messages topic is part of its state
-// (docs/cluster.md, "Read positions"): the engine writes the offset of the
+// (docs/explanation/cluster.md, "Read positions"): the engine writes the offset of the
 // last record it applied into the partition's batch, so the changelog
 // carries it in the transaction that carries the record's effects. The
 // group's committed offsets are only a hint (for lag tools): a restored

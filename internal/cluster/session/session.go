@@ -1,5 +1,5 @@
 // Package session is the Kafka side of a cluster-mode node
-// (docs/cluster.md, "The commit protocol" and "Moving partitions"): one
+// (docs/explanation/cluster.md, "The commit protocol" and "Moving partitions"): one
 // kgo.GroupTransactSession per process, the restore of partitions the
 // consumer group assigns, and the commit cycle that makes the engine's
 // work durable in Kafka transactions.
@@ -44,8 +44,8 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// Engine is the engine side of the seam (docs/cluster.md, "How the engine
-// runs in cluster mode"). The session calls it only from Run's goroutine.
+// Engine is the engine side of the seam (docs/explanation/engine.md, "The
+// cluster seam"). The session calls it only from Run's goroutine.
 type Engine interface {
 	// Assign builds partition p's core from the store, which the session
 	// has just restored from p's changelog, and starts serving it. An
@@ -72,7 +72,7 @@ type Engine interface {
 }
 
 // Ingress is the module's Kafka ingresses as a node consumes them
-// (docs/cluster.md, "Edges"): their topics are consumed by the node's
+// (docs/explanation/cluster.md, "Edges"): their topics are consumed by the node's
 // group session beside the messages topic, and each polled record becomes
 // messages produced to the messages topic in the transaction that commits
 // the record's offset.
@@ -99,7 +99,7 @@ type Ingress interface {
 }
 
 // Message is a record for the messages topic: the partition of its
-// target's address, its key and value (docs/cluster.md, "The messages
+// target's address, its key and value (docs/explanation/cluster.md, "The messages
 // topic's records").
 type Message struct {
 	Partition  int

@@ -467,7 +467,7 @@ func (l *kgoLog) count(prefix string) int {
 // the group transact session's pre-KIP-447 path, which holds the session
 // for 500 ms after each commit: at low load a node's cycles alternate
 // between arrivals and their effects, and every other cycle took half a
-// second (docs/benchmarks.md, "Cluster mode"). The client says when it
+// second (BenchmarkCluster at window 100). The client says when it
 // takes that path; the test counts it, and counts the ticks committed.
 func TestCommitWithoutOffsetsSkipsThePreKIP447Pause(t *testing.T) {
 	kafkaTest(t, func(t *testing.T, h *harness) {

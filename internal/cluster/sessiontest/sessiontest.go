@@ -1,6 +1,6 @@
 // Package sessiontest is the test double of the cluster session: the
 // engine's seam for cluster mode (engine.Durability and engine.Outbound,
-// docs/cluster.md "How the engine runs in cluster mode") over an in-memory
+// docs/explanation/engine.md, "The cluster seam") over an in-memory
 // model of what Kafka keeps for it. The engine's cluster tests and the
 // deterministic simulation (internal/sim) drive the engine through it.
 //
@@ -17,7 +17,7 @@
 // offsets) and the changelog, the consumed offsets committed for the
 // group, the egress records, the producer epoch of each node's
 // transactional id, and the consumer group's generation and members. A
-// Session keeps what docs/cluster.md's commit protocol keeps: an overlay
+// Session keeps what docs/explanation/cluster.md's commit protocol keeps: an overlay
 // per partition that the requests encode into, the messages and egress
 // records they hand to Outbound staged in the open transaction; a committed
 // cycle appends the overlays to the changelogs and only then applies them

@@ -1,6 +1,6 @@
 // Package topics makes and checks an application's internal topics on
 // Kafka and the application record every node agrees on
-// (docs/cluster.md, "Internal topics"). A node calls Ensure once at start:
+// (docs/explanation/cluster.md, "Internal topics"). A node calls Ensure once at start:
 // it returns the application's P, or refuses to start with an error that
 // says what is wrong and what to do.
 //

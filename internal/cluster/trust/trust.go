@@ -1,5 +1,5 @@
 // Package trust is what a node of a cluster-mode application believes of
-// the others (docs/cluster.md, "Trust between nodes"). The nodes share a
+// the others (docs/explanation/cluster.md, "Trust between nodes"). The nodes share a
 // cluster secret, which nothing else holds:
 //
 //   - a member record (package members) carries a MAC under the secret

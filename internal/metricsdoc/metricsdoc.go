@@ -289,10 +289,11 @@ Every metric the runtime exports at ` + "`GET /metrics`" + ` on the admin listen
 set on them: [Operate it](../how-to/operate.md).
 
 A labelled metric appears once it has a first value (a function type's
-counters after its first call). Labels take values from the module and the
-runtime (function types, partitions, ingress and egress ids, fixed reasons),
-never from what a client sends, so the number of series is bounded by the
-configuration. Besides these, the Go client's standard ` + "`go_*`" + ` and
+counters after its first call). Labels take their values from the module
+and the runtime — function types (at most ` + "`--max-wildcard-types`" + ` per
+namespace endpoint), partitions, ingress and egress ids, fixed lists of
+reasons — so the number of series is bounded by the configuration, not by
+what clients send. Besides these, the Go client's standard ` + "`go_*`" + ` and
 ` + "`process_*`" + ` metrics are exported, with the scheduler's latency histogram
 ` + "`go_sched_latencies_seconds`" + ` (how long goroutines wait for a CPU).
 

@@ -48,7 +48,7 @@ func startBinRuntime(b *testing.B, bin, dir, module string) (*binRuntime, error)
 	admin := "127.0.0.1:" + strconv.Itoa(freePort(b))
 	args := []string{bin, "run", "--module", modPath, "--data-dir", filepath.Join(dir, "data"),
 		"--admin-addr", admin, "--partitions", strconv.Itoa(*flagPartitions), "--listen-host", "127.0.0.1"}
-	// The switches of docs/limits.md's mechanisms, only when asked for:
+	// The switches of docs/reference/limits.md's mechanisms, only when asked for:
 	// older builds have no such flags.
 	if os.Getenv("STATEFUN_BENCH_FIXED_CALLS") == "true" {
 		args = append(args, "--fixed-calls")

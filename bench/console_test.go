@@ -32,7 +32,7 @@ var consoleViews = []struct{ name, route string }{
 }
 
 // BenchmarkConsoleFirstView measures how long the operator's console
-// (docs/console.md) takes to show its first view against a runtime whose
+// (docs/how-to/console.md) takes to show its first view against a runtime whose
 // store holds -console.addresses addresses of sdktest/counter (100,000):
 // the runtime (a child process, as shipped, -load.runtime), the official-SDK
 // counter, and headless Chromium (Debian's chromium) driven with chromedp,

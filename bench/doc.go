@@ -101,7 +101,7 @@
 // tree's); the other checks of a run still hold.
 //
 // Three environment variables only, read by every runtime the benchmarks
-// start (for A/B runs of docs/limits.md's mechanisms):
+// start (for A/B runs of docs/reference/limits.md's mechanisms):
 //
 //	STATEFUN_BENCH_FIXED_CALLS=true   the runtime runs with --fixed-calls
 //	STATEFUN_BENCH_INGRESS_ANSWERS=N  the runtime runs with --ingress-answers N

@@ -14,7 +14,7 @@ import (
 
 // A function that is slow but not busy (the official SDK counter behind a
 // 20 ms wait, as if it called a database) needs many calls in flight. The
-// adaptive limit (docs/limits.md) starts at 4, at which these 3,000
+// adaptive limit (docs/reference/limits.md) starts at 4, at which these 3,000
 // messages would take 15 s; it must climb, as statefun_function_calls_limit
 // shows, and every message must be processed.
 func TestAdaptiveCallsClimbForASlowFunction(t *testing.T) {

@@ -533,7 +533,7 @@ func TestBadIngressRequest(t *testing.T) {
 		{"empty segment", "/good//a", "application/vnd.good/inc", 2, 400, []string{pathShape + ": empty function name"}},
 		{"empty id", "/good/counter/", "application/vnd.good/inc", 2, 400, []string{pathShape + ": empty id"}},
 		// Go's HTTP server refuses this request line before any handler
-		// sees it, with a bare "400 Bad Request" (docs/state-api.md).
+		// sees it, with a bare "400 Bad Request" (docs/reference/state-api.md).
 		{"invalid percent-encoding", "/good/counter/%zz", "application/vnd.good/inc", 2, 400, []string{"400 Bad Request"}},
 		{"id not UTF-8", "/good/counter/%ff", "application/vnd.good/inc", 2, 400, []string{"ingress: id is not valid UTF-8"}},
 		// "." and ".." sent percent-encoded: ids and types no URL can

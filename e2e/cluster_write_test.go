@@ -37,7 +37,7 @@ type stateReply struct {
 	body   []byte
 }
 
-// receipt is a mutation's receipt (docs/state-api.md).
+// receipt is a mutation's receipt (docs/reference/state-api.md).
 type receipt struct {
 	Mutation        string  `json:"mutation"`
 	Status          string  `json:"status"`

@@ -25,7 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// These tests drive the operator's console (docs/console.md) in a real
+// These tests drive the operator's console (docs/how-to/console.md) in a real
 // headless Chromium against the real binary and an official-Go-SDK
 // function, as an operator would: sign in with a token, browse to an
 // address, edit a value through the diff, meet a conflicting write,

@@ -11,14 +11,14 @@ import (
 
 // linkedDocs are the Markdown files whose links are checked, as globs
 // relative to the repository.
-var linkedDocs = []string{"README.md", "docs/*.md", "docs/*/*.md", "examples/*/README.md"}
+var linkedDocs = []string{"README.md", "ROADMAP.md", "CHANGELOG.md", "docs/*.md", "docs/*/*.md", "examples/*/README.md"}
 
 var (
 	// mdLinkRe is an inline link or image: [text](target) or
 	// [text](target "title").
 	mdLinkRe = regexp.MustCompile(`\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)`)
 	// docRefRe is a mention of a manual page by its path in the
-	// repository, as the docs write them in prose: docs/state-api.md.
+	// repository, as the docs write them in prose: docs/reference/state-api.md.
 	docRefRe   = regexp.MustCompile(`(?:^|[^A-Za-z0-9_./-])(docs/[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.md)\b`)
 	codeSpanRe = regexp.MustCompile("`[^`]*`")
 	schemeRe   = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)

@@ -950,7 +950,7 @@ func hostileHung(t *testing.T, e *hostileEnv) hostileAllowed {
 		return k
 	}
 	// Every call is either hanging at the function or waiting for its
-	// type's limit: the adaptive one (docs/limits.md), which hung calls
+	// type's limit: the adaptive one (docs/reference/limits.md), which hung calls
 	// that never answer keep where it was, at most the type's share of the
 	// pool. (Were there no bulkhead, the calls would hold the whole pool of
 	// 1,024 connections.)

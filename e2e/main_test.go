@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -17,6 +18,8 @@ import (
 // binary is the statefun binary built once for the package's tests.
 var binary string
 
+var flagRace = flag.Bool("e2e.race", true, "build the runtime under test with the race detector; false for figures of memory and speed")
+
 func TestMain(m *testing.M) {
 	// The official Go SDK logs every negotiation through the log package.
 	log.SetOutput(io.Discard)
@@ -25,7 +28,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "statefun")
-	build := exec.Command("go", "build", "-race", "-o", binary, "github.com/statefun-go/statefun/cmd/statefun")
+	flag.Parse()
+	args := []string{"build", "-o", binary}
+	if *flagRace {
+		args = append(args, "-race")
+	}
+	build := exec.Command("go", append(args, "github.com/statefun-go/statefun/cmd/statefun")...)
 	build.Stdout, build.Stderr = os.Stdout, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building statefun:", err)

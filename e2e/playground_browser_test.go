@@ -20,7 +20,7 @@ import (
 )
 
 // TestPlaygroundFromBrowser drives a real headless Chromium at the
-// playground ingress and egress (docs/ingress.md, docs/egress.md,
+// playground ingress and egress (docs/reference/ingress.md, docs/reference/egress.md,
 // "Browsers"), as a malicious web page would while its visitor runs the
 // runtime on the same machine:
 //
@@ -147,7 +147,7 @@ Promise.all(pending).then(() => new Promise((resolve) => {
 		t.Fatalf("after the attacks the egress holds %q, want %q: a page popped, acknowledged or injected", got, want)
 	}
 
-	// The documented curl commands work (docs/ingress.md, README.md).
+	// The documented curl commands work (docs/reference/ingress.md, README.md).
 	curl := func(args ...string) string {
 		out, err := exec.Command("curl", append([]string{"-sS", "-w", " %{http_code}"}, args...)...).CombinedOutput()
 		if err != nil {

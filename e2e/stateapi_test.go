@@ -36,7 +36,7 @@ import (
 	"github.com/statefun-go/statefun/internal/sdktest"
 )
 
-// These tests drive the state access API (docs/state-api.md) of the real
+// These tests drive the state access API (docs/reference/state-api.md) of the real
 // binary over real HTTP, next to sdktest/features (official Go SDK) running
 // behind sdktest's observing FeatureServer. They check what an operator
 // relies on: the ordering promise against an invocation in flight, each ack
@@ -328,7 +328,7 @@ func (a *saAPI) getBytes(path string) []byte {
 	return a.expect(http.StatusOK, http.MethodGet, path, "", "Accept", "application/octet-stream").body
 }
 
-// saReceipt is the receipt of docs/state-api.md ("Failure guarantees").
+// saReceipt is the receipt of docs/reference/state-api.md ("Failure guarantees").
 type saReceipt struct {
 	Mutation        string  `json:"mutation"`
 	Status          string  `json:"status"`
@@ -375,7 +375,7 @@ func saReceiptOf(t testing.TB, r saResp, want string) saReceipt {
 	return rc
 }
 
-// TestStateAPIOrdering checks the central promise (docs/state-api.md, "Ordering") with
+// TestStateAPIOrdering checks the central promise (docs/reference/state-api.md, "Ordering") with
 // ack=applied and ack=committed: while an invocation of an address is held
 // in flight, a read answers at once with the last applied value (not the
 // flight's half), a PUT waits until the flight's result is applied, and a

@@ -21,14 +21,32 @@ func TestReferenceIsGenerated(t *testing.T) {
 	if err := writeReference(&want); err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile("../../" + referencePath)
+	checkGenerated(t, referencePath, want.Bytes())
+}
+
+// TestMetricsReferenceIsGenerated fails when docs/reference/metrics.md is
+// not what the metric definitions in internal/ generate: a metric added,
+// renamed, relabelled or re-explained without the reference.
+func TestMetricsReferenceIsGenerated(t *testing.T) {
+	var want bytes.Buffer
+	if err := writeMetricsReference(&want, "../.."); err != nil {
+		t.Fatal(err)
+	}
+	checkGenerated(t, metricsPath, want.Bytes())
+}
+
+// checkGenerated fails t when the committed page at path (from the
+// repository's root) differs from want, naming the first differing line.
+func checkGenerated(t *testing.T, path string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile("../../" + path)
 	if err != nil {
 		t.Fatalf("%v: generate it with %q from the repository's root", err, regenerateCommand)
 	}
-	if bytes.Equal(got, want.Bytes()) {
+	if bytes.Equal(got, want) {
 		return
 	}
-	gl, wl := strings.Split(string(got), "\n"), strings.Split(want.String(), "\n")
+	gl, wl := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
 	i := 0
 	for i < len(gl) && i < len(wl) && gl[i] == wl[i] {
 		i++
@@ -40,7 +58,7 @@ func TestReferenceIsGenerated(t *testing.T) {
 		return "(end of file)"
 	}
 	t.Fatalf("%s is stale: regenerate it with %q from the repository's root (or go generate ./cmd/statefun).\nFirst difference, line %d:\ncommitted: %s\ngenerated: %s",
-		referencePath, regenerateCommand, i+1, line(gl), line(wl))
+		path, regenerateCommand, i+1, line(gl), line(wl))
 }
 
 // Every flag of run has an environment variable (but --cluster-property,

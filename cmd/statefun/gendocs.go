@@ -1,9 +1,11 @@
 package main
 
 // The command-line reference, docs/reference/cli.md, is generated from the
-// commands themselves: `go run ./cmd/statefun gen-docs` (or go generate
-// ./cmd/statefun) writes it, and TestReferenceIsGenerated fails when the
-// committed page differs from what the code would write.
+// commands themselves, and the metrics reference, docs/reference/metrics.md,
+// from the metric definitions in internal/: `go run ./cmd/statefun gen-docs`
+// (or go generate ./cmd/statefun) writes both, and TestReferenceIsGenerated
+// and TestMetricsReferenceIsGenerated fail when a committed page differs
+// from what the code would write.
 
 import (
 	"bytes"
@@ -15,20 +17,26 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/statefun-go/statefun/internal/metricsdoc"
 )
 
 // referencePath is where gen-docs writes the reference, from the
 // repository's root.
 const referencePath = "docs/reference/cli.md"
 
-// regenerateCommand is the command that rewrites the reference.
+// metricsPath is where gen-docs writes the metrics reference, from the
+// repository's root.
+const metricsPath = "docs/reference/metrics.md"
+
+// regenerateCommand is the command that rewrites the references.
 const regenerateCommand = "go run ./cmd/statefun gen-docs"
 
 func newGenDocsCmd(c *cli) *cobra.Command {
-	var out string
+	var out, root string
 	cmd := &cobra.Command{
-		Use:    "gen-docs [--out FILE]",
-		Short:  "Write the command-line reference (" + referencePath + ") from the commands",
+		Use:    "gen-docs [--root DIR] [--out FILE]",
+		Short:  "Write the command-line and metrics references (" + referencePath + ", " + metricsPath + ") from the code",
 		Hidden: true,
 		Args:   noArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -40,14 +48,40 @@ func newGenDocsCmd(c *cli) *cobra.Command {
 				_, err := c.stdout.Write(buf.Bytes())
 				return err
 			}
-			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			if out == "" {
+				out = filepath.Join(root, referencePath)
+			}
+			var mbuf bytes.Buffer
+			if err := writeMetricsReference(&mbuf, root); err != nil {
 				return err
 			}
-			return os.WriteFile(out, buf.Bytes(), 0o644)
+			for _, p := range []struct {
+				path string
+				data []byte
+			}{{out, buf.Bytes()}, {filepath.Join(root, metricsPath), mbuf.Bytes()}} {
+				if err := os.MkdirAll(filepath.Dir(p.path), 0o755); err != nil {
+					return err
+				}
+				if err := os.WriteFile(p.path, p.data, 0o644); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}
-	cmd.Flags().StringVar(&out, "out", referencePath, "the file to write; - for stdout")
+	cmd.Flags().StringVar(&root, "root", ".", "the repository's root: the metrics are read from its internal/, the pages written under its docs/reference/")
+	cmd.Flags().StringVar(&out, "out", "", "the file of the command-line reference (default: "+referencePath+" under --root); - writes it alone to stdout")
 	return cmd
+}
+
+// writeMetricsReference writes the metrics reference of the source tree at
+// root.
+func writeMetricsReference(w io.Writer, root string) error {
+	ms, err := metricsdoc.Scan(root)
+	if err != nil {
+		return err
+	}
+	return metricsdoc.Write(w, ms, regenerateCommand)
 }
 
 // writeReference writes the reference of a fresh command tree: every

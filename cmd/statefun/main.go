@@ -19,7 +19,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-//go:generate go run . gen-docs --out ../../docs/reference/cli.md
+//go:generate go run . gen-docs --root ../..
 
 func main() {
 	os.Exit(mainErr(os.Args[1:], os.Stdout, os.Stderr))

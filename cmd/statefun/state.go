@@ -1,7 +1,7 @@
 package main
 
 // `statefun state`: the command line of the state access API
-// (docs/state-api.md). This file holds the command group, the flags every
+// (docs/reference/state-api.md). This file holds the command group, the flags every
 // command shares, argument parsing and the wording of errors;
 // state_cmds.go the commands, state_edit.go `edit` and its diff,
 // output.go how results are printed.

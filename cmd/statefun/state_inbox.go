@@ -13,8 +13,8 @@ import (
 )
 
 // The inbox repair commands of `statefun state`: skip, edit-message,
-// cancel, delete-address, skipped and resend (docs/state-api.md, "Repair:
-// skip, edit, cancel, delete an address").
+// cancel, delete-address, skipped and resend (docs/how-to/repair.md,
+// "Repair").
 
 // repairFlags are the flags every inbox repair shares.
 type repairFlags struct {

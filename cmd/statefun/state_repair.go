@@ -11,7 +11,7 @@ import (
 )
 
 // The repair commands of `statefun state`: failing, inbox, pauses, pause
-// and resume (docs/state-api.md, "Repair").
+// and resume (docs/how-to/repair.md).
 
 // target reads "<ns>/<type> [<id>]": an address, or a whole type (ID "")
 // when typeOK.

@@ -23,7 +23,7 @@ type Warnings func() []string
 
 // Handler returns the admin mux: /metrics (Prometheus), /healthz (the
 // process is up), /readyz (the runtime is restored and running), and the
-// console at /ui/ (docs/console.md), which calls the state API served
+// console at /ui/ (docs/how-to/console.md), which calls the state API served
 // beside this mux.
 func Handler(g prometheus.Gatherer, ready Health, warnings Warnings) *http.ServeMux {
 	mux := http.NewServeMux()

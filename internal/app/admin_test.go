@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -36,6 +37,28 @@ func TestAdminHealthAndMetrics(t *testing.T) {
 		if !strings.Contains(body, m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
+	}
+	// Every statefun_ family the runtime exports is in the generated
+	// metrics reference: a metric defined where the generator does not
+	// look would be missing from it.
+	ref, err := os.ReadFile("../../docs/reference/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(body, "\n") {
+		name, ok := strings.CutPrefix(line, "# HELP ")
+		if !ok || !strings.HasPrefix(name, "statefun_") {
+			continue
+		}
+		name, _, _ = strings.Cut(name, " ")
+		n++
+		if !strings.Contains(string(ref), "| `"+name+"` |") {
+			t.Errorf("/metrics exports %s, which docs/reference/metrics.md lacks: regenerate it (go run ./cmd/statefun gen-docs) or teach internal/metricsdoc to find it", name)
+		}
+	}
+	if n < 20 {
+		t.Errorf("/metrics exports %d statefun_ families; want the 20 and more of a running runtime", n)
 	}
 }
 

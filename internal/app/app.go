@@ -97,19 +97,19 @@ type Config struct {
 	// MaxCallsPerType caps the calls in flight per function type on each
 	// endpoint; 0 means half the endpoint's pool for an endpoint that
 	// serves a namespace, the whole pool for one that serves one type
-	// (functions.Options.MaxCallsPerType, docs/limits.md).
+	// (functions.Options.MaxCallsPerType, docs/reference/limits.md).
 	MaxCallsPerType int
 	// FixedCalls keeps calls in flight at MaxCallsPerType instead of an
-	// adaptive limit (functions.Options.FixedCalls, docs/limits.md).
+	// adaptive limit (functions.Options.FixedCalls, docs/reference/limits.md).
 	FixedCalls bool
 	// MaxWildcardTypes bounds the distinct function types a namespace
 	// wildcard endpoint serves; 0 means functions.DefaultMaxWildcardTypes,
 	// negative no bound (functions.Options.MaxWildcardTypes,
-	// docs/limits.md).
+	// docs/reference/limits.md).
 	MaxWildcardTypes int
 	// NoAdminLane serves the admin listener like the others, without the
 	// priority lane that lets its requests go ahead of the load
-	// (internal/lane, docs/limits.md).
+	// (internal/lane, docs/reference/limits.md).
 	NoAdminLane bool
 	// IngressAnswers is how many playground ingress requests are woken
 	// with their answer at once (engine.Options.IngressAnswers); 0 means
@@ -123,7 +123,7 @@ type Config struct {
 	MaxBacklog      int
 	MaxBacklogBytes int64
 	// Listeners bounds the connections and timeouts of every listener
-	// (docs/limits.md).
+	// (docs/reference/limits.md).
 	Listeners ListenerLimits
 	// KafkaIngressKeepMembership makes each Kafka ingress keep its static
 	// membership of its consumer group when the runtime stops, instead of
@@ -133,11 +133,11 @@ type Config struct {
 	KafkaIngressKeepMembership bool
 	// NewStore lets the runtime start a new empty store where the data
 	// directory lost the store it held (store.Options.NewStore,
-	// docs/failure-model.md); without it such a start is refused.
+	// docs/explanation/guarantees.md); without it such a start is refused.
 	NewStore bool
 	// KafkaEgressResetMarkers names, per exactly-once Kafka egress id, the
 	// position marker of another store that the operator chose to replace
-	// (kafkaegress.Config.ResetMarker, docs/kafka-egress.md).
+	// (kafkaegress.Config.ResetMarker, docs/reference/kafka-egress.md).
 	KafkaEgressResetMarkers map[string]kafkaegress.MarkerRef
 	// Cluster, when set, runs the application in cluster mode on Kafka
 	// (docs/explanation/cluster.md); nil runs it embedded. Partitions must then be 0:

@@ -13,7 +13,7 @@ import (
 	"github.com/statefun-go/statefun/internal/module"
 )
 
-// Defaults of ListenerLimits (docs/limits.md).
+// Defaults of ListenerLimits (docs/reference/limits.md).
 const (
 	// DefaultReadHeaderTimeout is the default ListenerLimits.ReadHeaderTimeout.
 	DefaultReadHeaderTimeout = 10 * time.Second

@@ -26,7 +26,7 @@
 // What a browser does not send cannot be checked: Chromium, Firefox and
 // Safari (16.4 and later) send Sec-Fetch-Site to loopback and https URLs,
 // not to plain http under other names; an image or a frame (GET) carries
-// no Origin. docs/egress.md says what that leaves.
+// no Origin. docs/reference/egress.md says what that leaves.
 package browserguard
 
 import (

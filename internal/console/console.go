@@ -1,6 +1,6 @@
 // Package console is the operator's web console: a small single-page
 // application served on the admin listener at /ui/, beside the state API
-// it calls (docs/console.md). Every asset is embedded in the binary, and
+// it calls (docs/how-to/console.md). Every asset is embedded in the binary, and
 // every answer carries a strict Content-Security-Policy: the page runs
 // only its own scripts and styles, and talks only to its own origin.
 package console

@@ -130,7 +130,7 @@ const PositionHeader = "Statefun-Egress-Position"
 //     once durable (204); 409 when a record at or below it was never read.
 //
 // An unknown topic is answered 405, as by StateFun's playground. See
-// docs/egress.md.
+// docs/reference/egress.md.
 type Playground struct {
 	Source Source
 	Topics []string

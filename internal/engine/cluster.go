@@ -124,7 +124,7 @@ func MovedPartition(err error) (int, bool) {
 // SourceMessages is the InboxKey.Source of a message or command that
 // arrived through the cluster's messages topic; its Seq is the record's
 // offset in the topic's partition, so the key is stable across retries and
-// unique in the inbox (docs/storage.md, the inbox).
+// unique in the inbox (docs/reference/storage.md, the inbox).
 const SourceMessages = partition.SourceMessages
 
 // Owned returns the partitions this process runs now, in order: every

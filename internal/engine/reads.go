@@ -18,7 +18,7 @@ import (
 //
 // Everything it returns is durable: it does not see what a partition
 // applied and has not committed yet, and no read sees part of a commit
-// (each scan runs on one Pebble iterator, docs/storage.md). What an
+// (each scan runs on one Pebble iterator, docs/reference/storage.md). What an
 // address's entries hold now is not here: Engine.Read answers that, the
 // latest applied value, from the store or in the partition's mailbox
 // order while a write to the address is not durable yet.

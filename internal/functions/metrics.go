@@ -28,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"function"}),
 		callLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "statefun_function_calls_limit",
-			Help: "The calls in flight a function type may have now: its adaptive limit (docs/limits.md), at most its bulkhead, by function type.",
+			Help: "The calls in flight a function type may have now: its adaptive limit (docs/reference/limits.md), at most its bulkhead, by function type.",
 		}, []string{"function"}),
 		endpointUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "statefun_function_endpoint_up",

@@ -1,7 +1,7 @@
 // Package idempotency holds what the ingress and the engine share about
 // idempotent requests (the IETF httpapi draft "The Idempotency-Key HTTP
 // Header Field"): the header's syntax, the request fingerprint, and the
-// errors of a key that is reused or still in progress. See docs/ingress.md.
+// errors of a key that is reused or still in progress. See docs/reference/ingress.md.
 package idempotency
 
 import (

@@ -56,7 +56,7 @@ func (o Options) withDefaults() Options {
 // climb within a few windows, not after a window of 64 answers each (eight
 // minutes at 4 calls of 30 s), so the adaptive limiter finishes within a
 // small factor of the fixed pool's time. A fast function is judged as
-// before; its figures are logged for docs/limits.md.
+// before; its figures are logged for docs/reference/limits.md.
 func TestSlowFunctionsAreNotStarved(t *testing.T) {
 	for _, c := range []struct {
 		latency time.Duration

@@ -71,7 +71,7 @@ const MaxBodyBytes = 32 << 20
 // per key and function type: a repeat is answered 200 with
 // Idempotent-Replayed: true and makes no message, a different request with
 // the key 422, a repeat while the first is in progress 409 (see
-// docs/ingress.md).
+// docs/reference/ingress.md).
 type Playground struct {
 	Sink Sink
 	// Busy tells whether an error means "full, retry later" (503).

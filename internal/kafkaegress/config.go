@@ -107,7 +107,7 @@ type Config struct {
 	// Store, when set, is the store whose outbox the relay delivers: the
 	// exactly-once relay writes its identity into every position marker
 	// and, at start, accepts only a marker it can prove was written from
-	// this store (docs/kafka-egress.md, "Whose marker is it"). The store
+	// this store (docs/reference/kafka-egress.md, "Whose marker is it"). The store
 	// (*store.DB) implements it. Nil trusts any marker (tests).
 	Store Store
 	// ResetMarker, when set, names the one marker of another store (or an

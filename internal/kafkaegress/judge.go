@@ -53,7 +53,7 @@ type MarkerRefusedError struct {
 
 func (e *MarkerRefusedError) Error() string {
 	return fmt.Sprintf("the position marker of transactional id %s (key %q in topic %s) is not this store's: %s. Delivering on its word could skip this store's records, so nothing is delivered. "+
-		"To deliver this store's whole outbox and replace the marker, restart with --kafka-egress-reset-marker=%s=%s; or give the egress its own transactional.id; or delete the marker record if the store that wrote it is gone for good (docs/kafka-egress.md)",
+		"To deliver this store's whole outbox and replace the marker, restart with --kafka-egress-reset-marker=%s=%s; or give the egress its own transactional.id; or delete the marker record if the store that wrote it is gone for good (docs/reference/kafka-egress.md)",
 		e.TransactionalID, e.TransactionalID, e.MarkerTopic, e.Why, e.Egress, e.Marker)
 }
 

@@ -2,7 +2,7 @@
 // (io.statefun.kafka.v1/egress) on the embedded engine.
 //
 // A record is first written to the egress's outbox in the store, in the same
-// synced commit as the function's state change (docs/egress.md). One Relay
+// synced commit as the function's state change (docs/reference/egress.md). One Relay
 // per egress reads the outbox in order and produces it to Kafka with
 // franz-go, in batches, and removes a batch from the outbox once Kafka has
 // it:
@@ -20,7 +20,7 @@
 // A relay never blocks the engine: while Kafka is down records wait in the
 // outbox (subject to the store's egress retention), the relay retries with
 // backoff and Ready says why the egress is not connected. See
-// docs/kafka-egress.md.
+// docs/reference/kafka-egress.md.
 package kafkaegress
 
 import (
@@ -40,7 +40,7 @@ import (
 
 // Outbox is where a relay reads the durable records of its egress and
 // removes those it delivered (the embedded engine implements it;
-// docs/egress.md). Reads never remove: a record is removed only by an
+// docs/reference/egress.md). Reads never remove: a record is removed only by an
 // acknowledgement after Kafka took it, so each is delivered at least once.
 type Outbox interface {
 	// ReadEgress returns the first record of a route whose position is

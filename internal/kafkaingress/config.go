@@ -4,7 +4,7 @@
 // of one Kafka partition is made durable in one engine commit together with
 // the partition's position (engine.IngestFrom); after a restart consumption
 // resumes from the stored positions, and the group's committed offsets,
-// written after the local commit, only feed lag tools. docs/kafka-ingress.md
+// written after the local commit, only feed lag tools. docs/reference/kafka-ingress.md
 // is the contract.
 package kafkaingress
 

@@ -16,7 +16,7 @@ import (
 
 // The consumer's group membership, seen from the operator's side: what it
 // waits for while it joins, and leaving the group on a clean stop
-// (docs/kafka-ingress.md, "Joining and leaving the group").
+// (docs/reference/kafka-ingress.md, "Joining and leaving the group").
 //
 // A join can wait a long time in silence. The group's coordinator
 // completes a rebalance only once every member it knows has rejoined or

@@ -404,7 +404,7 @@ spec:
 }
 
 // The legacy format's bare `http`, written as a component document's kind,
-// loads as the v1 endpoint (docs/module.md says why it is taken).
+// loads as the v1 endpoint (docs/reference/module.md says why it is taken).
 func TestBareHTTPKindInAComponentDocument(t *testing.T) {
 	m := mustParse(t, `kind: http
 spec:

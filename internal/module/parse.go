@@ -271,7 +271,7 @@ func (p *parser) component(num int, root *yaml.Node) {
 // (legacyKinds); StateFun refuses it in a component document (a kind there
 // must be a typename), but modules written by hand mix the two styles, and
 // taking it can break no module StateFun runs, so it is taken as the v1
-// endpoint here too (docs/module.md).
+// endpoint here too (docs/reference/module.md).
 var alternativeKinds = map[string]string{
 	"http":                        KindHTTPEndpointV1,
 	"io.statefun.endpoints/http":  KindHTTPEndpointV1,

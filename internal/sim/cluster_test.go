@@ -77,7 +77,7 @@ func (w *world) restorePart(p int) {
 // partition p is the committed changelog replayed (the last record of each
 // key, none deleted), at the changelog's end — nothing of an aborted
 // transaction, nothing lost. Specs are left out: several partitions write
-// the specs of one function type (a cache, docs/storage.md).
+// the specs of one function type (a cache, docs/reference/storage.md).
 func (w *world) checkStoreIsChangelog(p int) {
 	ops := w.cl.k.Changelog(p)
 	want := map[string][]byte{}

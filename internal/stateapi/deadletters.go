@@ -19,7 +19,7 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// The dead letters of the Kafka ingresses (docs/kafka-ingress.md): the
+// The dead letters of the Kafka ingresses (docs/reference/kafka-ingress.md): the
 // records an ingress consumed but could not deliver, kept in the store
 // until retention removes them (in cluster mode, by the owner of the
 // partition that keeps them; docs/explanation/cluster.md, "Edges"). Read-only; re-sending them is left to a

@@ -374,7 +374,7 @@ func (s *Server) deleteAddress(w http.ResponseWriter, r *http.Request, principal
 	s.submit(w, r, m)
 }
 
-// receiptJSON is the receipt of docs/state-api.md ("Failure guarantees").
+// receiptJSON is the receipt of docs/reference/state-api.md ("Failure guarantees").
 type receiptJSON struct {
 	Mutation        string  `json:"mutation"`
 	Status          string  `json:"status"`

@@ -20,7 +20,7 @@ import (
 // This file serves the history of entries (GET …/<state>/history), reads
 // as of a point in the past (?asOf=, ?asOfTime=), restores (POST of an
 // entry or address with ?asOf=) and reads that wait for a commit
-// (?minCommit=): docs/state-api.md, "History, as-of reads and restore".
+// (?minCommit=): docs/reference/state-api.md, "History, as-of reads and restore".
 
 // Limits of a history page: 100 records by default, at most 1000 (a
 // record carries its value).

@@ -20,8 +20,8 @@ import (
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
-// This file is the API of the repair of an inbox (docs/state-api.md,
-// "Repair: skip, edit, cancel, delete an address"): skip, edit or cancel a
+// This file is the API of the repair of an inbox (docs/reference/state-api.md,
+// "Repair routes"; docs/how-to/repair.md): skip, edit or cancel a
 // message, cancel a delayed message, delete an address, and the message
 // dead letters a skip leaves, listed, read and re-sent.
 

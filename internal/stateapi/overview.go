@@ -12,7 +12,7 @@ import (
 )
 
 // This file serves two small reads made for the operator's console
-// (docs/console.md), usable by any client: who the caller is (GET
+// (docs/how-to/console.md), usable by any client: who the caller is (GET
 // /whoami), so a page can show only the actions its token may take, and a
 // per-type overview (GET /overview) that answers quickly however many
 // addresses there are.

@@ -23,7 +23,7 @@ import (
 
 // This file is the repair loop's side of the API: what is failing, what
 // one address's inbox holds, and pausing and resuming an address or every
-// address of a function type (docs/state-api.md, "Repair").
+// address of a function type (docs/how-to/repair.md).
 
 // Repairer is what the repair routes need of the runtime.
 type Repairer interface {

@@ -1,5 +1,5 @@
 // Package stateapi is the HTTP state access API: read, write and delete any
-// function's state while the application runs (docs/state-api.md is the
+// function's state while the application runs (docs/reference/state-api.md is the
 // contract). Every mutation goes through the mailbox
 // of the partition that owns the address, in order with its messages.
 package stateapi

@@ -13,7 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// FormatVersion is the version of the layout described in docs/storage.md
+// FormatVersion is the version of the layout described in docs/reference/storage.md
 // that this build reads and writes. It is stored under the global meta key
 // "format" when a store is created. Part of the file format.
 //
@@ -58,14 +58,14 @@ type Options struct {
 	// DefaultMemTableSize. It sets most of the store's fixed disk footprint:
 	// Pebble preallocates each write-ahead log file to 110% of it, and keeps
 	// up to one live and three recycled log files, so the logs alone may
-	// take 4.4 × MemTableSize on disk (docs/storage.md, "Disk footprint").
+	// take 4.4 × MemTableSize on disk (docs/reference/storage.md, "Disk footprint").
 	// Larger memtables mean fewer, larger flushes.
 	MemTableSize uint64
 
 	// PreallocateWAL makes Pebble reserve 110% of MemTableSize on disk for
 	// each new write-ahead log file at once, as Pebble does by default. Off
 	// (the default here), log files are preallocated 1 MiB at a time as
-	// they grow, so a small store stays small (docs/storage.md, "Disk
+	// they grow, so a small store stays small (docs/reference/storage.md, "Disk
 	// footprint").
 	PreallocateWAL bool
 
@@ -181,7 +181,7 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // DB is the embedded store of one process: one Pebble database holding every
-// key space (docs/storage.md). A DB is safe for concurrent use: reads may run
+// key space (docs/reference/storage.md). A DB is safe for concurrent use: reads may run
 // concurrently with each other and with commits, and see whole commits only. The partition state machines
 // never touch a DB; the engine reads from it and writes one Batch per group
 // commit.

@@ -8,7 +8,7 @@
 // atomic Batch per group commit, synced when the commit must be durable
 // before its effects leave the partition (docs/explanation/engine.md).
 //
-// The on-disk layout is the contract of this package: docs/storage.md
+// The on-disk layout is the contract of this package: docs/reference/storage.md
 // describes it, and each encoder carries the box diagram of its layout.
 // Every constant marked "part of the file format" is fixed for good.
 //

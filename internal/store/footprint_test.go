@@ -62,7 +62,7 @@ var footprintFlag = flag.Int("footprint", 0, "TestFootprint: messages per store,
 // that a small store with the default options stays small (each
 // write-ahead log file used to take 36 MB up front, and an 85 MB volume
 // filled after 31 messages). Run with -v to see the table in
-// docs/storage.md:
+// docs/reference/storage.md:
 //
 //	go test ./internal/store -run TestFootprint -v -footprint 20000
 func TestFootprint(t *testing.T) {

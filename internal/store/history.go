@@ -14,7 +14,7 @@ import (
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
-// The history of state entries (docs/storage.md, 0x10 to 0x12): one record
+// The history of state entries (docs/reference/storage.md, 0x10 to 0x12): one record
 // per committed change of an entry, written by the commit that makes the
 // change, so after a crash an entry and its latest history record are there
 // together or not at all.

@@ -14,7 +14,7 @@ import (
 // each space is one contiguous range of the store and is scanned on its own.
 //
 // These values are part of the file format. A number is never reused: a
-// retired space stays here as a commented-out line. docs/storage.md describes
+// retired space stays here as a commented-out line. docs/reference/storage.md describes
 // every space; a change here is a change there.
 const (
 	spaceMeta      byte = 0x00 // global meta: format version, partition count

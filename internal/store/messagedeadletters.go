@@ -7,7 +7,7 @@ import (
 )
 
 // This file is the message dead-letter key space (0x16): the messages an
-// operator skipped out of an address's inbox (docs/state-api.md, "Skip"),
+// operator skipped out of an address's inbox (docs/how-to/repair.md, "A bad message: skip it"),
 // kept until they are re-sent or retention removes them. They are not the
 // ingress dead letters (0x0F), which are records a Kafka ingress could not
 // turn into messages at all.

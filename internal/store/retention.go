@@ -63,7 +63,7 @@ type Retention struct {
 	MessageDeadLetterCount int
 }
 
-// Retention defaults; docs/storage.md explains them.
+// Retention defaults; docs/reference/storage.md explains them.
 const (
 	DefaultReceiptAge   = 24 * time.Hour
 	DefaultReceiptCount = 100_000

@@ -1,6 +1,6 @@
 // Package types knows StateFun's built-in typed values and converts a stored
 // value between its exact bytes, text and JSON, for the HTTP state access API
-// (docs/state-api.md: reads and writes).
+// (docs/reference/state-api.md: reads and writes).
 //
 // # Built-in scalar types
 //
@@ -95,7 +95,7 @@
 //
 // # The envelope
 //
-// Envelope is the application/json representation of a read (docs/state-api.md).
+// Envelope is the application/json representation of a read (docs/reference/state-api.md).
 // For a PUT, DecodeEnvelopeValue takes valueBase64 when the key is present
 // (even ""), else value; when both are present they must denote the same value
 // (for a scalar: the same value after decoding, so "NaN" agrees with any NaN

@@ -8,7 +8,7 @@ import (
 )
 
 // Envelope is the application/json representation of a state entry
-// (docs/state-api.md, "Reads"): what a GET returns and what a PUT may send back.
+// (docs/reference/state-api.md, "Reads"): what a GET returns and what a PUT may send back.
 type Envelope struct {
 	Address  EnvelopeAddress `json:"address"`
 	State    string          `json:"state"`

@@ -1,6 +1,6 @@
 // Package stateclient is a Go client of the statefun state access API: read,
 // write and delete the persisted state of any stateful function while the
-// application runs (docs/state-api.md in the statefun repository is the
+// application runs (docs/reference/state-api.md in the statefun repository is the
 // contract; GET /openapi.json on a running server is its machine-readable
 // form).
 //

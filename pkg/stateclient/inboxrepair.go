@@ -12,8 +12,8 @@ import (
 
 // This file is the client of the inbox repair routes: skip, edit and
 // cancel a message, cancel a delayed message, delete an address, and the
-// message dead letters a skip leaves (docs/state-api.md, "Repair: skip,
-// edit, cancel, delete an address").
+// message dead letters a skip leaves (docs/how-to/repair.md,
+// "Repair").
 
 // RepairReceipt is the receipt of a repair; DeadLetter names the dead
 // letter a skip made.

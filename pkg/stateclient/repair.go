@@ -10,7 +10,7 @@ import (
 )
 
 // This file is the client of the repair routes: failing addresses, an
-// address's inbox, pauses (docs/state-api.md, "Repair").
+// address's inbox, pauses (docs/how-to/repair.md).
 
 // JSONAddress is an address as the repair routes write it.
 type JSONAddress struct {

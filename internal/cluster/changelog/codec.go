@@ -40,7 +40,7 @@ var ErrFormat = errors.New("changelog: record not in the changelog format")
 //
 // A record of the changelog topic, partition = the writing partition:
 //
-//	key:   the store key, as the store writes it (docs/storage.md)
+//	key:   the store key, as the store writes it (docs/reference/storage.md)
 //
 //	value, a put:
 //	+------+------------------------------------------+

@@ -14,6 +14,7 @@ import (
 var (
 	flagBacklogMessages = flag.Int("backlog.messages", 8_000, "messages TestBacklogIsPagedThroughTheStore fans out to its slow function")
 	flagBacklogBound    = flag.Int("backlog.bound", 200, "--max-backlog TestBacklogIsPagedThroughTheStore runs with (0: the default)")
+	flagBacklogParts    = flag.Int("backlog.partitions", 4, "--partitions TestBacklogIsPagedThroughTheStore runs with (0: the default)")
 )
 
 // TestBacklogIsPagedThroughTheStore: messages a partition cannot refuse —
@@ -34,11 +35,10 @@ var (
 //	go test ./e2e -run TestBacklogIsPagedThroughTheStore -backlog.messages=100000 -backlog.bound=0 -v
 func TestBacklogIsPagedThroughTheStore(t *testing.T) {
 	const (
-		parts   = 4
 		sinks   = 20
 		senders = 10
 	)
-	total, bound := *flagBacklogMessages, *flagBacklogBound
+	total, bound, parts := *flagBacklogMessages, *flagBacklogBound, *flagBacklogParts
 	perSender := total / senders
 	total = perSender * senders
 
@@ -47,7 +47,12 @@ func TestBacklogIsPagedThroughTheStore(t *testing.T) {
 	defer open()
 	rt := newRuntimeWith(t, playgroundModule(fs.URL, []string{"sdktest"}, featureTopics))
 	rt.routeEgress(fs)
-	args := []string{"--partitions", strconv.Itoa(parts)}
+	var args []string
+	if parts > 0 {
+		args = append(args, "--partitions", strconv.Itoa(parts))
+	} else {
+		parts = defaultPartitions
+	}
 	if bound > 0 {
 		args = append(args, "--max-backlog", strconv.Itoa(bound))
 	}
@@ -73,38 +78,42 @@ func TestBacklogIsPagedThroughTheStore(t *testing.T) {
 		}
 		return n
 	}
+	// in says how many of the sinks' messages the runtime holds: in
+	// memory (queued for their addresses or in calls) and in the store.
+	in := func() (mem, stored float64) {
+		for p := range parts {
+			mem += metric(t, rt, fmt.Sprintf(`statefun_queue_depth{partition="%d"}`, p))
+		}
+		return mem, paged()
+	}
 	held := func(when string) {
 		t.Helper()
-		queued := 0.0
+		// The fan-out has been sent when every message is in.
+		deadline := time.Now().Add(3 * time.Minute)
+		mem, stored := in()
+		for mem+stored < float64(total) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			mem, stored = in()
+		}
 		for p := range parts {
-			q := metric(t, rt, fmt.Sprintf(`statefun_queue_depth{partition="%d"}`, p))
-			if bound > 0 && q > float64(bound) {
+			if q := metric(t, rt, fmt.Sprintf(`statefun_queue_depth{partition="%d"}`, p)); bound > 0 && q > float64(bound) {
 				t.Errorf("%s: partition %d holds %v messages, over its bound of %d", when, p, q, bound)
 			}
-			queued += q
+		}
+		if mem+stored < float64(total) {
+			t.Fatalf("%s: %v messages in memory and %v in the store, want %d", when, mem, stored, total)
+		}
+		if bound > 0 && mem > float64(parts*bound) {
+			t.Errorf("%s: %v messages in memory, over %d partitions' bound of %d", when, mem, parts, bound)
 		}
 		rss := processRSS(t, rt.cmd.Process.Pid)
 		t.Logf("%s: %v messages in memory, %v in the store, of %d sent; RSS %d MiB, %v goroutines",
-			when, queued, paged(), total, rss>>20, metric(t, rt, "go_goroutines"))
-	}
-	// Wait until the fan-out has been sent: the store holds what the
-	// partitions have no room for.
-	want := float64(total - parts*max(bound, 1)*2)
-	deadline := time.Now().Add(90 * time.Second)
-	for paged() < want && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if bound > 0 && paged() < want {
-		t.Fatalf("%v messages wait in the store, want at least %v of %d", paged(), want, total)
+			when, mem, stored, total, rss>>20, metric(t, rt, "go_goroutines"))
 	}
 	held("sent")
 
 	rt.kill()
 	saStart(rt, "http", http.DefaultClient, args...)
-	deadline = time.Now().Add(30 * time.Second)
-	for bound > 0 && paged() < want && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
 	held("restarted")
 
 	// The sinks answer: every message runs, once.
@@ -118,5 +127,8 @@ func TestBacklogIsPagedThroughTheStore(t *testing.T) {
 		t.Errorf("%v messages still wait in the store after every one ran", n)
 	}
 }
+
+// defaultPartitions is the partitions of a new store without --partitions.
+const defaultPartitions = 16
 
 func ptr[T any](v T) *T { return &v }

@@ -792,7 +792,7 @@ func hostileRawHost(t testing.TB, addr, host, method, path, body string) (int, h
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-// hostileFlood fills one partition past its queue limit in bytes (64 MiB by
+// hostileFlood fills one partition past its queue limit in bytes (16 MiB by
 // default) while a call of one of its addresses is held: further messages,
 // mutations and reads on that partition are refused with 503 and
 // Retry-After, the other partitions keep going, and once the call returns

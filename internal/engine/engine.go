@@ -105,12 +105,14 @@ type Options struct {
 	Owned bool
 }
 
-// DefaultMaxBacklog is the default of Options.MaxBacklog.
-const DefaultMaxBacklog = 100_000
+// DefaultMaxBacklog is the default of Options.MaxBacklog: 160,000
+// messages in memory for the 16 partitions of a default store, which is
+// about 150 MiB of RSS for small messages; more wait in the store.
+const DefaultMaxBacklog = 10_000
 
-// DefaultMaxBacklogBytes is the default of Options.MaxBacklogBytes: 64 MiB
-// per partition, so 1 GiB for the 16 partitions of a default store.
-const DefaultMaxBacklogBytes = 64 << 20
+// DefaultMaxBacklogBytes is the default of Options.MaxBacklogBytes: 16 MiB
+// per partition, so 256 MiB for the 16 partitions of a default store.
+const DefaultMaxBacklogBytes = 16 << 20
 
 // ErrBusy is returned by Ingest, Mutate and Read when the target
 // partition's backlog is at its limit; the edges answer 503 with

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"errors"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -99,7 +101,8 @@ func (p *part) mailboxFull() bool {
 // pageOut reports whether a delivered message, durable in the inbox,
 // stays there: the partition is paging, or reached its bound now, or the
 // message was paged in already. Called by the durability goroutine, in
-// arrival order.
+// arrival order. The runner checks again as it takes the message
+// (pageOutTaken): the counts read here may lag its core by a step.
 func (p *part) pageOut(k partition.InboxKey) bool {
 	pg := &p.pg
 	sk, ok := p.arr.lookup(k)
@@ -112,30 +115,70 @@ func (p *part) pageOut(k partition.InboxKey) bool {
 	if !ok || sk.Arrival < pg.next.Load() {
 		return true // paged in already
 	}
-	if !pg.on.Load() {
-		if !p.atBound() {
-			return false
-		}
-		pg.next.Store(sk.Arrival)
+	if !pg.on.Load() && !p.atBound() {
+		return false
+	}
+	p.leave(k, sk.Arrival)
+	p.mb.Nudge() // a page may have stopped for it
+	return true
+}
+
+// pageOutTaken reports whether a message the runner took from its
+// mailbox stays in the store instead: the core holds its bound, or the
+// partition pages. Every message posted before paging began reaches here
+// before the first page is read, so one below next lowers it.
+func (p *part) pageOutTaken(k partition.InboxKey) bool {
+	pg := &p.pg
+	if !pg.on.Load() && p.core.Backlog() < p.limit && p.heldBytes.Load() < p.limitBytes {
+		return false
+	}
+	pg.mu.Lock()
+	defer pg.mu.Unlock()
+	sk, ok := p.arr.lookup(k)
+	if !ok {
+		return false
+	}
+	p.leave(k, sk.Arrival)
+	return true
+}
+
+// leave leaves a message, at arrival in the inbox, in the store: paging
+// starts at it, or reaches back to it. Under mu.
+func (p *part) leave(k partition.InboxKey, arrival uint64) {
+	pg := &p.pg
+	switch {
+	case !pg.on.Load():
+		pg.next.Store(arrival)
 		pg.startPost.Store(p.mb.Posted())
 		pg.on.Store(true)
+	case arrival < pg.next.Load():
+		pg.next.Store(arrival)
 	}
 	if k.Source == uint32(p.id) {
 		pg.handed = addSeq(pg.handed, k.Seq)
 	}
 	p.arr.forget(k) // paging in numbers it again
 	pg.waiting.Add(1)
-	p.mb.Nudge() // a page may have stopped for it
-	return true
 }
 
-// addSeq adds s, above every number in rs, to the ranges.
+// addSeq adds s to the ranges, kept in order.
 func addSeq(rs []seqRange, s uint64) []seqRange {
-	if n := len(rs); n > 0 && rs[n-1].hi+1 == s {
-		rs[n-1].hi = s
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].hi+1 >= s })
+	switch {
+	case i < len(rs) && rs[i].lo <= s && s <= rs[i].hi:
+		return rs // there already
+	case i < len(rs) && rs[i].hi+1 == s:
+		rs[i].hi = s
+		if i+1 < len(rs) && rs[i+1].lo == s+1 {
+			rs[i].hi = rs[i+1].hi
+			rs = append(rs[:i+1], rs[i+2:]...)
+		}
+		return rs
+	case i < len(rs) && rs[i].lo == s+1:
+		rs[i].lo = s
 		return rs
 	}
-	return append(rs, seqRange{s, s})
+	return slices.Insert(rs, i, seqRange{s, s})
 }
 
 // takeHanded reports whether s is a handed-over sequence number, and

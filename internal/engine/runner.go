@@ -251,6 +251,19 @@ func (p *part) process() (bool, error) {
 	items := p.mb.Take()
 	now := p.now().UnixMilli()
 	for _, it := range items {
+		switch ev := it.Event.(type) {
+		case partition.MessageArrived:
+			if p.pageOutTaken(ev.Key) {
+				continue // in the store: paged in once the partition has room
+			}
+		case partition.Mutate:
+			if p.pg.on.Load() {
+				// Admitted before paging began, it would overtake the
+				// messages that wait in the store: refused as busy.
+				p.out.reply(partition.Reply{Request: ev.Mutation.Request, Err: ErrBusy})
+				continue
+			}
+		}
 		if err := p.core.Step(now, it.Event); err != nil {
 			return true, err
 		}
@@ -271,10 +284,14 @@ func (p *part) process() (bool, error) {
 		}
 	}
 	stepped := len(items) > 0
+	// The backlog before the events' count ends, so that the two never
+	// add up to less than the partition holds (atBound).
+	p.queued.Store(int64(p.core.Backlog()))
 	p.mb.Release(items)
 	if err := p.pageIn(now); err != nil {
 		return stepped, err
 	}
+	p.queued.Store(int64(p.core.Backlog()))
 
 	rd := p.core.Ready()
 	for _, f := range rd.Failures {

@@ -301,6 +301,12 @@ func (w *world) poll() {
 			w.logf("mutation %s: %v", pm.mu.id, pm.f.Err())
 			return true // its outcome is unknown to its caller
 		}
+		if errors.Is(pm.f.Err(), engine.ErrBusy) {
+			// Refused as its turn came, behind messages paged to the
+			// store: never applied (no receipt, which checkOrder sees).
+			w.logf("mutation %s refused at its turn: busy", pm.mu.id)
+			return true
+		}
 		w.must(pm.f.Err(), "mutation "+pm.mu.id)
 		rc := pm.f.Receipt()
 		pm.mu.acked, pm.mu.heardEpoch = &rc, w.m.epoch

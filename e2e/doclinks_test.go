@@ -11,7 +11,7 @@ import (
 
 // linkedDocs are the Markdown files whose links are checked, as globs
 // relative to the repository.
-var linkedDocs = []string{"README.md", "docs/*.md", "docs/reference/*.md", "examples/*/README.md"}
+var linkedDocs = []string{"README.md", "docs/*.md", "docs/*/*.md", "examples/*/README.md"}
 
 var (
 	// mdLinkRe is an inline link or image: [text](target) or

@@ -33,7 +33,21 @@ command -v curl >/dev/null || { echo "run.sh: curl is missing (it asks the nodes
 
 dir="${CLUSTER_DIR:-data/cluster}"
 export BIN_DIR="$bin" CLUSTER_DIR="$dir"
-rm -rf "$dir"
+# A fresh start: remove what the last run left, but only a directory this
+# script made (it holds module.yaml and brokers) or an empty one.
+if [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ]; then
+  if [ ! -f "$dir/module.yaml" ] || [ ! -f "$dir/brokers" ]; then
+    echo "run.sh: $dir is not empty and not the cluster directory of an earlier run; set CLUSTER_DIR to another directory" >&2
+    exit 1
+  fi
+  for f in "$dir"/*.pid; do
+    if [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; then
+      echo "run.sh: $(basename "$f" .pid) of an earlier run still runs (pid $(cat "$f")); stop it first" >&2
+      exit 1
+    fi
+  done
+  rm -rf "$dir"
+fi
 mkdir -p "$dir"
 
 pids=()

@@ -1,10 +1,11 @@
 # The two commands a newcomer needs (see README.md):
 #   make example   runs the runtime with the greeter example on the embedded store
 #   make example-kafka  the same with Kafka in and out (a development Kafka included)
+#   make example-cluster  three nodes in cluster mode on a development Kafka (docs/tutorials/cluster.md)
 #   make test      runs every test
 # And to tell whether a change made the runtime faster or slower:
 #   make bench-compare BASE=<rev>  the working tree against BASE, interleaved on this machine
-.PHONY: example example-kafka test build bench bench-compare bench-kafka bench-cluster bench-restate deps fuzz soak
+.PHONY: example example-kafka example-cluster test build bench bench-compare bench-kafka bench-cluster bench-restate deps fuzz soak
 
 build:
 	@echo "building bin/statefun, bin/greeter, bin/kafka-greeter and bin/devkafka (the first build downloads and compiles the dependencies: a minute or two)"
@@ -24,6 +25,11 @@ example: build
 # the greetings read back read_committed; Ctrl-C stops everything.
 example-kafka: build
 	./examples/kafka-greeter/run.sh
+
+# devkafka, the kafka-greeter functions and three statefun nodes in cluster
+# mode sharing one application; Ctrl-C stops everything.
+example-cluster: build
+	./examples/cluster/run.sh
 
 test: deps
 	go vet ./...

@@ -17,41 +17,63 @@ import (
 )
 
 // docFiles are the Markdown files whose marked blocks run
-// (docs/explanation/testing.md, "Docs that are tested"), relative to the repository.
-var docFiles = []string{"README.md"}
+// (docs/explanation/testing.md, "Docs that are tested"), as globs relative to the
+// repository.
+var docFiles = []string{"README.md", "docs/tutorials/*.md"}
 
-// TestDocs runs the commands of the README's marked blocks in order, per
-// scenario, against the real binary: a README line that stops working, or
-// whose shown output is no longer what the binary prints, fails here with
-// the file and line.
+// docsTested are the files that must keep blocks marked for a scenario:
+// a page whose markers were dropped would pass with nothing run.
+var docsTested = map[string]string{
+	"README.md":                  "greeter",
+	"docs/tutorials/greeter.md":  "greeter",
+	"docs/tutorials/incident.md": "greeter",
+	"docs/tutorials/kafka.md":    "kafka",
+	"docs/tutorials/cluster.md":  "cluster",
+}
+
+// TestDocs runs the commands of the marked blocks of the README and the
+// tutorials in order against the real binary, each file's scenario in an
+// environment of its own, started as the page says (make example, make
+// example-cluster): a line that stops working, or whose shown output is no
+// longer what the binary prints, fails here with the file and line.
 func TestDocs(t *testing.T) {
-	var blocks []docBlock
-	for _, f := range docFiles {
-		b, err := readDocBlocks(filepath.Join("..", f), f)
+	type run struct{ file, scenario string }
+	byRun := map[run][]docBlock{}
+	var order []run
+	for _, g := range docFiles {
+		files, err := filepath.Glob(filepath.Join("..", g))
 		if err != nil {
 			t.Fatal(err)
 		}
-		blocks = append(blocks, b...)
-	}
-	byScenario := map[string][]docBlock{}
-	var order []string
-	for _, b := range blocks {
-		if _, ok := docScenarios[b.scenario]; !ok {
-			t.Errorf("%s: no scenario %q in e2e/docs_test.go", b, b.scenario)
-			continue
+		for _, path := range files {
+			f := filepath.ToSlash(strings.TrimPrefix(path, ".."+string(filepath.Separator)))
+			blocks, err := readDocBlocks(path, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range blocks {
+				if _, ok := docScenarios[b.scenario]; !ok {
+					t.Errorf("%s: no scenario %q in e2e/docs_test.go", b, b.scenario)
+					continue
+				}
+				r := run{f, b.scenario}
+				if byRun[r] == nil {
+					order = append(order, r)
+				}
+				byRun[r] = append(byRun[r], b)
+			}
 		}
-		if byScenario[b.scenario] == nil {
-			order = append(order, b.scenario)
+	}
+	for f, scenario := range docsTested {
+		if len(byRun[run{f, scenario}]) == 0 {
+			t.Errorf("%s has no block marked <!-- test: %s -->", f, scenario)
 		}
-		byScenario[b.scenario] = append(byScenario[b.scenario], b)
 	}
-	if len(byScenario["greeter"]) == 0 {
-		t.Fatal("README.md has no block marked <!-- test: greeter -->")
-	}
-	for _, name := range order {
-		t.Run(name, func(t *testing.T) {
-			env := docScenarios[name](t)
-			for _, b := range byScenario[name] {
+	for _, r := range order {
+		t.Run(r.file+":"+r.scenario, func(t *testing.T) {
+			t.Parallel()
+			env := docScenarios[r.scenario](t)
+			for _, b := range byRun[r] {
 				if !env.runBlock(t, b) {
 					return // later blocks build on this one
 				}
@@ -64,6 +86,8 @@ func TestDocs(t *testing.T) {
 // scratch directory.
 var docScenarios = map[string]func(t *testing.T) *docEnv{
 	"greeter": startGreeterExample,
+	"kafka":   startKafkaExample,
+	"cluster": startClusterExample,
 }
 
 // docEnv is where a scenario's commands run: the scratch directory, the
@@ -210,9 +234,14 @@ func (e *docEnv) runBlock(t *testing.T, b docBlock) bool {
 				for k, v := range caps {
 					e.caps[k] = v
 				}
+				if out != "" {
+					t.Logf("%s:%d: printed:\n%s", b.file, c.line, out) // with -v: the output to copy into the doc
+				}
 				break
 			}
-			if err == nil && b.retry && time.Now().Before(deadline) {
+			// A read that waits on the runtime may also fail until then
+			// (grep finding no line yet exits 1).
+			if b.retry && c.want != nil && time.Now().Before(deadline) {
 				time.Sleep(200 * time.Millisecond)
 				continue
 			}

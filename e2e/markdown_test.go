@@ -219,6 +219,29 @@ func matchLines(want, got []string, caps map[string]string) (map[string]string, 
 	return matchLines(want[1:], got[1:], c)
 }
 
+// docVariables are what differs from one run to the next in output a
+// doc copied from a real run: a time in RFC 3339 (UTC, as the CLI and the
+// API print it) and a mutation id. In a doc's output each stands for any
+// other of its kind, so that the docs show output as it really prints.
+var docVariables = []*regexp.Regexp{
+	regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z`),
+	regexp.MustCompile(`[0-9a-z]{8}-[0-9a-f]{8}-[0-9a-f]{8}`),
+}
+
+// literalPattern is the regular expression of a doc's literal text: the
+// text itself, but for the times and mutation ids in it.
+func literalPattern(s string) string {
+	if s == "" {
+		return ""
+	}
+	for _, v := range docVariables {
+		if loc := v.FindStringIndex(s); loc != nil {
+			return literalPattern(s[:loc[0]]) + "(?:" + v.String() + ")" + literalPattern(s[loc[1]:])
+		}
+	}
+	return regexp.QuoteMeta(s)
+}
+
 // matchLine matches one squashed line, adding its captures to caps. A
 // name captured before must match the same word again.
 func matchLine(want, got string, caps map[string]string) bool {
@@ -231,14 +254,14 @@ func matchLine(want, got string, caps map[string]string) bool {
 		el := strings.Index(rest, ellipsisTok)
 		switch {
 		case loc == nil && el < 0:
-			re.WriteString(regexp.QuoteMeta(rest))
+			re.WriteString(literalPattern(rest))
 			rest = ""
 		case loc == nil || (el >= 0 && el < loc[0]):
-			re.WriteString(regexp.QuoteMeta(rest[:el]) + ".*")
+			re.WriteString(literalPattern(rest[:el]) + ".*")
 			rest = rest[el+len(ellipsisTok):]
 		default:
 			name := rest[loc[0]:loc[1]]
-			re.WriteString(regexp.QuoteMeta(rest[:loc[0]]))
+			re.WriteString(literalPattern(rest[:loc[0]]))
 			if v, ok := caps[name]; ok {
 				re.WriteString(regexp.QuoteMeta(v))
 			} else {
@@ -287,6 +310,12 @@ func TestMatchOutput(t *testing.T) {
 		{[]string{"ID STATUS", "<id> committed ..."}, "ID STATUS\nm-1 committed 4 5", true, map[string]string{"<id>": "m-1"}},
 		{[]string{"<id> <id>"}, "a b", false, nil},
 		{[]string{"a", "..."}, "b", false, nil},
+		// A time and a mutation id copied from a run match another run's.
+		{[]string{"2026-12-02T06:46:27.740Z anonymous pause mx5riv18-00000001-febd17e8 not JSON"},
+			"2027-01-30T23:01:02.5Z anonymous pause mz0abc12-0000000a-0123abcd not JSON", true, nil},
+		{[]string{"2026-12-02T06:46:27.740Z anonymous pause"}, "2026-12-02T06:46:27.740Z anonymous resume", false, nil},
+		{[]string{"at 2026-12-02T06:46:27.740Z"}, "at yesterday", false, nil},
+		{[]string{"visit number 42."}, "visit number 43.", false, nil},
 	} {
 		caps, ok := matchOutput(tc.want, tc.got)
 		if ok != tc.ok {

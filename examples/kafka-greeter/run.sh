@@ -14,7 +14,10 @@
 # else the example's own producer and consumer (bin/kafka-greeter produce |
 # consume). Every run starts from empty topics and an empty store.
 #
-# Environment: BIN_DIR (default bin).
+# Environment: BIN_DIR (default bin), DEVKAFKA_PORT (default 9092; 0: any
+# free ports), KAFKA_GREETER_ADDR (default :8000), STATEFUN_ADMIN_ADDR
+# (default 127.0.0.1:8070). With other addresses than the defaults the
+# runtime runs a copy of module.yaml pointed at them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -37,7 +40,7 @@ trap cleanup EXIT
 trap 'exit 0' INT TERM   # Ctrl-C is how this example ends
 
 # 1. The development Kafka. Its first line on stdout is the bootstrap list.
-"$bin/devkafka" -port 9092 -topic user-logins -topic greetings >"$work/devkafka.out" &
+"$bin/devkafka" -port "${DEVKAFKA_PORT:-9092}" -topic user-logins -topic greetings >"$work/devkafka.out" &
 pids+=($!)
 for _ in $(seq 100); do
   [ -s "$work/devkafka.out" ] && break
@@ -46,14 +49,21 @@ for _ in $(seq 100); do
 done
 brokers="$(head -n1 "$work/devkafka.out")"
 [ -n "$brokers" ] || { echo "run.sh: devkafka printed no brokers" >&2; exit 1; }
+broker="${brokers%%,*}"
 
 # 2. The functions.
-KAFKA_GREETER_ADDR=:8000 "$bin/kafka-greeter" &
+fnaddr="${KAFKA_GREETER_ADDR:-:8000}"
+KAFKA_GREETER_ADDR="$fnaddr" "$bin/kafka-greeter" &
 pids+=($!)
 
-# 3. The runtime.
-admin=127.0.0.1:8070
-"$bin/statefun" run --module examples/kafka-greeter/module.yaml --data-dir "$work/statefun" --admin-addr "$admin" &
+# 3. The runtime, with the module pointed at devkafka and the functions.
+module=examples/kafka-greeter/module.yaml
+if [ "$broker" != 127.0.0.1:9092 ] || [ "${fnaddr##*:}" != 8000 ]; then
+  sed -e "s/127\.0\.0\.1:9092/$broker/" -e "s#localhost:8000#localhost:${fnaddr##*:}#" "$module" >"$work/module.yaml"
+  module="$work/module.yaml"
+fi
+admin="${STATEFUN_ADMIN_ADDR:-127.0.0.1:8070}"
+"$bin/statefun" run --module "$module" --data-dir "$work/statefun" --admin-addr "$admin" &
 runtime=$!
 pids+=($runtime)
 for _ in $(seq 300); do

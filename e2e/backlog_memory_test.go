@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net/http"
@@ -107,10 +108,35 @@ func TestBacklogIsPagedThroughTheStore(t *testing.T) {
 			t.Errorf("%s: %v messages in memory, over %d partitions' bound of %d", when, mem, parts, bound)
 		}
 		rss := processRSS(t, rt.cmd.Process.Pid)
-		t.Logf("%s: %v messages in memory, %v in the store, of %d sent; RSS %d MiB, %v goroutines",
-			when, mem, stored, total, rss>>20, metric(t, rt, "go_goroutines"))
+		t.Logf("%s: %v messages in memory, %v in the store, of %d sent; RSS %d MiB, heap in use %.0f MiB, %v goroutines",
+			when, mem, stored, total, rss>>20, metric(t, rt, "go_memstats_heap_inuse_bytes")/(1<<20), metric(t, rt, "go_goroutines"))
 	}
 	held("sent")
+	if bound > 0 {
+		// What an operator sees of an address: the messages its partition
+		// holds, and how many more wait in the store.
+		most := 0
+		for i := range sinks {
+			resp, err := http.Get("http://" + rt.admin + "/inbox/sdktest/features/sink-" + strconv.Itoa(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var in struct {
+				Queued struct {
+					PagedInPartition int `json:"pagedInPartition"`
+				} `json:"queued"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&in)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			most = max(most, in.Queued.PagedInPartition)
+		}
+		if most == 0 {
+			t.Errorf("GET /inbox of every sink says nothing waits in the store")
+		}
+	}
 
 	rt.kill()
 	saStart(rt, "http", http.DefaultClient, args...)

@@ -183,6 +183,9 @@ func writeInbox(w io.Writer, in *stateclient.Inbox) error {
 	if in.Queued.OldestAt != nil {
 		queued += ", oldest arrived " + formatTime(*in.Queued.OldestAt)
 	}
+	if n := in.Queued.PagedInPartition; n > 0 {
+		queued += fmt.Sprintf("; %d more of the partition wait in the store", n)
+	}
 	if in.Queued.Truncated {
 		queued += fmt.Sprintf(" (%d listed)", len(in.Queued.Messages))
 	}

@@ -82,6 +82,9 @@ func (e *Engine) Inbox(ctx context.Context, a address.Address) (*partition.Inbox
 	if out == nil {
 		return nil, movedErr(own)
 	}
+	if pt := e.part(own); pt != nil {
+		out.PagedInPartition = int(pt.pg.waiting.Load())
+	}
 	for _, r := range reps {
 		if r.part != own {
 			out.Delayed = append(out.Delayed, r.Inbox.Delayed...)

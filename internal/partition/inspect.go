@@ -84,6 +84,10 @@ type Inbox struct {
 	// Delayed are the pending delayed messages for the address, by due
 	// time.
 	Delayed []DelayedMessage
+	// PagedInPartition is set by the shell: the messages of the address's
+	// partition that wait in the store, past the partition's bound in
+	// memory, and are not in Queued (the core does not hold them).
+	PagedInPartition int
 }
 
 // InflightBatch is the batch of an address that was sent (or failed and

@@ -151,6 +151,9 @@ type queuedJSON struct {
 	Messages []messageJSON `json:"messages"`
 	// Truncated says Messages lists only the first ?limit= of Count.
 	Truncated bool `json:"truncated"`
+	// PagedInPartition is the partition's messages waiting in the store,
+	// not listed (partition.Inbox.PagedInPartition).
+	PagedInPartition int `json:"pagedInPartition"`
 }
 
 type delayedJSON struct {
@@ -395,7 +398,7 @@ func (s *Server) serveInbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := inboxJSON{Address: addressOf(a), Paused: pauseOf(a, in.Pause), TypePaused: pauseOf(address.Address{Type: a.Type}, in.TypePause),
-		Queued: queuedJSON{Count: len(in.Queued), Messages: []messageJSON{}}, Delayed: []delayedJSON{}}
+		Queued: queuedJSON{Count: len(in.Queued), Messages: []messageJSON{}, PagedInPartition: in.PagedInPartition}, Delayed: []delayedJSON{}}
 	if b := in.Inflight; b != nil {
 		f := &inflightJSON{Attempt: b.Attempt, Waiting: b.Waiting, Since: msPtr(b.Since), NextAttempt: msPtr(b.RetryAt),
 			LastError: b.LastError, Violation: b.Violation, Messages: []messageJSON{}}

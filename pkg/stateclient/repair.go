@@ -97,6 +97,10 @@ type Inbox struct {
 		OldestAt  *time.Time     `json:"oldestAt"`
 		Messages  []InboxMessage `json:"messages"`
 		Truncated bool           `json:"truncated"`
+		// PagedInPartition is the messages of the address's partition
+		// that wait in the store, past its bound in memory: not listed
+		// until the partition has room for them.
+		PagedInPartition int `json:"pagedInPartition"`
 	} `json:"queued"`
 	Delayed []struct {
 		Timer    string       `json:"timer"`

@@ -266,6 +266,8 @@ function renderInbox(box, ctx, ns, type, id, inbox) {
     h('h3', null, 'Queued messages'),
     table('', msgHeaders, messageRows(ctx, ns, type, id, inbox.queued.messages, {paused: !!inbox.paused}), {label: 'Queued messages', empty: 'No message waits.'}),
     inbox.queued.truncated ? h('p', {class: 'hint'}, `The first ${inbox.queued.messages.length} of ${inbox.queued.count}.`) : null,
+    inbox.queued.pagedInPartition > 0 ? h('p', {class: 'hint', dataset: {paged: inbox.queued.pagedInPartition}},
+      `${inbox.queued.pagedInPartition} more messages of this partition wait in the store, past its bound in memory; some may be for this address. They are listed here once the partition has room for them.`) : null,
     h('h3', null, 'Delayed messages'),
     table('', ['Due', 'Sender', 'Token', 'Type', ['Size', 'num hide-narrow'], ['', 'actions']], delayedRows, {label: 'Delayed messages', empty: 'No delayed message is pending for this address.'}));
 }

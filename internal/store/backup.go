@@ -369,7 +369,6 @@ func (db *DB) allSourcePositions() ([]BackupSource, error) {
 	return out, closeIter(it)
 }
 
-
 // backupExtra are the files of a backup its manifest does not list.
 func backupExtra(name string) bool { return name == "LOCK" || name == BackupManifestName }
 

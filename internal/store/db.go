@@ -217,13 +217,13 @@ type DB struct {
 	press  pressure
 	kickAt [retainedSpaces]int64
 
-	id        string // the store's identity (identity.go)
-	preIDSeq  uint64 // the egress positions written before it had one
+	id        string          // the store's identity (identity.go)
+	preIDSeq  uint64          // the egress positions written before it had one
 	lineage   []Ancestor      // the stores it was restored from (restore.go)
 	restored  *BackupManifest // the backup this Open took on, or nil
 	backingUp sync.Mutex      // one backup at a time (backup.go)
-	replaced  string // the lost store a NewStore start replaced
-	recordErr error  // why RecordBeside could not record the store
+	replaced  string          // the lost store a NewStore start replaced
+	recordErr error           // why RecordBeside could not record the store
 	watch     *dirWatch
 }
 

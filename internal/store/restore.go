@@ -153,4 +153,3 @@ func (db *DB) adoptBackup() error {
 	}
 	return nil
 }
-

@@ -139,7 +139,7 @@ found.`,
 // quietPebble passes Pebble's errors on and drops its information lines.
 type quietPebble struct{}
 
-func (quietPebble) Infof(string, ...any)             {}
+func (quietPebble) Infof(string, ...any)              {}
 func (quietPebble) Errorf(format string, args ...any) { log.Printf(format, args...) }
 func (quietPebble) Fatalf(format string, args ...any) { log.Fatalf(format, args...) }
 

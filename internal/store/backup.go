@@ -157,9 +157,15 @@ func (db *DB) Backup(dir string, o BackupOptions) (*BackupManifest, error) {
 		return nil, fmt.Errorf("%w: the store is open read-only; copy its directory instead", ErrBackupDest)
 	}
 	if !db.backingUp.TryLock() {
+		if db.closed.Load() {
+			return nil, fmt.Errorf("store: backup: the store is closed")
+		}
 		return nil, ErrBackupRunning
 	}
 	defer db.backingUp.Unlock()
+	if db.closed.Load() {
+		return nil, fmt.Errorf("store: backup: the store is closed")
+	}
 	if err := db.health.fatalErr(); err != nil {
 		return nil, err
 	}

@@ -548,6 +548,10 @@ func (db *DB) Close() error {
 	if db.closed.Swap(true) {
 		return nil
 	}
+	// A backup in progress finishes first: Pebble may not close under
+	// its checkpoint.
+	db.backingUp.Lock()
+	defer db.backingUp.Unlock()
 	close(db.stop)
 	db.sweeper.Wait()
 	if err := db.health.fatalErr(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -61,6 +62,10 @@ func (s *Server) serveBackups(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusConflict, "this runtime takes no backups")
 		return
 	}
+	// A backup of a large store to another filesystem may take longer
+	// than the listener's write timeout: the answer waits for it (one
+	// backup at a time, so one such request).
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	m, err := s.opts.Backup(r.Context(), req.To, principal)
 	switch {
 	case err == nil:

@@ -339,6 +339,9 @@ func TestReadOnlyOverBackup(t *testing.T) {
 	if status, body := bkDo(t, "GET", api+"/overview", "", ""); status != 200 {
 		t.Errorf("GET /overview in read-only mode: %d %s", status, body)
 	}
+	if status, body := bkDo(t, "GET", api+"/whoami", "", ""); status != 200 || !strings.Contains(body, `"readOnly": true`) || strings.Contains(body, `"write"`) {
+		t.Errorf("GET /whoami in read-only mode: %d %s", status, body)
+	}
 	if status, _ := bkDo(t, "GET", api+"/ui", "", ""); status != 200 {
 		t.Errorf("GET /ui (the console) in read-only mode: %d", status)
 	}

@@ -97,4 +97,13 @@ func TestReadOnlyRefusesEveryWrite(t *testing.T) {
 	if r := send(t, api, "GET", "/state/test/fn/ro/str", nil); r.StatusCode != 200 || string(r.body) != "there" {
 		t.Errorf("GET in read-only mode: %s %s", r.Status, r.body)
 	}
+	// The console asks /whoami what it may show: no write.
+	var who struct {
+		Scopes   []string `json:"scopes"`
+		ReadOnly bool     `json:"readOnly"`
+	}
+	send(t, api, "GET", "/whoami", nil).json(t, &who)
+	if !who.ReadOnly || slices.Contains(who.Scopes, ScopeWrite) || !slices.Contains(who.Scopes, ScopeRead) {
+		t.Errorf("GET /whoami in read-only mode: %+v", who)
+	}
 }

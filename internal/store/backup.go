@@ -177,13 +177,22 @@ func (db *DB) Backup(dir string, o BackupOptions) (*BackupManifest, error) {
 		return nil, err
 	}
 	start := time.Now()
-	// An empty directory is taken: the checkpoint makes its own.
+	// An empty directory is taken: the checkpoint makes its own. A failed
+	// backup leaves it as it found it.
+	_, statErr := fs.Stat(dir)
+	existed := statErr == nil
 	if err := fs.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBackupDest, dir, err)
 	}
+	undo := func() {
+		_ = fs.RemoveAll(dir)
+		if existed {
+			_ = fs.MkdirAll(dir, 0o755)
+		}
+	}
 	takenAt := time.Now().UTC()
 	if err := db.pdb.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
-		_ = fs.RemoveAll(dir)
+		undo()
 		if errors.Is(err, syscall.ENOSPC) {
 			return nil, &NoRoomError{Dir: dir, Cause: err}
 		}
@@ -198,7 +207,7 @@ func (db *DB) Backup(dir string, o BackupOptions) (*BackupManifest, error) {
 		return nil
 	}, start)
 	if err != nil {
-		_ = fs.RemoveAll(dir)
+		undo()
 		if errors.Is(err, syscall.ENOSPC) {
 			return nil, &NoRoomError{Dir: dir, Cause: err}
 		}

@@ -115,6 +115,8 @@ writes and repairs a running application's state through its state API.`,
 		Annotations: map[string]string{synopsisAnnotation: `run --module FILE [--data-dir DIR] [--admin-addr HOST:PORT] [flags]
 run --module FILE --cluster-brokers HOST:PORT,... --cluster-app-id ID --cluster-node-id ID --cluster-advertise URL [--cluster-secret-file FILE] [flags]
 state <command> [flags] <args>
+backup --to DIR [flags]
+backup verify DIR
 version
 completion bash|zsh|fish|powershell`},
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -135,7 +137,7 @@ completion bash|zsh|fish|powershell`},
 	root.SetFlagErrorFunc(flagError)
 	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) { writeHelp(c.stderr, cmd) })
 	root.SetUsageFunc(func(cmd *cobra.Command) error { writeUsage(c.stderr, cmd); return nil })
-	root.AddCommand(newRunCmd(c), newStateCmd(c), newVersionCmd(c), newGenDocsCmd(c))
+	root.AddCommand(newRunCmd(c), newStateCmd(c), newBackupCmd(c), newVersionCmd(c), newGenDocsCmd(c))
 	return root
 }
 

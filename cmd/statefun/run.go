@@ -123,6 +123,8 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 	bindEnv(fs, "kafka-ingress-keep-membership", "STATEFUN_KAFKA_INGRESS_KEEP_MEMBERSHIP")
 	newStore := fs.Bool("new-store", false, "start a new empty store where the data directory lost the store it held (deleted, emptied or not mounted); without it such a start is refused. Everything the lost store held is gone for good; remove the flag after use (docs/explanation/guarantees.md)")
 	bindEnv(fs, "new-store", "STATEFUN_NEW_STORE")
+	readOnly := fs.Bool("read-only", false, "serve the state API and the console over the store in --data-dir (a backup, or a stopped runtime's store) without changing a byte of it: no function is invoked, no delayed message fires, no Kafka ingress or egress runs, and every write is refused with a 409 naming read-only mode (docs/how-to/backup.md)")
+	bindEnv(fs, "read-only", "STATEFUN_READ_ONLY")
 	resets := resetMarkers{}
 	fs.Var(resets, "kafka-egress-reset-marker", "EGRESS=STORE@POSITION: replace this position marker of another store, which the exactly-once Kafka egress EGRESS refuses (the refusal prints the value), by one of this store, and deliver this store's whole outbox; repeat for more egresses; the environment variable takes a comma-separated list (docs/reference/kafka-egress.md)")
 	bindEnv(fs, "kafka-egress-reset-marker", "STATEFUN_KAFKA_EGRESS_RESET_MARKER")
@@ -259,6 +261,7 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 			KafkaIngressKeepMembership: *keepIngressMembership,
 			NewStore:                   *newStore,
 			KafkaEgressResetMarkers:    resets,
+			ReadOnly:                   *readOnly,
 		})
 		if err != nil {
 			return runtimeError{err}

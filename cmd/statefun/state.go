@@ -89,7 +89,18 @@ func newStateCmd(cl *cli) *cobra.Command {
 			return usagef("unknown command %q%s", args[0], suggest(cmd, args[0]))
 		},
 	}
-	fs := cmd.PersistentFlags()
+	c.bindClientFlags(cmd.PersistentFlags(), 30*time.Second)
+	cmd.AddCommand(
+		c.getCmd(), c.putCmd(), c.deleteCmd(), c.lsCmd(), c.editCmd(), c.revertCmd(), c.historyCmd(), c.restoreCmd(),
+		c.receiptCmd(), c.auditCmd(), c.deadLettersCmd(), c.failingCmd(), c.inboxCmd(), c.pauseCmd(), c.resumeCmd(),
+		c.pausesCmd(), c.skipCmd(), c.editMessageCmd(), c.cancelCmd(), c.deleteAddressCmd(), c.skippedCmd(), c.resendCmd(),
+	)
+	return cmd
+}
+
+// bindClientFlags binds the flags that say how to reach the state API to
+// fs: the state commands' and `statefun backup`'s.
+func (c *stateCLI) bindClientFlags(fs *pflag.FlagSet, timeout time.Duration) {
 	fs.SortFlags = false
 	fs.StringVar(&c.server, "server", "http://127.0.0.1:8070", "the admin listener's URL")
 	bindEnv(fs, "server", "STATEFUN_SERVER")
@@ -99,14 +110,8 @@ func newStateCmd(cl *cli) *cobra.Command {
 	bindEnv(fs, "token-file", "STATEFUN_TOKEN_FILE")
 	fs.StringVar(&c.cacert, "cacert", "", "trust the PEM certificates in this file for https")
 	bindEnv(fs, "cacert", "STATEFUN_CACERT")
-	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "time limit of each request; 0 for none")
+	fs.DurationVar(&c.timeout, "timeout", timeout, "time limit of each request; 0 for none")
 	c.flags = fs
-	cmd.AddCommand(
-		c.getCmd(), c.putCmd(), c.deleteCmd(), c.lsCmd(), c.editCmd(), c.revertCmd(), c.historyCmd(), c.restoreCmd(),
-		c.receiptCmd(), c.auditCmd(), c.deadLettersCmd(), c.failingCmd(), c.inboxCmd(), c.pauseCmd(), c.resumeCmd(),
-		c.pausesCmd(), c.skipCmd(), c.editMessageCmd(), c.cancelCmd(), c.deleteAddressCmd(), c.skippedCmd(), c.resendCmd(),
-	)
-	return cmd
 }
 
 // stateCommand returns a command of `statefun state`: its arguments may be

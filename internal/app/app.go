@@ -143,6 +143,13 @@ type Config struct {
 	// (docs/explanation/cluster.md); nil runs it embedded. Partitions must then be 0:
 	// P is the application's.
 	Cluster *clusterconfig.Config
+	// ReadOnly serves the state API and the console over the store in
+	// DataDir (a backup, or a stopped runtime's store) without changing
+	// it: the store is opened read-only, no function is invoked, no
+	// delayed message fires, no Kafka ingress or egress starts, and every
+	// write is refused with a 409 naming read-only mode (readonly.go).
+	// Embedded mode only.
+	ReadOnly bool
 }
 
 // App is a running runtime.
@@ -174,6 +181,9 @@ type App struct {
 // starts every listener. Errors name what was wrong (a module error carries
 // file, line and field).
 func Start(cfg Config) (*App, error) {
+	if cfg.ReadOnly && (cfg.Cluster != nil || cfg.NewStore || len(cfg.KafkaEgressResetMarkers) > 0) {
+		return nil, errors.New("app: read-only mode (--read-only) looks into an embedded store without changing it: not with cluster mode, --new-store or --kafka-egress-reset-marker")
+	}
 	if cfg.Cluster != nil {
 		// Refused before the module is read or a store created, so a
 		// refused start leaves nothing behind.
@@ -291,6 +301,12 @@ func Start(cfg Config) (*App, error) {
 	)
 	if cfg.Cluster == nil {
 		kafka, routes, err = kafkaEgresses(mod, kplan, db, reg, cfg.Logger, cfg.KafkaEgressResetMarkers)
+		if err == nil && cfg.ReadOnly {
+			// The routes check what functions send, and none is invoked;
+			// no relay delivers.
+			kafka.close()
+			kafka = &kafkaEdges{log: cfg.Logger}
+		}
 	} else {
 		// Kafka egress records are produced in the node's transaction;
 		// Kafka ingress topics are consumed by the node's session.
@@ -324,6 +340,7 @@ func Start(cfg Config) (*App, error) {
 		Logger:          cfg.Logger,
 		Metrics:         engine.NewMetrics(reg),
 		Admit:           guard.Admit,
+		ReadOnly:        cfg.ReadOnly,
 	}
 	if cfg.PauseOnViolation {
 		eopts.PauseOnViolation = func(address.TypeName) bool { return true }
@@ -344,6 +361,9 @@ func Start(cfg Config) (*App, error) {
 	}
 	if cn != nil {
 		cn.Bind(eng)
+	}
+	if cfg.ReadOnly {
+		kplan.ingresses = nil // no Kafka ingress consumes
 	}
 	if err := kafka.addIngresses(kplan, fns, eng, reg, cfg.KafkaIngressKeepMembership); err != nil {
 		kafka.close()
@@ -442,6 +462,8 @@ func Start(cfg Config) (*App, error) {
 			return nil, err
 		}
 	}
+	apiOpts.ReadOnly = cfg.ReadOnly
+	apiOpts.Backup = a.backup
 	api = stateapi.New(eng, eng.Reads(), apiOpts)
 	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready, fns.Down)), cfg.TLSCert, cfg.TLSKey); err != nil {
 		a.Close()
@@ -451,8 +473,8 @@ func Start(cfg Config) (*App, error) {
 	// must not reach them through its visitor's browser.
 	browsers := browserguard.New(PlaygroundGuard(cfg))
 	for i, in := range mod.Ingresses {
-		h := browsers.Handler(&ingress.Playground{Sink: sink, Busy: unavailable,
-			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Admit: fns.Admit})
+		h := browsers.Handler(readOnlyEdge(cfg.ReadOnly, "playground ingress", &ingress.Playground{Sink: sink, Busy: unavailable,
+			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Admit: fns.Admit}))
 		a.names[fmt.Sprintf("ingress%d", i)] = fmt.Sprintf("playground ingress (%s)", in.Pos)
 		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
 			a.Close()
@@ -460,8 +482,8 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	for i, eg := range mod.Egresses {
-		h := browsers.Handler(&egress.Playground{Source: eng, Topics: eg.Topics, Logger: cfg.Logger, Unavailable: unavailable,
-			NotRead: func(err error) bool { return errors.Is(err, engine.ErrNotRead) }})
+		h := browsers.Handler(readOnlyEdge(cfg.ReadOnly, "playground egress", &egress.Playground{Source: eng, Topics: eg.Topics, Logger: cfg.Logger, Unavailable: unavailable,
+			NotRead: func(err error) bool { return errors.Is(err, engine.ErrNotRead) }}))
 		a.names[fmt.Sprintf("egress%d", i)] = fmt.Sprintf("playground egress (%s)", eg.Pos)
 		if err := a.listen(fmt.Sprintf("egress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(eg.Port)), h); err != nil {
 			a.Close()
@@ -481,7 +503,7 @@ func Start(cfg Config) (*App, error) {
 	}
 	a.up.Store(true)
 	a.log.Info("statefun running", "module", cfg.ModulePath, "data_dir", cfg.DataDir, "store", db.ID(),
-		"partitions", eng.Partitions(), "admin", a.addrs["admin"])
+		"partitions", eng.Partitions(), "admin", a.addrs["admin"], "read_only", cfg.ReadOnly)
 	return a, nil
 }
 

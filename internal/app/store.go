@@ -26,6 +26,17 @@ func openStore(cfg Config, reg prometheus.Registerer) (*diskguard.Guard, *store.
 	// the application's changelog topics, so an empty one is normal.
 	opts.RecordBeside = cfg.Cluster == nil
 	opts.NewStore = cfg.NewStore || cfg.Cluster != nil
+	if cfg.ReadOnly {
+		// Nothing is written: no guard, no record, no sweeps.
+		opts.ReadOnly, opts.RecordBeside = true, false
+		db, err := store.Open(cfg.DataDir, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.Logger.Info("read-only mode: serving the store without changing it; no function is invoked, no delayed message fires, no Kafka ingress or egress runs, every write is refused",
+			"data_dir", cfg.DataDir, "store", db.ID())
+		return nil, db, nil
+	}
 	var guard *diskguard.Guard
 	if cfg.DiskReserve >= 0 {
 		reserve := cfg.DiskReserve
@@ -56,6 +67,12 @@ func openStore(cfg Config, reg prometheus.Registerer) (*diskguard.Guard, *store.
 	}
 	if err := db.RecordErr(); err != nil {
 		cfg.Logger.Warn("the store is not recorded beside its data directory, so a start on its empty place will not be refused; make the parent directory writable", "error", err)
+	}
+	if m := db.Restored(); m != nil {
+		cfg.Logger.Warn("started on a restored backup: the store has an identity of its own now, and holds what was acknowledged before the backup was taken, not what came after. "+
+			"Kafka ingresses resume from the backup's positions, so records consumed after it are consumed again and their effects produced again; exactly-once Kafka egresses take the original store's markers as proof of delivery up to the backup's egress position only",
+			"data_dir", cfg.DataDir, "store", db.ID(), "restored_from", m.Store, "backup_taken_at", m.TakenAt.Format("2006-01-02T15:04:05.000Z07:00"),
+			"egress_position", m.EgressPosition, "by", Operator())
 	}
 	if db.ReplayedAtOpen() {
 		cfg.Logger.Info("the store was not closed cleanly; replayed its write-ahead log", "data_dir", cfg.DataDir)

@@ -103,6 +103,10 @@ type Options struct {
 	// say which partitions it runs (cluster mode). Requires Durability
 	// and Outbound.
 	Owned bool
+	// ReadOnly runs the partitions without invoking any function or
+	// making anything durable (readonly.go): for a store opened
+	// read-only. Not with Owned or Driven.
+	ReadOnly bool
 }
 
 // DefaultMaxBacklog is the default of Options.MaxBacklog: 160,000
@@ -213,6 +217,9 @@ func New(opts Options) (*Engine, error) {
 	if opts.Owned != (opts.Outbound != nil) {
 		return nil, errors.New("engine: Options.Owned and Options.Outbound go together (cluster mode): set both or neither")
 	}
+	if opts.ReadOnly && (opts.Owned || opts.Driven) {
+		return nil, errors.New("engine: Options.ReadOnly runs every partition itself: not with Owned or Driven")
+	}
 	if opts.Owned && opts.Durability == nil {
 		return nil, errors.New("engine: Options.Owned needs Options.Durability (the cluster session makes the partitions' work durable)")
 	}
@@ -249,6 +256,10 @@ func New(opts Options) (*Engine, error) {
 		e.db.SetChangelogSweep(e.sweepThroughChangelog)
 	} else if err := e.restore(); err != nil {
 		return nil, err
+	}
+	if opts.ReadOnly {
+		e.com, e.calls = readOnlyDurability{}, heldCalls{}
+		return e, nil
 	}
 	if opts.Durability != nil {
 		e.com = opts.Durability

@@ -162,6 +162,9 @@ type PauseRequest struct {
 // some of them). It is not refused for a full queue: holding an address is
 // what an overloaded runtime needs.
 func (e *Engine) Pause(ctx context.Context, r PauseRequest) (partition.Receipt, error) {
+	if err := e.writable(); err != nil {
+		return partition.Receipt{}, err
+	}
 	if e.closed.Load() {
 		return partition.Receipt{}, ErrClosed
 	}
@@ -258,6 +261,9 @@ type PauseOutcome struct {
 // TypeOwner answers the stored receipt (or, while its first application
 // is not durable yet, waits for it). Options.Owned only.
 func (e *Engine) PauseIn(ctx context.Context, r PauseRequest, parts []int) (PauseOutcome, error) {
+	if err := e.writable(); err != nil {
+		return PauseOutcome{}, err
+	}
 	var out PauseOutcome
 	switch {
 	case !e.opts.Owned:

@@ -103,3 +103,12 @@ func (r Reads) ScanMessageDeadLetters(after string, fn func(*protocol.MessageDea
 	}
 	return r.db.ScanMessageDeadLetters(after, fn)
 }
+
+// Backup writes a consistent copy of the store to dir while the engine
+// runs (store.DB.Backup).
+func (r Reads) Backup(dir string, o store.BackupOptions) (*store.BackupManifest, error) {
+	if r.closed.Load() {
+		return nil, ErrClosed
+	}
+	return r.db.Backup(dir, o)
+}

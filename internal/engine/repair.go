@@ -26,6 +26,9 @@ import (
 // durable. Like a pause, it is not refused for a full queue: repairing
 // an address is what an overloaded runtime needs.
 func (e *Engine) Repair(ctx context.Context, m partition.Mutation) (partition.Receipt, error) {
+	if err := e.writable(); err != nil {
+		return partition.Receipt{}, err
+	}
 	if e.closed.Load() {
 		return partition.Receipt{}, ErrClosed
 	}
@@ -69,6 +72,9 @@ var ErrNoSuchPartition = errors.New("engine: no such partition")
 // (ev.Reinstate, held by partition part). It returns the receipt once the
 // commit is durable.
 func (e *Engine) RepairDelayed(ctx context.Context, part int, ev partition.DelayedRepair) (partition.Receipt, error) {
+	if err := e.writable(); err != nil {
+		return partition.Receipt{}, err
+	}
 	if e.closed.Load() {
 		return partition.Receipt{}, ErrClosed
 	}
@@ -188,6 +194,9 @@ type ResendRequest struct {
 // target's owner applies the command and writes the receipt and audit
 // record.
 func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt, partition.InboxKey, error) {
+	if err := e.writable(); err != nil {
+		return partition.Receipt{}, partition.InboxKey{}, err
+	}
 	if e.closed.Load() {
 		return partition.Receipt{}, partition.InboxKey{}, ErrClosed
 	}

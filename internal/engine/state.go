@@ -163,6 +163,9 @@ func (e *Engine) readStore(p *part, a address.Address, state string) (rep partit
 // commit carrying it is durable for AckCommitted. It returns ErrBusy when
 // the partition's queue is full.
 func (e *Engine) Mutate(ctx context.Context, m partition.Mutation) (partition.Receipt, error) {
+	if err := e.writable(); err != nil {
+		return partition.Receipt{}, err
+	}
 	start := time.Now()
 	pm, err := e.mutate(m)
 	if err != nil {

@@ -2,6 +2,7 @@ package kafkaegress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -26,6 +27,12 @@ import (
 //     and digest), which are then removed; with none left, the store must
 //     have written that position (a restored copy of the store may not
 //     have);
+//   - a marker of a store this one was restored from (a backup of it:
+//     store.DB.SharedWith): the two stores share their records up to the
+//     egress position the backup held, so the marker proves delivery of
+//     those up to the lesser of the two positions, which are removed;
+//     delivery resumes after it, and every position above the shared ones
+//     is this store's own, never skipped on the ancestor's word;
 //   - a marker with another store's identity: refused;
 //   - a marker without an identity (an older build wrote it): accepted only
 //     up to the positions this store wrote before it had an identity, as
@@ -57,10 +64,26 @@ func (e *MarkerRefusedError) Error() string {
 		e.TransactionalID, e.TransactionalID, e.MarkerTopic, e.Why, e.Egress, e.Marker)
 }
 
-// judge decides whether m is this store's marker; if it is, it removes
-// from the outbox the records at or below m.Position that Kafka has. It
+// judge decides whether m is this store's marker (or its ancestor's); if
+// it is, it removes from the outbox the records at or below m.Position
+// that Kafka has, and returns the position delivery resumes after. It
 // returns a *MarkerRefusedError when m is not provably this store's.
-func (r *Relay) judge(ctx context.Context, out Outbox, m *marker) error {
+func (r *Relay) judge(ctx context.Context, out Outbox, m *marker) (uint64, error) {
+	if err := r.judgeOwn(ctx, out, m); err != errAncestor {
+		return m.Position, err
+	}
+	shared, _ := r.cfg.Store.SharedWith(m.Store)
+	through := min(m.Position, shared)
+	r.log.Warn("kafka egress: taking the position marker of the store this one was restored from (a backup) as proof of delivery of the records the two share; this store's own records after them are delivered",
+		"marker", m.ref().String(), "transactional_id", r.cfg.TransactionalID, "store", r.cfg.Store.ID(),
+		"shared_through", shared, "delivered_through", through)
+	return through, r.ackThrough(ctx, out, through)
+}
+
+// errAncestor is judgeOwn's answer for a marker of an ancestor.
+var errAncestor = errors.New("kafkaegress: an ancestor's marker")
+
+func (r *Relay) judgeOwn(ctx context.Context, out Outbox, m *marker) error {
 	st := r.cfg.Store
 	refuse := func(format string, args ...any) error {
 		return &MarkerRefusedError{Egress: r.cfg.ID, TransactionalID: r.cfg.TransactionalID, MarkerTopic: r.cfg.MarkerTopic,
@@ -77,6 +100,9 @@ func (r *Relay) judge(ctx context.Context, out Outbox, m *marker) error {
 			"marker", m.ref().String(), "transactional_id", r.cfg.TransactionalID)
 		return r.ackThrough(ctx, out, m.Position)
 	default:
+		if _, ok := st.SharedWith(m.Store); ok {
+			return errAncestor
+		}
 		return refuse("store %s wrote it, and this is store %s (a new or another data directory, or another runtime with the same transactional id)", m.Store, st.ID())
 	}
 	// This store's identity: check what is left at or below the marker.
@@ -106,12 +132,12 @@ func (r *Relay) judge(ctx context.Context, out Outbox, m *marker) error {
 			return err
 		}
 		if m.Position > written {
-			return refuse("this store wrote positions up to %d only, below the marker's %d: it is an older copy of the store that wrote the marker (a restored backup)", written, m.Position)
+			return refuse("this store wrote positions up to %d only, below the marker's %d: it is an older copy of the store that wrote the marker (a copy of its data directory, not restored from a statefun backup)", written, m.Position)
 		}
 		return nil // Kafka has everything at or below it, and so does the outbox's removal
 	}
 	if dg.n != m.Records || dg.sum() != m.Digest {
-		return refuse("the %d records at or below position %d in this store's outbox are not the %d records of the batch the marker ends (positions %d to %d): this is a copy of the store that wrote the marker (a restored backup) holding other records",
+		return refuse("the %d records at or below position %d in this store's outbox are not the %d records of the batch the marker ends (positions %d to %d): this is a copy of the store that wrote the marker (a copy of its data directory, not restored from a statefun backup) holding other records",
 			dg.n, m.Position, m.Records, m.After+1, m.Position)
 	}
 	// The batch whose local removal a crash lost: Kafka has it.

@@ -284,3 +284,89 @@ func TestParseMarkerRef(t *testing.T) {
 		}
 	}
 }
+
+// A store restored from a backup (store.DB.Backup, then a start on a copy)
+// has an identity of its own and its original as ancestor. The original's
+// last marker proves delivery of the records the two share — up to the
+// backup's egress position — and no further: whether the original
+// delivered beyond the backup's position (its marker is above it) or not
+// (the backup holds records the original never delivered), every record
+// reaches the topic exactly once, and the restored store's own records,
+// at positions the original had used for others, are never skipped.
+func TestRestoredBackupTakesItsOriginsMarker(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		originDelivers   bool // the original delivers what the backup holds undelivered, and more
+		wantFromOriginal [2]int
+	}{
+		{"the original delivered past the backup", true, [2]int{0, 50}},
+		{"the original delivered less than the backup holds", false, [2]int{0, 30}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			brokers := c.ListenAddrs()
+			cfg := testConfig(c, ExactlyOnce)
+			fs := vfs.NewMem()
+			r1 := newRelay(t, cfg)
+			rt := openRuntime(t, fs, r1.Route, nil)
+			rt.start(r1)
+			rt.ingest(t, 0, 20, 3)
+			waitDelivered(t, rt, brokers, 20)
+			r1.Close()
+			// Ten records wait in the outbox when the backup is taken.
+			rt.ingest(t, 20, 10, 3)
+			waitFor(t, "positions up to 30", func() bool {
+				seq, err := rt.db.MaxEgressSeq()
+				return err == nil && seq >= 30
+			})
+			m, err := rt.db.Backup("/backup", store.BackupOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.EgressPosition != 30 {
+				t.Fatalf("the backup's egress position is %d, want 30", m.EgressPosition)
+			}
+			orig := rt.db.ID()
+			if tc.originDelivers {
+				r2 := newRelay(t, cfg)
+				rt.start(r2)
+				rt.ingest(t, 30, 20, 3)
+				waitDelivered(t, rt, brokers, 50)
+				r2.Close()
+			}
+			rt.close()
+
+			restored := vfs.NewMem()
+			if _, err := vfs.Clone(fs, restored, "/backup", "data"); err != nil {
+				t.Fatal(err)
+			}
+			r3 := newRelay(t, cfg)
+			rtB := openRuntime(t, restored, r3.Route, nil)
+			if rtB.db.ID() == orig {
+				t.Fatal("the restored store kept its original's identity")
+			}
+			if pos, ok := rtB.db.SharedWith(orig); !ok || pos != 30 {
+				t.Fatalf("the restored store shares positions up to %d (%v) with its original, want 30", pos, ok)
+			}
+			// Its own records take positions from 31 on: under the
+			// original's marker when it delivered up to 50.
+			rtB.ingest(t, 200, 30, 3)
+			waitFor(t, "positions up to 60", func() bool {
+				seq, err := rtB.db.MaxEgressSeq()
+				return err == nil && seq >= 60
+			})
+			rtB.start(r3)
+			waitOutput(t, rtB, brokers, wantRanges(tc.wantFromOriginal, [2]int{200, 30}))
+			if err := r3.Ready(); err != nil {
+				t.Fatalf("not ready: %v", err)
+			}
+			// The marker is the restored store's own now: a restart
+			// delivers what comes next, once.
+			r3.Close()
+			r4 := newRelay(t, cfg)
+			rtB.start(r4)
+			rtB.ingest(t, 230, 5, 3)
+			waitOutput(t, rtB, brokers, wantRanges(tc.wantFromOriginal, [2]int{200, 35}))
+		})
+	}
+}

@@ -69,6 +69,10 @@ type Store interface {
 	PreIDEgressSeq() uint64
 	// MaxEgressSeq is the highest egress position the store ever wrote.
 	MaxEgressSeq() (uint64, error)
+	// SharedWith reports whether store is one this store was restored
+	// from (a backup of it), and up to which egress position the two
+	// share their records.
+	SharedWith(store string) (uint64, bool)
 }
 
 // Relay delivers one Kafka egress's outbox to Kafka. Create it with New
@@ -439,7 +443,7 @@ func (r *Relay) resume(ctx context.Context, cl *kgo.Client, out Outbox) (uint64,
 		}
 		return m.Position, nil
 	}
-	err = r.judge(ctx, out, m)
+	after, err := r.judge(ctx, out, m)
 	var refused *MarkerRefusedError
 	if errors.As(err, &refused) && r.cfg.ResetMarker != nil && *r.cfg.ResetMarker == m.ref() {
 		if err := r.reset(ctx, cl, out, m); err != nil {
@@ -450,7 +454,7 @@ func (r *Relay) resume(ctx context.Context, cl *kgo.Client, out Outbox) (uint64,
 	if err != nil {
 		return 0, err
 	}
-	return m.Position, nil
+	return after, nil
 }
 
 // ackThrough removes the records up to pos from the outbox. The outbox

@@ -481,7 +481,7 @@ func TestOpenAPIOperations(t *testing.T) {
 	eng := startWithFunction(t, engineConfig{})
 	// A view of a cluster of one node, so that GET /cluster answers as
 	// in cluster mode (its schema is checked against it).
-	api := serve(t, eng, Options{ClusterView: func(context.Context) ClusterView {
+	api := serve(t, eng, Options{Backup: backupTo(eng), ClusterView: func(context.Context) ClusterView {
 		return ClusterView{App: "app", Partitions: 2, GroupState: "Stable", Owners: map[int]string{0: "a"},
 			Self: ClusterNode{Node: "a", AdminURL: "http://a:8070", Ready: true, Member: "a-1", Generation: 3,
 				Serving: []int{0}, Lag: map[int]int64{0: 5}, LastCommit: time.Now(), Commits: 7},
@@ -591,6 +591,7 @@ func TestOpenAPIOperations(t *testing.T) {
 		"headCluster":                {"HEAD", "/cluster", "", ""},
 		"headEndpoints":              {"HEAD", "/endpoints", "", ""},
 		"headGetOverview":            {"HEAD", "/overview", "", ""},
+		"createBackup":               {"POST", "/backups", "application/json", `{"to":"/backup-ops"}`},
 	}
 	for _, op := range s.ops {
 		id := op.node["operationId"].(string)

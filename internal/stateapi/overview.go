@@ -47,7 +47,8 @@ func (s *Server) serveWhoami(w http.ResponseWriter, r *http.Request) {
 		Scopes        []string `json:"scopes"`
 		Tokens        bool     `json:"tokens"`
 		RequireReason bool     `json:"requireReason"`
-	}{Principal: "anonymous", Scopes: []string{ScopeRead, ScopeWrite}, RequireReason: s.opts.RequireReason}
+		ReadOnly      bool     `json:"readOnly"`
+	}{Principal: "anonymous", Scopes: []string{ScopeRead, ScopeWrite}, RequireReason: s.opts.RequireReason, ReadOnly: s.opts.ReadOnly}
 	if len(s.tokens) > 0 {
 		t, ok := s.identify(w, r)
 		if !ok {
@@ -55,6 +56,11 @@ func (s *Server) serveWhoami(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Principal, out.Scopes, out.Tokens = t.Name, slices.Clone(t.Scopes), true
 		sort.Strings(out.Scopes)
+	}
+	if s.opts.ReadOnly {
+		// Nothing may be written, whatever the token: the console shows
+		// no write action.
+		out.Scopes = slices.DeleteFunc(out.Scopes, func(sc string) bool { return sc == ScopeWrite })
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -85,6 +85,14 @@ type Options struct {
 	// ClusterView, in cluster mode, says what this node knows of the
 	// cluster (GET /cluster). Nil in embedded mode: /cluster is a 404.
 	ClusterView func(ctx context.Context) ClusterView
+	// Backup takes a backup of the store (POST /backups, backups.go); an
+	// error wrapping ErrNoBackups is answered 409 (cluster mode). Nil:
+	// POST /backups answers 409.
+	Backup BackupFunc
+	// ReadOnly refuses every request that could change something (any
+	// method but GET, HEAD and OPTIONS) with a 409 naming read-only mode
+	// (statefun run --read-only).
+	ReadOnly bool
 }
 
 // Server serves the state API routes on the admin listener.
@@ -145,6 +153,7 @@ var routes = []route{
 	{"/overview", (*Server).serveOverview},
 	{"/endpoints", (*Server).serveEndpoints},
 	{"/cluster", (*Server).serveCluster},
+	{"/backups", (*Server).serveBackups},
 }
 
 // Register mounts the API's routes on mux.
@@ -188,6 +197,9 @@ func (s *Server) serve(rt route, w http.ResponseWriter, r *http.Request) {
 	}
 	r, ok := s.fromNode(w, r)
 	if !ok {
+		return
+	}
+	if s.readOnlyRefused(w, r) {
 		return
 	}
 	if id, ok := sentOnce(r); ok {

@@ -114,6 +114,14 @@ type Options struct {
 	// synced commit, that its directory is still there (CheckDir). Zero
 	// means DefaultDirCheckInterval; negative means only at commits.
 	DirCheckInterval time.Duration
+
+	// ReadOnly opens an existing store for reading only (a backup being
+	// looked into): Pebble is opened read-only, nothing in the directory
+	// is created, written or removed (no probe file, no identity file, no
+	// upgrade, no retention sweep, no flush at Close), and every commit
+	// fails. A store that this build would have to upgrade or index first
+	// is refused (ErrNeedsWrite): start on a copy of it without ReadOnly.
+	ReadOnly bool
 }
 
 const (
@@ -209,10 +217,13 @@ type DB struct {
 	press  pressure
 	kickAt [retainedSpaces]int64
 
-	id        string // the store's identity (identity.go)
-	preIDSeq  uint64 // the egress positions written before it had one
-	replaced  string // the lost store a NewStore start replaced
-	recordErr error  // why RecordBeside could not record the store
+	id        string          // the store's identity (identity.go)
+	preIDSeq  uint64          // the egress positions written before it had one
+	lineage   []Ancestor      // the stores it was restored from (restore.go)
+	restored  *BackupManifest // the backup this Open took on, or nil
+	backingUp sync.Mutex      // one backup at a time (backup.go)
+	replaced  string          // the lost store a NewStore start replaced
+	recordErr error           // why RecordBeside could not record the store
 	watch     *dirWatch
 }
 
@@ -234,6 +245,9 @@ func Open(dir string, opts Options) (*DB, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if opts.ReadOnly {
+		return openReadOnly(dir, opts)
 	}
 	replaced, err := checkLost(dir, opts)
 	if err != nil {
@@ -259,6 +273,30 @@ func Open(dir string, opts Options) (*DB, error) {
 		EventListener:      &listener,
 		FormatMajorVersion: pebbleFormat,
 	}
+	db, err := openPebble(dir, opts, popts, h, fsCloser)
+	if err != nil {
+		return nil, err
+	}
+	if err := db.prepare(); err != nil {
+		_ = db.pdb.Close()
+		_ = fsCloser.Close()
+		return nil, err
+	}
+	db.replaced = replaced
+	if opts.SweepInterval > 0 {
+		db.sweeper.Add(1)
+		go db.sweepLoop(opts.SweepInterval)
+	}
+	if opts.DirCheckInterval > 0 {
+		db.sweeper.Add(1)
+		go db.dirCheckLoop(opts.DirCheckInterval)
+	}
+	return db, nil
+}
+
+// openPebble opens Pebble with popts, failing fast on a recovery stuck in
+// Pebble's retries, and returns the DB around it (not yet checked).
+func openPebble(dir string, opts Options, popts *pebble.Options, h *health, fsCloser io.Closer) (*DB, error) {
 	type result struct {
 		pdb *pebble.DB
 		err error
@@ -284,48 +322,33 @@ func Open(dir string, opts Options) (*DB, error) {
 		_ = fsCloser.Close()
 		return nil, fmt.Errorf("store: open %s: %w", dir, r.err)
 	}
-	db := &DB{pdb: r.pdb, dir: dir, health: h, fsCloser: fsCloser, opts: opts, stop: make(chan struct{}),
-		press: pressure{kick: make(chan struct{}, 1)}, kickAt: opts.Retention.kickAt()}
-	if err := db.checkMeta(opts.Partitions); err != nil {
-		_ = db.pdb.Close()
-		_ = fsCloser.Close()
-		return nil, err
+	return &DB{pdb: r.pdb, dir: dir, health: h, fsCloser: fsCloser, opts: opts, stop: make(chan struct{}),
+		press: pressure{kick: make(chan struct{}, 1)}, kickAt: opts.Retention.kickAt()}, nil
+}
+
+// prepare checks (or stamps) the meta records, brings indexes and the
+// identity up to this build, takes on a restored backup (restore.go) and
+// writes the identity file.
+func (db *DB) prepare() error {
+	if err := db.checkMeta(db.opts.Partitions); err != nil {
+		return err
 	}
 	if err := db.indexAudit(); err != nil {
-		_ = db.pdb.Close()
-		_ = fsCloser.Close()
-		return nil, err
+		return err
 	}
 	if err := db.indexTokens(); err != nil {
-		_ = db.pdb.Close()
-		_ = fsCloser.Close()
-		return nil, err
+		return err
 	}
 	if err := db.backfillHistory(); err != nil {
-		_ = db.pdb.Close()
-		_ = fsCloser.Close()
-		return nil, err
+		return err
 	}
 	if err := db.loadIdentity(); err != nil {
-		_ = db.pdb.Close()
-		_ = fsCloser.Close()
-		return nil, err
+		return err
 	}
-	if err := db.watchDir(); err != nil {
-		_ = db.pdb.Close()
-		_ = fsCloser.Close()
-		return nil, err
+	if err := db.adoptBackup(); err != nil {
+		return err
 	}
-	db.replaced = replaced
-	if opts.SweepInterval > 0 {
-		db.sweeper.Add(1)
-		go db.sweepLoop(opts.SweepInterval)
-	}
-	if opts.DirCheckInterval > 0 {
-		db.sweeper.Add(1)
-		go db.dirCheckLoop(opts.DirCheckInterval)
-	}
-	return db, nil
+	return db.watchDir()
 }
 
 // probeWritable creates dir if needed and writes, syncs and removes a small
@@ -525,12 +548,16 @@ func (db *DB) Close() error {
 	if db.closed.Swap(true) {
 		return nil
 	}
+	// A backup in progress finishes first: Pebble may not close under
+	// its checkpoint.
+	db.backingUp.Lock()
+	defer db.backingUp.Unlock()
 	close(db.stop)
 	db.sweeper.Wait()
 	if err := db.health.fatalErr(); err != nil {
 		return err
 	}
-	if db.health.background() == nil {
+	if !db.opts.ReadOnly && db.health.background() == nil {
 		if err := db.flush(); err != nil {
 			return err
 		}

@@ -126,34 +126,51 @@ func (db *DB) Replaced() string { return db.replaced }
 // at the next start.
 func (db *DB) RecordErr() error { return db.recordErr }
 
-// loadIdentity reads the store's identity, giving it one if it has none.
-func (db *DB) loadIdentity() error {
+// readIdentity reads the store's identity, its pre-identity egress
+// position and its lineage (restore.go); db.id stays "" when the store has
+// no identity yet.
+func (db *DB) readIdentity() error {
 	key := metaKey(nil, metaStoreID)
 	val, ok, err := db.get(key)
+	if err != nil || !ok {
+		return err
+	}
+	if len(val) != 16 {
+		return corrupt(key, fmt.Errorf("store identity of %d bytes, want 16", len(val)))
+	}
+	db.id = hex.EncodeToString(val)
+	seqKey := metaKey(nil, metaIDEgressSeq)
+	v, ok, err := db.get(seqKey)
 	if err != nil {
 		return err
 	}
 	if ok {
-		if len(val) != 16 {
-			return corrupt(key, fmt.Errorf("store identity of %d bytes, want 16", len(val)))
+		if len(v) != 8 {
+			return corrupt(seqKey, errors.New("not a u64"))
 		}
-		db.id = hex.EncodeToString(val)
-		seqKey := metaKey(nil, metaIDEgressSeq)
-		v, ok, err := db.get(seqKey)
-		if err != nil {
-			return err
-		}
-		if ok {
-			if len(v) != 8 {
-				return corrupt(seqKey, errors.New("not a u64"))
-			}
-			db.preIDSeq = binary.BigEndian.Uint64(v)
-		}
-		return nil
+		db.preIDSeq = binary.BigEndian.Uint64(v)
 	}
+	return db.readLineage()
+}
+
+// newIdentity returns 16 random bytes.
+func newIdentity() ([]byte, error) {
 	id := make([]byte, 16)
 	if _, err := io.ReadFull(rand.Reader, id); err != nil {
-		return fmt.Errorf("store: a store identity: %w", err)
+		return nil, fmt.Errorf("store: a store identity: %w", err)
+	}
+	return id, nil
+}
+
+// loadIdentity reads the store's identity, giving it one if it has none.
+func (db *DB) loadIdentity() error {
+	if err := db.readIdentity(); err != nil || db.id != "" {
+		return err
+	}
+	key := metaKey(nil, metaStoreID)
+	id, err := newIdentity()
+	if err != nil {
+		return err
 	}
 	seq, err := db.MaxEgressSeq()
 	if err != nil {

@@ -24,7 +24,7 @@ async function whoami() {
   document.body.dataset.canWrite = session.canWrite ? 'yes' : 'no';
   replace(document.getElementById('who'),
     h('span', null, 'Signed in as ', h('strong', {id: 'principal'}, session.principal)),
-    session.canWrite ? null : h('span', {class: 'badge paused', id: 'read-only'}, 'read-only'),
+    session.canWrite ? null : h('span', {class: 'badge paused', id: 'read-only', title: session.readOnly ? 'statefun run --read-only: this runtime changes nothing' : null}, session.readOnly ? 'read-only mode' : 'read-only'),
     session.tokens ? h('button', {type: 'button', class: 'small', onclick: signOut}, 'Forget token') : null);
   document.getElementById('nav').hidden = false;
   // The cluster's page exists in cluster mode only (GET /cluster is a 404

@@ -142,7 +142,7 @@ counted).`,
 		"which entries to write: absent (only where none), overwrite, if-match (only where the entry holds the exported version)")
 	fs.StringVar(&resume, "resume", "", "go on with this import (its id, printed when it started): lines it applied are not applied again")
 	fs.StringVar(&reason, "reason", "", "why, recorded in the audit log (default \"import <id>\")")
-	fs.IntVar(&batch, "batch", 500, "lines per request (at most 1000)")
+	fs.IntVar(&batch, "batch", 1000, "lines per request (at most 1000)")
 	fs.DurationVar(&retryFor, "retry-for", time.Minute, "keep sending a batch the runtime could not take (unreachable, busy, restarting) for this long")
 	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error {
 		if len(pos) != 0 {

@@ -361,7 +361,7 @@ func TestExportImportRefusals(t *testing.T) {
 		}
 	}
 	cl := serve(t, eng, Options{Cluster: &fakeCluster{}})
-	for _, c := range [][2]string{{"GET", "/export/x/y"}, {"POST", "/import/import-x?mode=overwrite"}} {
+	for _, c := range [][2]string{{"GET", "/export/x/y"}, {"HEAD", "/export/x/y"}, {"POST", "/import/import-x?mode=overwrite"}} {
 		if r := send(t, cl, c[0], c[1], nil); r.StatusCode != 501 {
 			t.Errorf("%s %s in cluster mode: %s %s", c[0], c[1], r.Status, r.body)
 		}

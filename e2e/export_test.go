@@ -145,7 +145,7 @@ func exAwait(t *testing.T, r *runtime, id, want string) {
 
 // exLine is an exported line as the tests read it.
 type exLine struct {
-	Address struct{ Namespace, Type, ID string }
+	Address                  struct{ Namespace, Type, ID string }
 	State, Typename, Version string
 	Value                    json.RawMessage
 	ValueBase64              *string

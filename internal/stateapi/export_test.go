@@ -199,7 +199,8 @@ func TestImportAppliesEachLineOnce(t *testing.T) {
 	for i := range first.Results {
 		f, g := first.Results[i], again.Results[i]
 		if f.Status != "committed" || f.Replayed || g.Status != "committed" || !g.Replayed || versionOf(f.Version) != versionOf(g.Version) {
-			t.Errorf("line %d: first %+v, again %+v", i+1, f, g)
+			t.Errorf("line %d: first %s (replayed %v) at version %s, again %s (replayed %v) at version %s",
+				i+1, f.Status, f.Replayed, versionOf(f.Version), g.Status, g.Replayed, versionOf(g.Version))
 		}
 	}
 	// Lines of one entry apply in order: a holds line 3's value.
@@ -215,7 +216,7 @@ func TestImportAppliesEachLineOnce(t *testing.T) {
 	third := mustImport(t, api, "import-once", ImportOverwrite, body)
 	for i, r := range third.Results {
 		if r.Status != "committed" || !r.Replayed {
-			t.Errorf("line %d, its receipt gone: %+v", i+1, r)
+			t.Errorf("line %d, its receipt gone: %s (replayed %v) at version %s", i+1, r.Status, r.Replayed, versionOf(r.Version))
 		}
 	}
 	var audit struct{ Records []auditJSON }

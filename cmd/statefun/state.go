@@ -94,6 +94,7 @@ func newStateCmd(cl *cli) *cobra.Command {
 		c.getCmd(), c.putCmd(), c.deleteCmd(), c.lsCmd(), c.editCmd(), c.revertCmd(), c.historyCmd(), c.restoreCmd(),
 		c.receiptCmd(), c.auditCmd(), c.deadLettersCmd(), c.failingCmd(), c.inboxCmd(), c.pauseCmd(), c.resumeCmd(),
 		c.pausesCmd(), c.skipCmd(), c.editMessageCmd(), c.cancelCmd(), c.deleteAddressCmd(), c.skippedCmd(), c.resendCmd(),
+		c.exportCmd(), c.importCmd(),
 	)
 	return cmd
 }

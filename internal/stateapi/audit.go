@@ -37,6 +37,10 @@ type auditJSON struct {
 	// of an inbox took away or put back (inboxrepair.go).
 	Messages []auditMessage `json:"messages,omitempty"`
 	Delayed  []auditDelayed `json:"delayed,omitempty"`
+	// Import and Line name the import and its line a mutation wrote back
+	// (import.go); absent for any other mutation.
+	Import string `json:"import,omitempty"`
+	Line   int64  `json:"line,omitempty"`
 }
 
 type auditImage struct {
@@ -250,6 +254,7 @@ func auditOf(a *protocol.AuditRecord) auditJSON {
 	out := auditJSON{Mutation: a.GetMutation(), At: time.UnixMilli(a.GetAt()).UTC(), Principal: a.GetPrincipal(),
 		Reason: a.GetReason(), Reverts: a.GetReverts(), Namespace: t.GetNamespace(), Type: t.GetType(), ID: t.GetId(),
 		State: a.GetState(), Version: versionString(a.GetVersion()), Typename: a.GetTypename()}
+	out.Import, out.Line, _ = importLineOf(a.GetMutation())
 	if op := int(a.GetOp()); op >= 0 && op < len(opNames) {
 		out.Op = opNames[op]
 	} else if n, ok := pauseOpNames[partition.MutationOp(op)]; ok {

@@ -73,6 +73,10 @@ type Store interface {
 	// ScanTypes calls fn with every function type holding durable state
 	// until fn returns false.
 	ScanTypes(fn func(t address.TypeName) bool) error
+	// ScanState calls fn with the durable state entries of type t, values
+	// included, in key order after the cursor after, until fn returns
+	// false (export.go).
+	ScanState(t address.TypeName, prefix string, after *store.StateCursor, fn func(id, state string, e store.Entry) bool) error
 	// ScanHistory calls fn with the durable history records of one entry,
 	// newest first (or oldest first), after the commit after (0: from the
 	// start), until fn returns false.

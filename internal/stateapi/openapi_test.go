@@ -592,6 +592,10 @@ func TestOpenAPIOperations(t *testing.T) {
 		"headEndpoints":              {"HEAD", "/endpoints", "", ""},
 		"headGetOverview":            {"HEAD", "/overview", "", ""},
 		"createBackup":               {"POST", "/backups", "application/json", `{"to":"/backup-ops"}`},
+		"exportEntries":              {"GET", "/export/test/fn?prefix=ops&limit=2", "", ""},
+		"headExportEntries":          {"HEAD", "/export/test/fn", "", ""},
+		"importEntries": {"POST", "/import/import-ops?mode=overwrite", "application/json",
+			`{"lines":[{"line":1,"entry":{"address":{"namespace":"test","type":"fn","id":"ops-imp"},"state":"str","typename":"io.statefun.types/string","value":"imported"}}]}`},
 	}
 	for _, op := range s.ops {
 		id := op.node["operationId"].(string)
@@ -622,7 +626,7 @@ func TestOpenAPIOperations(t *testing.T) {
 	// The methods a path documents are the ones its 405 allows.
 	for tmpl, item := range mapOf(s.raw["paths"]) {
 		target := strings.NewReplacer("{namespace}", "test", "{type}", "fn", "{id}", "ops", "{state}", "i32",
-			"{mutation}", seen.Mutation, "{name}", "in").Replace(tmpl)
+			"{mutation}", seen.Mutation, "{name}", "in", "{import}", "import-ops").Replace(tmpl)
 		r := send(t, api, "PATCH", target, nil)
 		if r.StatusCode != http.StatusMethodNotAllowed {
 			t.Errorf("PATCH %s: %s, want 405", target, r.Status)

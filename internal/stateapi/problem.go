@@ -34,6 +34,9 @@ type problem struct {
 	// partitions that do not have it.
 	Mutation          string `json:"mutation,omitempty"`
 	MissingPartitions []int  `json:"missingPartitions,omitempty"`
+	// Line accompanies the refusal of an import batch: the line that is
+	// bad (import.go).
+	Line *int64 `json:"line,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {

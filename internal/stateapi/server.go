@@ -103,7 +103,8 @@ type Server struct {
 	opts   Options
 	// browsers refuses what a web page makes a browser send (guard.go).
 	browsers *browserguard.Guard
-	onces    onceCalls // changes other nodes sent once (once.go)
+	onces    onceCalls   // changes other nodes sent once (once.go)
+	imports  importCalls // import lines being applied (import.go)
 }
 
 // New returns the API over the partitions of a running engine and the
@@ -154,6 +155,8 @@ var routes = []route{
 	{"/endpoints", (*Server).serveEndpoints},
 	{"/cluster", (*Server).serveCluster},
 	{"/backups", (*Server).serveBackups},
+	{"/export/", (*Server).serveExport},
+	{"/import/", (*Server).serveImport},
 }
 
 // Register mounts the API's routes on mux.

@@ -727,7 +727,7 @@ func fillTemplate(tmpl string, vals map[string]string) string {
 	})
 }
 
-var exampleVals = map[string]string{"namespace": "test", "type": "fn", "id": "a", "state": "str", "mutation": "nope", "name": "in"}
+var exampleVals = map[string]string{"namespace": "test", "type": "fn", "id": "a", "state": "str", "mutation": "nope", "name": "in", "import": "import-x"}
 
 // testAuthEveryOperation: every operation that needs a token answers 401
 // without one and 403 with a token that lacks its scope.

@@ -50,6 +50,9 @@ type ProblemError struct {
 	// Mutation completes it.
 	Mutation          string
 	MissingPartitions []int
+	// Line is the bad line of an import batch that was refused (Import):
+	// nothing of the batch was applied. 0 otherwise.
+	Line int64
 }
 
 // Error returns "stateclient: <status> <title>: <detail>".
@@ -84,6 +87,7 @@ func problemOf(method string, u *url.URL, resp *http.Response, body []byte) *Pro
 			Receipt        *Receipt `json:"receipt"`
 			Mutation       string   `json:"mutation"`
 			Missing        []int    `json:"missingPartitions"`
+			Line           int64    `json:"line"`
 		}
 		if json.Unmarshal(body, &p) == nil {
 			e.Type, e.Title, e.Detail, e.Instance = p.Type, p.Title, p.Detail, p.Instance
@@ -91,7 +95,7 @@ func problemOf(method string, u *url.URL, resp *http.Response, body []byte) *Pro
 				e.CurrentVersion = *p.CurrentVersion
 			}
 			e.Available, e.Receipt = p.Available, p.Receipt
-			e.Mutation, e.MissingPartitions = p.Mutation, p.Missing
+			e.Mutation, e.MissingPartitions, e.Line = p.Mutation, p.Missing, p.Line
 			return e
 		}
 	}

@@ -253,6 +253,10 @@ type AuditRecord struct {
 	// Version is the entry's version after the mutation; "" after a delete.
 	Version  string `json:"version,omitempty"`
 	Typename string `json:"typename,omitempty"`
+	// Import and Line name the import and its line that wrote the entry
+	// back (Import); empty for any other mutation.
+	Import string `json:"import,omitempty"`
+	Line   int64  `json:"line,omitempty"`
 }
 
 // AuditImage is an entry's value before a mutation.

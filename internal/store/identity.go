@@ -331,37 +331,9 @@ func readIDFile(fs vfs.FS, name string) (string, error) {
 	return id, nil
 }
 
-// writeIDFile writes the identity to name, durably: a temporary file,
-// synced, renamed into place, and the directory synced.
+// writeIDFile writes the identity to name, durably (writeFileSynced).
 func writeIDFile(fs vfs.FS, name, id, note string) error {
-	tmp := name + ".tmp"
-	f, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(f, "statefun store %s\n%s", id, note)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fs.Rename(tmp, name)
-	}
-	if err != nil {
-		_ = fs.Remove(tmp)
-		return err
-	}
-	d, err := fs.OpenDir(fs.PathDir(name))
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return writeFileSynced(fs, name, fmt.Appendf(nil, "statefun store %s\n%s", id, note))
 }
 
 // checkLost refuses, before anything is created, a data directory without

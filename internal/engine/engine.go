@@ -12,6 +12,7 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/engine/committer"
 	"github.com/statefun-go/statefun/internal/engine/dispatch"
+	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
@@ -73,6 +74,10 @@ type Options struct {
 	// yet done at once; the rest wait their turn, oldest first. Zero means
 	// two per GOMAXPROCS. Why: see answerPacer.
 	IngressAnswers int
+	// Lane is the runtime's admin lane (internal/lane), which the hot
+	// paths poke: a partition's turn and each call to a function. Nil:
+	// none.
+	Lane *lane.Lane
 	// Now is the clock; defaults to time.Now. Every time the engine reads
 	// (timers of the partition loops, retry logs, latencies) comes from it.
 	Now func() time.Time
@@ -250,7 +255,7 @@ func New(opts Options) (*Engine, error) {
 		e.drv = &Driver{e: e}
 		e.calls = e.drv
 	} else {
-		e.calls = poolInvoker{e: e, pool: dispatch.New(e.ctx, opts.Functions, opts.Now)}
+		e.calls = poolInvoker{e: e, pool: dispatch.New(e.ctx, opts.Functions, opts.Now, opts.Lane)}
 	}
 	return e, nil
 }

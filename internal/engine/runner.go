@@ -44,6 +44,7 @@ type part struct {
 	mb   *mailbox.Mailbox[partition.Event]
 	out  effects
 	now  func() time.Time
+	lane *lane.Lane // poked before each turn (Options.Lane); nil: none
 
 	// queued is the core's backlog after the last step: with the events in
 	// the mailbox, the work waiting in this partition, which the ingress
@@ -206,7 +207,7 @@ func (p *part) run(ctx context.Context) error {
 	timer.Stop()
 	defer timer.Stop()
 	for {
-		lane.Poke() // a hot path: a waiting operator request goes first
+		p.lane.Poke() // a hot path: a waiting operator request goes first
 		if _, err := p.process(); err != nil {
 			return err
 		}

@@ -89,6 +89,9 @@ type Playground struct {
 	// otherwise (no endpoint serves the type).
 	Admit  func(t address.TypeName) error
 	Logger *slog.Logger
+	// Lane is the runtime's admin lane, poked by every request: a hot path
+	// of the load (internal/lane). Nil: none.
+	Lane *lane.Lane
 }
 
 // allowed is the Allow header of a 405: the methods that send a message.
@@ -111,7 +114,7 @@ func (p *Playground) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A hot path of the load: let a waiting operator request go first
 	// (internal/lane).
-	lane.Poke()
+	p.Lane.Poke()
 	if !once {
 		err = p.Sink.Ingest(r.Context(), env)
 	} else {

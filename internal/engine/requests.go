@@ -246,19 +246,16 @@ func (r *partCommit) Lane() (int, bool) {
 // AfterGroup answers the callers of the commit's committed-ack mutations,
 // once every request of the group has been told it is durable: they are
 // the latency an operator sees, the other wakes are throughput.
-func (r *partCommit) AfterGroup() bool {
+func (r *partCommit) AfterGroup() {
 	if r.p.gone.Load() {
-		return false
+		return
 	}
-	answered := false
 	for _, rc := range r.c.Receipts {
 		if rc.Ack == partition.AckCommitted && rc.Request != 0 {
 			rc := rc
 			r.e.waiters.deliver(partition.Reply{Request: rc.Request, Receipt: &rc})
-			answered = true
 		}
 	}
-	return answered
 }
 
 // Fail stops the engine: the partition's core has moved on past a commit

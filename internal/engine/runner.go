@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -283,14 +282,9 @@ func (p *part) process() (bool, error) {
 	// The waiting readers and mutators last: Go runs the goroutine the
 	// runner woke last first, and each later wake (a call worker, the
 	// committer) would push an earlier one to the back of the run queue,
-	// behind the function traffic of a loaded runtime. For the same reason
-	// the runner yields once it answered someone, before it takes the next
-	// events; under load that is where a state request's latency went.
+	// behind the function traffic of a loaded runtime.
 	for _, r := range rd.Replies {
 		p.out.reply(r)
-	}
-	if len(rd.Replies) > 0 {
-		runtime.Gosched()
 	}
 	return stepped, nil
 }

@@ -176,6 +176,10 @@ func BenchmarkStateAPI(b *testing.B) {
 						}
 						b.ReportMetric((m1.sum("go_memstats_mallocs_total")-m0.sum("go_memstats_mallocs_total"))/n, "runtime-allocs/req")
 					}
+					if commits.count > 0 {
+						// How many requests shared a synced group commit.
+						b.ReportMetric(float64(s.OK)/commits.count, "req/commit")
+					}
 					b.ReportMetric(commits.quantile(0.5)*1000, "commit-p50-ms")
 					b.ReportMetric(commits.quantile(0.99)*1000, "commit-p99-ms")
 					rsched := m1.histogram("go_sched_latencies_seconds").minus(m0.histogram("go_sched_latencies_seconds"))

@@ -72,7 +72,8 @@ type Options struct {
 	// IngressAnswers is how many callers of Ingest and IngestOnce (the
 	// playground ingress's handlers) are woken with their outcome and not
 	// yet done at once; the rest wait their turn, oldest first. Zero means
-	// two per GOMAXPROCS. Why: see answerPacer.
+	// two per GOMAXPROCS; a negative number turns the pacing off (each
+	// caller is woken as its message is durable). Why: see answerPacer.
 	IngressAnswers int
 	// Lane is the runtime's admin lane (internal/lane), which the hot
 	// paths poke: a partition's turn and each call to a function. Nil:
@@ -454,8 +455,9 @@ func (e *Engine) ingestReq(env *protocol.Envelope, once *onceWrite, paced bool) 
 	}
 	req := e.newIngressReq(p, env)
 	req.once = once
-	if paced {
-		req.answer = &pacedAnswer{done: req.done}
+	if paced && e.answers != nil {
+		req.paced.done = req.done
+		req.answer = &req.paced
 	}
 	if err := e.submit(req); err != nil {
 		return nil, err

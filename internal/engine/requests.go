@@ -23,7 +23,8 @@ type ingressReq struct {
 	receipt *protocol.Receipt
 	once    *onceWrite
 	done    chan error
-	answer  *pacedAnswer // set: the outcome goes through answers
+	answer  *pacedAnswer // set (to &paced): the outcome goes through answers
+	paced   pacedAnswer
 
 	// What settling it reaches besides its part: the long-polls of
 	// receipts, the idempotency keys in flight, the pacer of ingress

@@ -378,12 +378,20 @@ func (db *DB) sweepHistory(cutoff int64, limit int) (deleted int, err error) {
 	touched, all := db.histTouched.take()
 	done := map[string]bool{}
 	d := &deleter{db: db}
+	// One iterator over the history for every entry trimmed, its bounds
+	// moved from entry to entry: making an iterator per entry cost more
+	// than reading the entry.
+	hist, err := db.newIter([]byte{spaceHistory}, []byte{spaceHistory + 1})
+	if err != nil {
+		return 0, err
+	}
+	defer hist.Close()
 	visit := func(entry []byte) error {
 		if done[string(entry)] {
 			return nil
 		}
 		done[string(entry)] = true
-		return db.trimEntry(d, entry, cutoff, limit)
+		return db.trimEntry(d, hist, entry, cutoff, limit)
 	}
 	if all {
 		it, err := db.newIter([]byte{spaceHistory}, []byte{spaceHistory + 1})
@@ -439,11 +447,8 @@ func (db *DB) sweepHistory(cutoff int64, limit int) (deleted int, err error) {
 // its encoding (historyMetaOf) instead of decoding records it does not
 // rewrite, and stops reading at the first record to delete. Only when
 // something is deleted does a second pass make the changes.
-func (db *DB) trimEntry(d *deleter, entry []byte, cutoff int64, limit int) error {
-	it, err := db.newIter(entry, prefixSuccessor(entry))
-	if err != nil {
-		return err
-	}
+func (db *DB) trimEntry(d *deleter, it *pebble.Iterator, entry []byte, cutoff int64, limit int) error {
+	it.SetBounds(entry, prefixSuccessor(entry))
 	// Newest first. Keep the newest unless it is a deletion past the age;
 	// then the next ones while within count and age.
 	var newest historyMeta
@@ -455,7 +460,7 @@ func (db *DB) trimEntry(d *deleter, entry []byte, cutoff int64, limit int) error
 		}
 		m, err := iterHistoryMeta(it)
 		if err != nil {
-			return finish(it, err)
+			return err
 		}
 		switch {
 		case n == 0:
@@ -468,8 +473,8 @@ func (db *DB) trimEntry(d *deleter, entry []byte, cutoff int64, limit int) error
 		}
 		n++
 	}
-	if err := closeIter(it); err != nil {
-		return err
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("store: iterate: %w", err)
 	}
 	if n == 0 {
 		return nil
@@ -503,10 +508,6 @@ func (db *DB) trimEntry(d *deleter, entry []byte, cutoff int64, limit int) error
 	}
 	// The oldest kept record is marked truncated; every older one goes,
 	// with its age index entry.
-	it, err = db.newIter(entry, prefixSuccessor(entry))
-	if err != nil {
-		return err
-	}
 	i := 0
 	for valid := it.Last(); valid; valid = it.Prev() {
 		key := it.Key()
@@ -517,12 +518,12 @@ func (db *DB) trimEntry(d *deleter, entry []byte, cutoff int64, limit int) error
 		case i == keep-1:
 			m, err := iterHistoryMeta(it)
 			if err != nil {
-				return finish(it, err)
+				return err
 			}
 			if !m.truncated {
 				rec, err := historyAt(key, it)
 				if err != nil {
-					return finish(it, err)
+					return err
 				}
 				rec.Truncated = true
 				d.batch().setProto(key, rec.HistoryRecord)
@@ -530,19 +531,22 @@ func (db *DB) trimEntry(d *deleter, entry []byte, cutoff int64, limit int) error
 		case i >= keep:
 			m, err := iterHistoryMeta(it)
 			if err != nil {
-				return finish(it, err)
+				return err
 			}
 			b := d.batch()
 			b.delete(key)
 			b.key = historyAgeKey(b.key[:0], m.at, key)
 			b.delete(b.key)
 			if err := d.done(); err != nil {
-				return finish(it, err)
+				return err
 			}
 		}
 		i++
 	}
-	return closeIter(it)
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("store: iterate: %w", err)
+	}
+	return nil
 }
 
 // historyMeta is what the retention needs of a history record.

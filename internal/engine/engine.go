@@ -501,7 +501,7 @@ type poolInvoker struct {
 }
 
 func (pi poolInvoker) invoke(p *part, inv partition.Invocation) {
-	pi.pool.Dispatch(inv, pi.e.callDone(p), &p.heldBytes)
+	pi.pool.Dispatch(inv, p.callDone, &p.heldBytes)
 }
 
 // callDone returns the completion of p's calls: metrics, then the result

@@ -124,6 +124,7 @@ func (e *Engine) buildPart(p int, outSeq uint64, pauses []partition.PauseWrite,
 	}, storeReader{db: e.db, specs: specs, p: p}, rs)
 	pt := newPart(p, core, e, e.opts.Now)
 	pt.lane = e.opts.Lane
+	pt.callDone = e.callDone(pt)
 	err = e.db.ScanInbox(p, func(k store.InboxKey, env *protocol.Envelope) error {
 		pt.arr.restored(k)
 		ev := partition.MessageArrived{Key: partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}, Env: env}

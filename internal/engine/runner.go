@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/statefun-go/statefun/internal/engine/dispatch"
 	"github.com/statefun-go/statefun/internal/engine/mailbox"
 	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -44,6 +45,9 @@ type part struct {
 	out  effects
 	now  func() time.Time
 	lane *lane.Lane // poked before each turn (Options.Lane); nil: none
+	// callDone completes this part's calls (Engine.callDone), made once
+	// when the part is built.
+	callDone dispatch.Done
 
 	// queued is the core's backlog after the last step: with the events in
 	// the mailbox, the work waiting in this partition, which the ingress

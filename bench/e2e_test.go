@@ -247,6 +247,10 @@ func (r *e2eResult) report(b *testing.B) {
 	d := func(name string, match ...string) float64 {
 		return r.after.sum(name, match...) - r.before.sum(name, match...)
 	}
+	// The runtime's heap allocations per message, from its own /metrics:
+	// unlike its CPU time they do not move with the machine's load.
+	b.ReportMetric(d("go_memstats_mallocs_total")/float64(l.OK), "runtime-allocs/msg")
+	b.ReportMetric(d("go_memstats_alloc_bytes_total")/float64(l.OK), "runtime-B/msg")
 	h := func(name string) histogram { return r.after.histogram(name).minus(r.before.histogram(name)) }
 	commits, calls, batch := h("statefun_commit_seconds"), h("statefun_call_seconds"), h("statefun_batch_size")
 	ops, size := h("statefun_commit_ops"), h("statefun_commit_bytes")

@@ -19,6 +19,7 @@ type build struct {
 	label string   // BASE or HEAD
 	rev   string   // a git revision; "" is the working tree
 	flags []string // more go build flags
+	env   []string // more environment of its runs, KEY=VALUE
 
 	// Set by prepare.
 	commit string // the abbreviated commit (HEAD's, for the working tree)
@@ -84,6 +85,14 @@ func flagsNote(flags []string) string {
 		return ""
 	}
 	return ", built with " + strings.Join(shown, " ")
+}
+
+// envNote says what a build's runs had in their environment, if anything.
+func envNote(env []string) string {
+	if len(env) == 0 {
+		return ""
+	}
+	return ", run with " + strings.Join(env, " ")
 }
 
 // describe resolves b's revision and says what it is.

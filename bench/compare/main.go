@@ -19,6 +19,10 @@
 //
 //	go run ./bench/compare -base <rev> [-head <rev>] [-rounds 3] [-workloads a,b] [-scale 1]
 //
+// -base-env and -head-env put settings in the environment of each build's
+// runs, which the runtime inherits: one build can be compared with itself
+// under two settings of a flag that has an environment variable.
+//
 // The workloads are listed by -list; docs/benchmarks.md explains the table.
 package main
 
@@ -29,6 +33,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +51,8 @@ type config struct {
 	base, head string   // revisions; head "" is the working tree
 	baseFlags  []string // extra go build flags of each build
 	headFlags  []string
+	baseEnv    []string // extra environment of each build's runs (KEY=VALUE)
+	headEnv    []string
 	rounds     int
 	workloads  []string // names or name prefixes; empty: all
 	scale      float64  // multiplies the length of every run
@@ -57,11 +64,13 @@ func mainErr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	var baseFlags, headFlags, workloads, benchArgs string
+	var baseFlags, headFlags, baseEnv, headEnv, workloads, benchArgs string
 	fs.StringVar(&cfg.base, "base", "", "the revision to compare against (required), e.g. HEAD~1 or a commit")
 	fs.StringVar(&cfg.head, "head", "", "the revision to measure; empty: the working tree, uncommitted changes included")
 	fs.StringVar(&baseFlags, "base-buildflags", "", "more go build flags for BASE, separated by spaces (e.g. -race)")
 	fs.StringVar(&headFlags, "head-buildflags", "", "more go build flags for HEAD, separated by spaces")
+	fs.StringVar(&baseEnv, "base-env", "", "KEY=VALUE settings, separated by spaces, in the environment of BASE's runs (the runtime inherits them: e.g. STATEFUN_ADMIN_LANE=false)")
+	fs.StringVar(&headEnv, "head-env", "", "KEY=VALUE settings, separated by spaces, in the environment of HEAD's runs")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "rounds; each runs every workload once against each build")
 	fs.StringVar(&workloads, "workloads", "", "the workloads to run, comma-separated names or prefixes of names (see -list); empty: all")
 	fs.Float64Var(&cfg.scale, "scale", 1, "multiplies the messages, requests or records of every run (1: a few seconds each)")
@@ -78,6 +87,13 @@ func mainErr(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	cfg.baseFlags, cfg.headFlags, cfg.benchArgs = strings.Fields(baseFlags), strings.Fields(headFlags), strings.Fields(benchArgs)
+	cfg.baseEnv, cfg.headEnv = strings.Fields(baseEnv), strings.Fields(headEnv)
+	for _, kv := range append(slices.Clone(cfg.baseEnv), cfg.headEnv...) {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			fmt.Fprintf(stderr, "compare: environment setting %q: want KEY=VALUE\n", kv)
+			return 2
+		}
+	}
 	for _, w := range strings.Split(workloads, ",") {
 		if w = strings.TrimSpace(w); w != "" {
 			cfg.workloads = append(cfg.workloads, w)
@@ -136,8 +152,8 @@ func compare(ctx context.Context, cfg config, log io.Writer) (*report, error) {
 	// -trimpath: the packages BASE and HEAD share come from the build
 	// cache whatever directory they were checked out in.
 	builds := []*build{
-		{label: "BASE", rev: cfg.base, flags: append([]string{"-trimpath"}, cfg.baseFlags...)},
-		{label: "HEAD", rev: cfg.head, flags: append([]string{"-trimpath"}, cfg.headFlags...)},
+		{label: "BASE", rev: cfg.base, flags: append([]string{"-trimpath"}, cfg.baseFlags...), env: cfg.baseEnv},
+		{label: "HEAD", rev: cfg.head, flags: append([]string{"-trimpath"}, cfg.headFlags...), env: cfg.headEnv},
 	}
 	testBin, err := tree.prepare(ctx, builds, work, log)
 	if err != nil {

@@ -199,8 +199,8 @@ func (rep *report) writeMarkdown(w io.Writer) {
 	fmt.Fprintf(w, "### HEAD `%s` against BASE `%s`\n\n", head.commit, base.commit)
 	fmt.Fprintf(w, "- Command: `%s`\n", rep.cfg.command)
 	fmt.Fprintf(w, "- Date: %s, %s in all\n", rep.start.UTC().Format("2006-01-02 15:04 MST"), rep.elapsed.Round(time.Second))
-	fmt.Fprintf(w, "- BASE: %s%s\n", base.desc, flagsNote(base.flags))
-	fmt.Fprintf(w, "- HEAD: %s%s\n", head.desc, flagsNote(head.flags))
+	fmt.Fprintf(w, "- BASE: %s%s%s\n", base.desc, flagsNote(base.flags), envNote(base.env))
+	fmt.Fprintf(w, "- HEAD: %s%s%s\n", head.desc, flagsNote(head.flags), envNote(head.env))
 	fmt.Fprintf(w, "- Machine: %d CPUs (nproc), %s; %s\n", rep.machine.cpus, rep.machine.model, rep.machine.goVer)
 	fmt.Fprintf(w, "- Method: %d round%s; in each round every workload ran against both builds back to back, "+
 		"BASE first in odd rounds and HEAD first in even ones. The load generator, the function and kfake are the working tree's; only the runtime binary differs.",

@@ -47,6 +47,9 @@ type job struct {
 var (
 	msgsPerSec    = metric{unit: "committed-msgs/s", label: "committed msgs/s"}
 	cpuPerMsg     = metric{unit: "runtime-cpu-us/msg", label: "runtime CPU µs/msg", lower: true}
+	allocsPerMsg  = metric{unit: "runtime-allocs/msg", label: "runtime allocations/msg", lower: true}
+	cpuPerReq     = metric{unit: "runtime-cpu-us/req", label: "runtime CPU µs/request", lower: true}
+	allocsPerReq  = metric{unit: "runtime-allocs/req", label: "runtime allocations/request", lower: true}
 	reqPerSec     = metric{unit: "req/s", label: "requests/s"}
 	p50ms         = metric{unit: "p50-ms", label: "p50 ms", lower: true}
 	p99ms         = metric{unit: "p99-ms", label: "p99 ms", lower: true}
@@ -63,7 +66,7 @@ func allWorkloads() []workload {
 			title:   fmt.Sprintf("increments through the playground ingress, %s key%s", thousands(float64(keys)), plural(keys)),
 			job:     fmt.Sprintf("increments-%d", keys),
 			bench:   fmt.Sprintf("BenchmarkEndToEnd/addresses=%d", keys),
-			metrics: []metric{msgsPerSec, cpuPerMsg},
+			metrics: []metric{msgsPerSec, cpuPerMsg, allocsPerMsg},
 		})
 	}
 	for _, op := range []struct{ name, bench, title string }{
@@ -77,7 +80,7 @@ func allWorkloads() []workload {
 				title:   fmt.Sprintf("%s, %d client%s, idle runtime", op.title, c, plural(c)),
 				job:     name,
 				bench:   fmt.Sprintf("BenchmarkStateAPI/idle/%s/clients=%d", op.bench, c),
-				metrics: []metric{reqPerSec},
+				metrics: []metric{reqPerSec, cpuPerReq, allocsPerReq},
 			})
 		}
 	}
@@ -222,7 +225,7 @@ func runRounds(ctx context.Context, dir, testBin string, builds []*build, jobs [
 					return runs, fmt.Errorf("compare: interrupted after %d runs: %w", len(runs), err)
 				}
 				b := builds[bi]
-				res := runJob(ctx, dir, testBin, j, b.bin, extra)
+				res := runJob(ctx, dir, testBin, j, b.bin, b.env, extra)
 				if ctx.Err() != nil {
 					// Killed half way: not a run of the build.
 					return runs, fmt.Errorf("compare: interrupted after %d runs: %w", len(runs), ctx.Err())
@@ -257,15 +260,19 @@ func firstLine(s string) string {
 	return line
 }
 
-// runJob runs bench.test for j against the statefun binary bin. bench.test
+// runJob runs bench.test for j against the statefun binary bin, with env
+// added to its environment (and so to the runtime's). bench.test
 // runs in a process group of its own, which is killed when ctx ends and
 // after the run (a runtime child left behind by a failed run goes with it).
-func runJob(ctx context.Context, dir, testBin string, j job, bin string, extra []string) *run {
+func runJob(ctx context.Context, dir, testBin string, j job, bin string, env, extra []string) *run {
 	args := []string{"-test.run", "^$", "-test.bench", j.pattern, "-test.benchtime", "1x", "-test.timeout", "15m",
 		"-load.bin=" + bin}
 	args = append(append(args, j.args...), extra...)
 	cmd := exec.CommandContext(ctx, testBin, args...)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

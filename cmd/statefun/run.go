@@ -115,7 +115,7 @@ machine); GOGC, when set, replaces the collector setting of 400 run uses
 	bindEnv(fs, "fixed-calls", "STATEFUN_FIXED_CALLS")
 	adminLane := fs.Bool("admin-lane", true, "serve admin requests (state API, metrics, console) ahead of the load: the runtime's busy goroutines look for them every 100µs while an admin client is active; false serves them like any other connection (docs/reference/limits.md)")
 	bindEnv(fs, "admin-lane", "STATEFUN_ADMIN_LANE")
-	ingressAnswers := fs.Int("ingress-answers", 0, "playground ingress requests woken with their answer at once after a group commit, the rest in turn; 0 means two per processor (docs/reference/limits.md)")
+	ingressAnswers := fs.Int("ingress-answers", 0, "playground ingress requests woken with their answer at once after a group commit, the rest in turn; 0 means two per processor, a negative number wakes every one at once (docs/reference/limits.md)")
 	bindEnv(fs, "ingress-answers", "STATEFUN_INGRESS_ANSWERS")
 	pauseAfter := fs.String("pause-after", "", "poison policy: pause an address after this many failed attempts of one batch, per function type: \"ns/type=5,ns/*=3,*=10\"; a type no rule names retries until it succeeds (docs/explanation/partition.md)")
 	bindEnv(fs, "pause-after", "STATEFUN_PAUSE_AFTER")

@@ -6,8 +6,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/statefun-go/statefun/internal/lane"
 )
 
 // The admin listener shows what an operator watches: health, readiness,
@@ -84,12 +82,12 @@ func TestAdminLane(t *testing.T) {
 					case <-stop:
 						return
 					default:
-						lane.Poke()
+						a.lane.Poke()
 						runtime.Gosched()
 					}
 				}
 			}()
-			before := lane.Woken()
+			before := a.lane.Woken()
 			for range 20 {
 				if resp, body := call(t, "GET", admin+"/healthz", "", ""); resp.StatusCode != 200 {
 					t.Fatalf("/healthz: %s %s", resp.Status, body)
@@ -97,7 +95,7 @@ func TestAdminLane(t *testing.T) {
 			}
 			close(stop)
 			<-done
-			woke := lane.Woken() - before
+			woke := a.lane.Woken() - before
 
 			_, body := call(t, "GET", admin+"/metrics", "", "")
 			has := strings.Contains(body, "statefun_admin_lane_wakes_total")

@@ -175,6 +175,7 @@ type App struct {
 	// for readiness must then find the ingress and egress listening.
 	up    atomic.Bool
 	connM *connlimit.Metrics
+	lane  *lane.Lane // the admin listener's; nil without it
 }
 
 // Start loads the module, opens the store, restores the partitions and
@@ -250,11 +251,17 @@ func Start(cfg Config) (*App, error) {
 	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
 		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/latencies:seconds$`)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The admin lane is this runtime's: the admin listener joins it, the
+	// engine and the playground ingress poke it (internal/lane).
+	var adminLane *lane.Lane
 	if !cfg.NoAdminLane {
+		adminLane = lane.New(lane.Options{})
+	}
+	if adminLane != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "statefun_admin_lane_wakes_total",
-			Help: "Admin requests the runtime's busy goroutines noticed and ran ahead of the load (the admin listener's priority lane), in this process.",
-		}, func() float64 { return float64(lane.Woken()) }))
+			Help: "Admin requests the runtime's busy goroutines noticed and ran ahead of the load (the admin listener's priority lane).",
+		}, func() float64 { return float64(adminLane.Woken()) }))
 	}
 	fns, err := functions.New(mod, functions.Options{MaxCallsPerType: cfg.MaxCallsPerType, FixedCalls: cfg.FixedCalls,
 		MaxWildcardTypes: cfg.MaxWildcardTypes, Metrics: functions.NewMetrics(reg), Logger: cfg.Logger})
@@ -325,6 +332,7 @@ func Start(cfg Config) (*App, error) {
 	}
 	eopts := engine.Options{
 		IngressAnswers:  cfg.IngressAnswers,
+		Lane:            adminLane,
 		TimerWindow:     cfg.TimerWindow,
 		MaxBacklog:      cfg.MaxBacklog,
 		MaxBacklogBytes: cfg.MaxBacklogBytes,
@@ -374,7 +382,7 @@ func Start(cfg Config) (*App, error) {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: cfg.Logger, db: db, guard: guard, eng: eng, fns: fns, kafka: kafka, node: cn, addrs: map[string]string{}, names: map[string]string{},
-		lim: lim, connM: connlimit.NewMetrics(reg)}
+		lim: lim, connM: connlimit.NewMetrics(reg), lane: adminLane}
 	a.failed, a.closing = make(chan struct{}), make(chan struct{})
 	go func() {
 		select {
@@ -474,7 +482,7 @@ func Start(cfg Config) (*App, error) {
 	browsers := browserguard.New(PlaygroundGuard(cfg))
 	for i, in := range mod.Ingresses {
 		h := browsers.Handler(readOnlyEdge(cfg.ReadOnly, "playground ingress", &ingress.Playground{Sink: sink, Busy: unavailable,
-			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Admit: fns.Admit}))
+			MaxBody: fns.MaxMessage, Logger: cfg.Logger, Admit: fns.Admit, Lane: adminLane}))
 		a.names[fmt.Sprintf("ingress%d", i)] = fmt.Sprintf("playground ingress (%s)", in.Pos)
 		if err := a.listen(fmt.Sprintf("ingress%d", i), net.JoinHostPort(cfg.ListenHost, strconv.Itoa(in.Port)), h); err != nil {
 			a.Close()

@@ -9,7 +9,6 @@ import (
 
 	"github.com/statefun-go/statefun/internal/connlimit"
 	"github.com/statefun-go/statefun/internal/functions"
-	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/module"
 )
 
@@ -116,8 +115,8 @@ func (a *App) listenTLS(name, addr string, h http.Handler, cert, key string) err
 	if err != nil {
 		return fmt.Errorf("app: %s listener: %w", desc, err)
 	}
-	if name == "admin" && !a.cfg.NoAdminLane {
-		ln = lane.New(ln, lane.Options{})
+	if name == "admin" {
+		ln = a.lane.Listen(ln)
 	}
 	limited, err := connlimit.New(ln, connlimit.Options{Name: name, MaxConns: a.lim.MaxConns, Metrics: a.connM})
 	if err != nil {

@@ -49,9 +49,8 @@ func NewRouter(topics []string) *Router {
 
 // Route implements partition.Config.Egress.
 func (r *Router) Route(namespace, typ string, arg *protocol.TypedValue) (string, error) {
-	id := namespace + "/" + typ
-	if id != PlaygroundID || len(r.topics) == 0 {
-		return "", fmt.Errorf("unknown egress %s (module.yaml binds %s)", id, r.bound())
+	if namespace+"/"+typ != PlaygroundID || len(r.topics) == 0 {
+		return "", fmt.Errorf("unknown egress %s/%s (module.yaml binds %s)", namespace, typ, r.bound())
 	}
 	if arg.GetTypename() != RecordTypename {
 		return "", fmt.Errorf("a playground egress record must have typename %s, got %q", RecordTypename, arg.GetTypename())

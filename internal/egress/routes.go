@@ -47,13 +47,17 @@ func (rs *Routes) Add(id string, f RouteFunc) error {
 
 // Route implements partition.Config.Egress.
 func (rs *Routes) Route(namespace, typ string, arg *protocol.TypedValue) (string, error) {
-	id := namespace + "/" + typ
-	f, ok := rs.byID[id]
+	f, ok := rs.byID[egressID(namespace, typ)]
 	if !ok {
-		return "", fmt.Errorf("unknown egress %s (module.yaml binds %s)", id, rs.bound())
+		return "", fmt.Errorf("unknown egress %s/%s (module.yaml binds %s)", namespace, typ, rs.bound())
 	}
 	return f(namespace, typ, arg)
 }
+
+// egressID is namespace/typ. Only looked up, it stays off the heap (a
+// short concatenation that does not escape is built on the stack): this
+// runs for every record a function sends to an egress.
+func egressID(namespace, typ string) string { return namespace + "/" + typ }
 
 func (rs *Routes) bound() string {
 	if len(rs.byID) == 0 {

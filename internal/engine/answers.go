@@ -51,8 +51,13 @@ const (
 // 2, 4 and 8 on two cores were within the run-to-run spread).
 func defaultAnswerLimit() int { return 2 * runtime.GOMAXPROCS(0) }
 
+// newAnswerPacer returns a pacer of limit callers (0: the default), or nil
+// for a negative limit: no pacing, every caller hears at once.
 func newAnswerPacer(limit int) *answerPacer {
-	if limit <= 0 {
+	switch {
+	case limit < 0:
+		return nil
+	case limit == 0:
 		limit = defaultAnswerLimit()
 	}
 	return &answerPacer{limit: limit}

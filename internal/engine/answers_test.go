@@ -108,10 +108,20 @@ func TestAnswerPacerQueueStaysSmall(t *testing.T) {
 // Through the engine: with one answer slot, hundreds of concurrent
 // ingress callers, a third of whom give up waiting at once, all return;
 // every message is delivered, the callers that gave up included; and no
-// slot is left held, so a later caller is answered.
+// slot is left held, so a later caller is answered. The same holds with
+// the pacing turned off (a negative IngressAnswers).
 func TestIngestPacedAnswersThroughTheEngine(t *testing.T) {
+	for _, limit := range []int{1, -1} {
+		t.Run(fmt.Sprintf("IngressAnswers=%d", limit), func(t *testing.T) { testIngestAnswers(t, limit) })
+	}
+}
+
+func testIngestAnswers(t *testing.T, limit int) {
 	db := openStore(t, vfs.NewMem(), 4)
-	e := newEngine(t, db, &counter{}, func(o *Options) { o.IngressAnswers = 1 })
+	e := newEngine(t, db, &counter{}, func(o *Options) { o.IngressAnswers = limit })
+	if (e.answers == nil) != (limit < 0) {
+		t.Fatalf("IngressAnswers %d: pacer %v", limit, e.answers)
+	}
 	e.Start()
 	const n = 300
 	var wg sync.WaitGroup
@@ -157,6 +167,9 @@ func TestIngestPacedAnswersThroughTheEngine(t *testing.T) {
 		}
 		return sum == n+1
 	})
+	if e.answers == nil {
+		return
+	}
 	e.answers.mu.Lock()
 	defer e.answers.mu.Unlock()
 	if e.answers.running != 0 {

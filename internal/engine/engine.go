@@ -12,6 +12,7 @@ import (
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/engine/committer"
 	"github.com/statefun-go/statefun/internal/engine/dispatch"
+	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
@@ -75,8 +76,13 @@ type Options struct {
 	// IngressAnswers is how many callers of Ingest and IngestOnce (the
 	// playground ingress's handlers) are woken with their outcome and not
 	// yet done at once; the rest wait their turn, oldest first. Zero means
-	// two per GOMAXPROCS. Why: see answerPacer.
+	// two per GOMAXPROCS; a negative number turns the pacing off (each
+	// caller is woken as its message is durable). Why: see answerPacer.
 	IngressAnswers int
+	// Lane is the runtime's admin lane (internal/lane), which the hot
+	// paths poke: a partition's turn and each call to a function. Nil:
+	// none.
+	Lane *lane.Lane
 	// Now is the clock; defaults to time.Now. Every time the engine reads
 	// (timers of the partition loops, retry logs, latencies) comes from it.
 	Now func() time.Time
@@ -270,7 +276,7 @@ func New(opts Options) (*Engine, error) {
 		e.drv = &Driver{e: e}
 		e.calls = e.drv
 	} else {
-		e.calls = poolInvoker{e: e, pool: dispatch.New(e.ctx, opts.Functions, opts.Now)}
+		e.calls = poolInvoker{e: e, pool: dispatch.New(e.ctx, opts.Functions, opts.Now, opts.Lane)}
 	}
 	return e, nil
 }
@@ -469,8 +475,9 @@ func (e *Engine) ingestReq(env *protocol.Envelope, once *onceWrite, paced bool) 
 	}
 	req := e.newIngressReq(p, env)
 	req.once = once
-	if paced {
-		req.answer = &pacedAnswer{done: req.done}
+	if paced && e.answers != nil {
+		req.paced.done = req.done
+		req.answer = &req.paced
 	}
 	if err := e.submit(req); err != nil {
 		return nil, err
@@ -517,7 +524,7 @@ type poolInvoker struct {
 }
 
 func (pi poolInvoker) invoke(p *part, inv partition.Invocation) {
-	pi.pool.Dispatch(inv, pi.e.callDone(p), &p.heldBytes)
+	pi.pool.Dispatch(inv, p.callDone, &p.heldBytes)
 }
 
 // callDone returns the completion of p's calls: metrics, then the result

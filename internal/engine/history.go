@@ -36,7 +36,9 @@ func causeToProto(c *partition.Cause) *protocol.HistoryCause {
 type positions struct {
 	mu      sync.Mutex
 	durable []uint64
-	// changed is closed and replaced whenever a commit became durable.
+	// changed, made by the first get after a change, is closed and
+	// cleared when a commit becomes durable: a commit with no one waiting
+	// makes no channel.
 	changed chan struct{}
 }
 
@@ -47,21 +49,23 @@ func (ps *positions) set(p int, id uint64) {
 	}
 	if id > ps.durable[p] {
 		ps.durable[p] = id
-		if ps.changed != nil {
-			close(ps.changed)
-		}
-		ps.changed = make(chan struct{})
+		ps.wake()
 	}
 	ps.mu.Unlock()
+}
+
+// wake wakes the callers waiting on changed. Under mu.
+func (ps *positions) wake() {
+	if ps.changed != nil {
+		close(ps.changed)
+		ps.changed = nil
+	}
 }
 
 // moved wakes the callers of WaitDurable: a partition was revoked.
 func (ps *positions) moved() {
 	ps.mu.Lock()
-	if ps.changed != nil {
-		close(ps.changed)
-	}
-	ps.changed = make(chan struct{})
+	ps.wake()
 	ps.mu.Unlock()
 }
 

@@ -15,6 +15,7 @@ import (
 // Metrics are the engine's Prometheus collectors.
 type Metrics struct {
 	invocations     *prometheus.CounterVec
+	invocationsOf   sync.Map // address.TypeName → *[2]prometheus.Counter: its ok and error series
 	batchSize       prometheus.Histogram
 	callSeconds     prometheus.Histogram
 	retries         *prometheus.CounterVec
@@ -111,11 +112,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func (m *Metrics) observeCall(inv partition.Invocation, err error, d time.Duration) {
-	outcome := "ok"
-	if err != nil {
-		outcome = "error"
+	c, ok := m.invocationsOf.Load(inv.Addr.Type)
+	if !ok {
+		// Once per type: its label is built and looked up here, not on
+		// every call. There are no more entries than series of the vector.
+		t := inv.Addr.Type.String()
+		c, _ = m.invocationsOf.LoadOrStore(inv.Addr.Type, &[2]prometheus.Counter{
+			m.invocations.WithLabelValues(t, "ok"), m.invocations.WithLabelValues(t, "error")})
 	}
-	m.invocations.WithLabelValues(inv.Addr.Type.String(), outcome).Inc()
+	i := 0
+	if err != nil {
+		i = 1
+	}
+	c.(*[2]prometheus.Counter)[i].Inc()
 	m.batchSize.Observe(float64(len(inv.Body.GetInvocation().GetInvocations())))
 	m.callSeconds.Observe(d.Seconds())
 }

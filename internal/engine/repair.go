@@ -239,7 +239,7 @@ func (e *Engine) Resend(ctx context.Context, r ResendRequest) (partition.Receipt
 	key := in.key
 	rc := partition.Receipt{Mutation: r.Mutation, Addr: target, Ack: AckCommitted, At: now}
 	in.receipt = receiptToProto(rc)
-	req := &resendReq{ingressReq: *in,
+	req := &resendReq{ingressReq: in,
 		deadLetter: r.DeadLetter,
 		audit: auditToProto(partition.AuditRecord{Mutation: r.Mutation, At: now, Principal: r.Principal, Reason: r.Reason,
 			Reverts: r.DeadLetter, Addr: target, Op: partition.OpResendMessage, Messages: []*protocol.Envelope{env}})}
@@ -267,7 +267,7 @@ func (e *Engine) submitAndWait(ctx context.Context, req Request, done <-chan err
 // resendReq is a message dead letter sent again: the message, the removal
 // of the dead letter, the audit record and the receipt, in one batch.
 type resendReq struct {
-	ingressReq
+	*ingressReq
 	deadLetter string
 	audit      *protocol.AuditRecord
 }

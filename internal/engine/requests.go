@@ -23,7 +23,8 @@ type ingressReq struct {
 	receipt *protocol.Receipt
 	once    *onceWrite
 	done    chan error
-	answer  *pacedAnswer // set: the outcome goes through answers
+	answer  *pacedAnswer // set (to &paced): the outcome goes through answers
+	paced   pacedAnswer
 
 	// What settling it reaches besides its part: the long-polls of
 	// receipts, the idempotency keys in flight, the pacer of ingress
@@ -249,19 +250,16 @@ func (r *partCommit) Lane() (int, bool) {
 // AfterGroup answers the callers of the commit's committed-ack mutations,
 // once every request of the group has been told it is durable: they are
 // the latency an operator sees, the other wakes are throughput.
-func (r *partCommit) AfterGroup() bool {
+func (r *partCommit) AfterGroup() {
 	if r.p.gone.Load() {
-		return false
+		return
 	}
-	answered := false
 	for _, rc := range r.c.Receipts {
 		if rc.Ack == partition.AckCommitted && rc.Request != 0 {
 			rc := rc
 			r.e.waiters.deliver(partition.Reply{Request: rc.Request, Receipt: &rc})
-			answered = true
 		}
 	}
-	return answered
 }
 
 // Fail stops the engine: the partition's core has moved on past a commit

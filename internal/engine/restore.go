@@ -126,6 +126,8 @@ func (e *Engine) buildPart(p int, outSeq uint64, pauses []partition.PauseWrite,
 		TimerWindow:      window,
 	}, storeReader{db: e.db, specs: specs, p: p}, rs)
 	pt := newPart(p, core, e, e.opts.Now)
+	pt.lane = e.opts.Lane
+	pt.callDone = e.callDone(pt)
 	pt.limit, pt.limitBytes, pt.inbox = e.opts.MaxBacklog, e.opts.MaxBacklogBytes, e.db
 	// The inbox's end first: messages past the partition's bound stay in
 	// the store, and new ones are numbered above them (paging.go).

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/statefun-go/statefun/internal/engine/dispatch"
 	"github.com/statefun-go/statefun/internal/engine/mailbox"
 	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -45,6 +45,10 @@ type part struct {
 	mb   *mailbox.Mailbox[partition.Event]
 	out  effects
 	now  func() time.Time
+	lane *lane.Lane // poked before each turn (Options.Lane); nil: none
+	// callDone completes this part's calls (Engine.callDone), made once
+	// when the part is built.
+	callDone dispatch.Done
 
 	// queued is the core's backlog after the last step: with the events in
 	// the mailbox, the work waiting in this partition, which the ingress
@@ -222,7 +226,7 @@ func (p *part) run(ctx context.Context) error {
 	timer.Stop()
 	defer timer.Stop()
 	for {
-		lane.Poke() // a hot path: a waiting operator request goes first
+		p.lane.Poke() // a hot path: a waiting operator request goes first
 		if _, err := p.process(); err != nil {
 			return err
 		}
@@ -332,14 +336,9 @@ func (p *part) process() (bool, error) {
 	// The waiting readers and mutators last: Go runs the goroutine the
 	// runner woke last first, and each later wake (a call worker, the
 	// committer) would push an earlier one to the back of the run queue,
-	// behind the function traffic of a loaded runtime. For the same reason
-	// the runner yields once it answered someone, before it takes the next
-	// events; under load that is where a state request's latency went.
+	// behind the function traffic of a loaded runtime.
 	for _, r := range rd.Replies {
 		p.out.reply(r)
-	}
-	if len(rd.Replies) > 0 {
-		runtime.Gosched()
 	}
 	return stepped, nil
 }

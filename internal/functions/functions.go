@@ -100,8 +100,9 @@ type endpoint struct {
 	limit  int  // calls in flight per function type (the bulkhead)
 	fixed  bool // Options.FixedCalls
 
-	mu    sync.Mutex
-	types map[address.TypeName]*bulkhead
+	mu      sync.Mutex
+	types   map[address.TypeName]*bulkhead
+	metrics *Metrics // the bulkheads' gauges; may be nil
 
 	health health // is its server reachable (health.go)
 }
@@ -111,7 +112,9 @@ type endpoint struct {
 // first come, first served.
 type bulkhead struct {
 	calls *inflight.Limiter
-	refs  int // calls in flight or waiting; the entry goes at zero
+	refs  int         // calls in flight or waiting; the entry goes at zero
+	g     *typeGauges // the type's gauges
+	url   string      // the type's URL at its endpoint
 }
 
 // New returns a Router with one client per endpoint of mod. It fails,
@@ -142,7 +145,7 @@ func New(mod *module.Module, opts Options) (*Router, error) {
 			return nil, fmt.Errorf("functions: endpoint for %s (%s): %w", ep.Functions, ep.Pos, err)
 		}
 		r.endpoints[ep] = &endpoint{client: c, limit: LimitPerType(ep, opts.MaxCallsPerType), fixed: opts.FixedCalls,
-			types: map[address.TypeName]*bulkhead{}}
+			types: map[address.TypeName]*bulkhead{}, metrics: opts.Metrics}
 		if opts.Metrics != nil {
 			opts.Metrics.endpointUp.WithLabelValues(ep.Functions.String()).Set(1)
 		}
@@ -185,13 +188,13 @@ func (r *Router) Call(ctx context.Context, t address.TypeName, req *protocol.ToF
 		return nil, noEndpointError{t}
 	}
 	ep := r.endpoints[mep]
-	release, err := ep.acquire(ctx, t, r.metrics)
+	url, release, err := ep.acquire(ctx, t, mep)
 	if err != nil {
 		return nil, err
 	}
 	done := 0 // the work the call did, which the adaptive limit maximizes
 	defer func() { release(done) }()
-	resp, err := r.invoke(ctx, ep, mep, t, req)
+	resp, err := r.invoke(ctx, ep, mep, url, req)
 	if err == nil {
 		done = len(req.GetInvocation().GetInvocations())
 	}
@@ -199,8 +202,8 @@ func (r *Router) Call(ctx context.Context, t address.TypeName, req *protocol.ToF
 }
 
 // invoke sends req to t's endpoint, holding one of its slots.
-func (r *Router) invoke(ctx context.Context, ep *endpoint, mep *module.Endpoint, t address.TypeName, req *protocol.ToFunction) (*protocol.FromFunction, error) {
-	resp, err := ep.client.Invoke(ctx, mep.URL(t), req)
+func (r *Router) invoke(ctx context.Context, ep *endpoint, mep *module.Endpoint, url string, req *protocol.ToFunction) (*protocol.FromFunction, error) {
+	resp, err := ep.client.Invoke(ctx, url, req)
 	r.observe(mep, ep, err)
 	if invoker.KindOf(err) == invoker.KindDecode {
 		// The function answered 2xx with a body that is not a
@@ -225,29 +228,29 @@ func (r *Router) Start(t address.TypeName, req *protocol.ToFunction, run func(ca
 		return false
 	}
 	ep := r.endpoints[mep]
-	b, err := ep.bulkheadOf(t)
+	b, err := ep.bulkheadOf(t, mep)
 	if err != nil {
 		run(func(context.Context) (*protocol.FromFunction, error) { return nil, err })
 		return false
 	}
-	m := r.metrics
+	m := b.g
 	// The call may start, on another goroutine, before Go returns: the
 	// waiting gauge counts it only if Go queued it and it has not started.
 	var st waitState
 	queued = b.calls.Go(func(done func(units int)) {
 		if st.started() {
-			m.waiting(t, -1)
+			m.addWaiting(-1)
 		}
-		m.inFlight(t, 1)
-		m.limit(t, b.calls.Limit())
+		m.addInFlight(1)
+		m.setLimit(b.calls.Limit())
 		run(func(ctx context.Context) (*protocol.FromFunction, error) {
 			n := 0
 			defer func() {
-				m.inFlight(t, -1)
+				m.addInFlight(-1)
 				done(n)
 				ep.unref(t, b)
 			}()
-			resp, err := r.invoke(ctx, ep, mep, t, req)
+			resp, err := r.invoke(ctx, ep, mep, b.url, req)
 			if err == nil {
 				n = len(req.GetInvocation().GetInvocations())
 			}
@@ -255,7 +258,7 @@ func (r *Router) Start(t address.TypeName, req *protocol.ToFunction, run func(ca
 		})
 	})
 	if queued && st.queued() {
-		m.waiting(t, 1)
+		m.addWaiting(1)
 	}
 	return queued
 }
@@ -275,28 +278,29 @@ func (w *waitState) started() bool { return w.v.Swap(1) == 2 }
 const minAdaptive = 4
 
 // acquire takes one of t's slots, waiting for one while all are taken, and
-// returns the function that gives it back, told the invocations the call
-// answered.
-func (e *endpoint) acquire(ctx context.Context, t address.TypeName, m *Metrics) (release func(done int), err error) {
-	b, err := e.bulkheadOf(t)
+// returns t's URL at its endpoint (mep) and the function that gives the
+// slot back, told the invocations the call answered.
+func (e *endpoint) acquire(ctx context.Context, t address.TypeName, mep *module.Endpoint) (url string, release func(done int), err error) {
+	b, err := e.bulkheadOf(t, mep)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
+	m := b.g
 
 	done, ok := b.calls.TryAcquire()
 	if !ok {
-		m.waiting(t, 1)
+		m.addWaiting(1)
 		done, err = b.calls.Acquire(ctx)
-		m.waiting(t, -1)
+		m.addWaiting(-1)
 	}
 	if err != nil {
 		e.unref(t, b)
-		return nil, fmt.Errorf("functions: waiting for one of the %d calls in flight of %s to end: %w", b.calls.Limit(), t, err)
+		return "", nil, fmt.Errorf("functions: waiting for one of the %d calls in flight of %s to end: %w", b.calls.Limit(), t, err)
 	}
-	m.inFlight(t, 1)
-	m.limit(t, b.calls.Limit())
-	return func(n int) {
-		m.inFlight(t, -1)
+	m.addInFlight(1)
+	m.setLimit(b.calls.Limit())
+	return b.url, func(n int) {
+		m.addInFlight(-1)
 		done(n)
 		e.unref(t, b)
 	}, nil
@@ -304,7 +308,7 @@ func (e *endpoint) acquire(ctx context.Context, t address.TypeName, m *Metrics) 
 
 // bulkheadOf returns t's bulkhead, made on first use, with a reference
 // taken (unref gives it back).
-func (e *endpoint) bulkheadOf(t address.TypeName) (*bulkhead, error) {
+func (e *endpoint) bulkheadOf(t address.TypeName, mep *module.Endpoint) (*bulkhead, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b, ok := e.types[t]
@@ -313,7 +317,7 @@ func (e *endpoint) bulkheadOf(t address.TypeName) (*bulkhead, error) {
 		if err != nil {
 			return nil, fmt.Errorf("functions: %s: %w", t, err)
 		}
-		b = &bulkhead{calls: calls}
+		b = &bulkhead{calls: calls, g: e.metrics.of(t), url: mep.URL(t)}
 		e.types[t] = b
 	}
 	b.refs++

@@ -41,20 +41,37 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) waiting(t address.TypeName, d float64) {
-	if m != nil {
-		m.waitingCalls.WithLabelValues(t.String()).Add(d)
+// typeGauges are one function type's series of the bulkhead gauges,
+// looked up once per bulkhead rather than by label on every call. A nil
+// *typeGauges (no Metrics) counts nothing.
+type typeGauges struct {
+	waiting, inFlight, limit prometheus.Gauge
+}
+
+// of returns t's gauges; nil when m is nil.
+func (m *Metrics) of(t address.TypeName) *typeGauges {
+	if m == nil {
+		return nil
+	}
+	l := t.String()
+	return &typeGauges{waiting: m.waitingCalls.WithLabelValues(l), inFlight: m.inFlightCalls.WithLabelValues(l),
+		limit: m.callLimit.WithLabelValues(l)}
+}
+
+func (g *typeGauges) addWaiting(d float64) {
+	if g != nil {
+		g.waiting.Add(d)
 	}
 }
 
-func (m *Metrics) inFlight(t address.TypeName, d float64) {
-	if m != nil {
-		m.inFlightCalls.WithLabelValues(t.String()).Add(d)
+func (g *typeGauges) addInFlight(d float64) {
+	if g != nil {
+		g.inFlight.Add(d)
 	}
 }
 
-func (m *Metrics) limit(t address.TypeName, n int) {
-	if m != nil {
-		m.callLimit.WithLabelValues(t.String()).Set(float64(n))
+func (g *typeGauges) setLimit(n int) {
+	if g != nil {
+		g.limit.Set(float64(n))
 	}
 }

@@ -132,6 +132,9 @@ func (e *Error) Unwrap() error { return e.Err }
 // KindOf returns the Kind of the first *Error in err's chain, or KindUnknown
 // when there is none.
 func KindOf(err error) Kind {
+	if err == nil {
+		return KindUnknown // no error: not even the variable below on the heap
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Kind

@@ -71,6 +71,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -105,6 +106,13 @@ type Client struct {
 	// header is shared by every request. The transport only reads it, and
 	// sharing saves building three headers per call.
 	header http.Header
+
+	// targets caches, per URL called, what Invoke derives from it before
+	// each request (endpointurl.Parse and the request URL); at most
+	// maxTargets URLs, one per function type of the endpoint, beyond which
+	// a URL is parsed on every call.
+	targets  sync.Map // string → target
+	ntargets atomic.Int32
 
 	mu struct {
 		sync.Mutex
@@ -190,18 +198,18 @@ func (c *Client) Invoke(ctx context.Context, rawURL string, req *protocol.ToFunc
 
 	// bytes.Reader gives the request a Content-Length and a GetBody, so it is
 	// never chunked and the transport can resend it on a stale connection.
-	target, err := endpointurl.Parse(rawURL)
+	target, err := c.target(rawURL)
 	if err != nil {
 		return nil, requestError(rawURL, err)
 	}
-	hreq, err := http.NewRequestWithContext(attemptCtx, http.MethodPost, target.URL.String(), bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(attemptCtx, http.MethodPost, target.url, bytes.NewReader(body))
 	if err != nil {
 		return nil, requestError(rawURL, err)
 	}
 	hreq.Header = c.header
 	transport := c.tcp
-	if target.Socket != "" {
-		transport = c.socketTransport(target.Socket)
+	if target.socket != "" {
+		transport = c.socketTransport(target.socket)
 	}
 
 	// RoundTrip rather than an http.Client: a Client would follow redirects,
@@ -372,4 +380,31 @@ func describeStatus(resp *http.Response, body []byte) string {
 		cut--
 	}
 	return fmt.Sprintf("function answered %s: %q (truncated)", status, text[:cut])
+}
+
+// target is what a request to a URL needs of it: the http(s) URL to send
+// to and the UNIX socket file, if any.
+type target struct {
+	url, socket string
+}
+
+// maxTargets bounds Client.targets.
+const maxTargets = 4096
+
+// target returns rawURL's target, parsed once per URL.
+func (c *Client) target(rawURL string) (target, error) {
+	if t, ok := c.targets.Load(rawURL); ok {
+		return t.(target), nil
+	}
+	p, err := endpointurl.Parse(rawURL)
+	if err != nil {
+		return target{}, err
+	}
+	t := target{url: p.URL.String(), socket: p.Socket}
+	if c.ntargets.Load() < maxTargets {
+		if _, loaded := c.targets.LoadOrStore(rawURL, t); !loaded {
+			c.ntargets.Add(1)
+		}
+	}
+	return t, nil
 }

@@ -11,9 +11,9 @@
 // "Where a slow GET's time goes, and the admin lane", measures it and
 // names the tools that join its execution traces.)
 //
-// The runtime's own busy goroutines do the noticing instead. The hot paths
-// of the load — a playground ingress request, a partition's turn, a call to
-// a function — call Poke. While a lane connection's reader waits, Poke looks
+// The runtime's own busy goroutines do the noticing instead. A Lane belongs
+// to one runtime, which hands it to its hot paths — a playground ingress
+// request, a partition's turn, a call to a function — and they call Poke. While a lane connection's reader waits, Poke looks
 // at most every Interval, without blocking (poll(2)), whether such a
 // connection has data. If one has, Poke wakes its reader by moving its read
 // deadline into the past, which the Go runtime answers by making the reader
@@ -51,47 +51,61 @@ const (
 	DefaultHot = time.Second
 )
 
-// Options configure a Listener.
+// Options configure a Lane.
 type Options struct {
 	// Hot is how long a reader waits in the lane before it is left to the
 	// network poller alone; 0 means DefaultHot.
 	Hot time.Duration
 }
 
-// The lanes of the process. Poke is called from code that knows nothing of
-// listeners (the engine, the ingress); like the scheduler whose gap it
-// fills, the lanes belong to the whole process.
-var (
-	waiting  atomic.Int64 // readers in all lanes
+// Lane is the admin lane of one runtime: the listeners whose connections
+// it serves ahead of the load, and the looks its hot paths make. The
+// runtime that owns it hands it to the code that pokes it (the engine,
+// the ingress); two runtimes in one process have two lanes that know
+// nothing of each other. A nil *Lane is no lane: Poke returns at once,
+// Listen returns the listener as it is, Woken is 0.
+type Lane struct {
+	hot time.Duration
+
+	waiting  atomic.Int64 // readers in all of the lane's listeners
 	lastLook atomic.Int64 // when the last look began, in unix nanoseconds
 	woken    atomic.Uint64
 
-	lanesMu sync.Mutex
-	lanes   []*Listener
-)
+	mu        sync.Mutex
+	listeners []*Listener // replaced, never changed in place: Poke reads it unlocked
+}
+
+// New returns a lane with no listener yet, or nil (no lane) where the
+// platform has no poll(2).
+func New(opts Options) *Lane {
+	if !supported {
+		return nil
+	}
+	return &Lane{hot: cmp.Or(opts.Hot, DefaultHot)}
+}
 
 // Poke looks, at most once an Interval, whether a lane connection whose
 // reader waits has data; if one has, its reader becomes the next goroutine
 // to run here and the caller yields to it. Call it from the hot paths of a
 // busy process; it returns at once when no reader waits.
-func Poke() {
-	if waiting.Load() == 0 {
+func (l *Lane) Poke() {
+	if l == nil || l.waiting.Load() == 0 {
 		return
 	}
 	now := time.Now().UnixNano()
-	last := lastLook.Load()
-	if now-last < int64(Interval) || !lastLook.CompareAndSwap(last, now) {
+	last := l.lastLook.Load()
+	if now-last < int64(Interval) || !l.lastLook.CompareAndSwap(last, now) {
 		return
 	}
-	lanesMu.Lock()
-	ls := lanes
-	lanesMu.Unlock()
+	l.mu.Lock()
+	ls := l.listeners
+	l.mu.Unlock()
 	n := 0
-	for _, l := range ls {
-		n += l.look(now)
+	for _, x := range ls {
+		n += x.look(now)
 	}
 	if n > 0 {
-		woken.Add(uint64(n))
+		l.woken.Add(uint64(n))
 		// The woken reader is this processor's next goroutine; yielding
 		// runs it now instead of after whatever this goroutine readies
 		// before it blocks.
@@ -99,13 +113,18 @@ func Poke() {
 	}
 }
 
-// Woken returns how many readers Poke has woken since the process started.
-func Woken() uint64 { return woken.Load() }
+// Woken returns how many readers Poke has woken since the lane was made.
+func (l *Lane) Woken() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.woken.Load()
+}
 
-// Listener is a net.Listener whose connections are served in the lane.
+// Listener is a net.Listener whose connections are served in a lane.
 type Listener struct {
 	net.Listener
-	hot time.Duration
+	lane *Lane
 
 	mu      sync.Mutex
 	readers map[*conn]int64 // waiting readers, by when they began to wait
@@ -116,17 +135,17 @@ type Listener struct {
 	set    pollSet
 }
 
-// New returns ln with its connections in the lane, or ln itself where the
-// platform has no poll(2).
-func New(ln net.Listener, opts Options) net.Listener {
-	if !supported {
+// Listen returns ln with its connections in the lane (ln itself for a nil
+// lane).
+func (l *Lane) Listen(ln net.Listener) net.Listener {
+	if l == nil {
 		return ln
 	}
-	l := &Listener{Listener: ln, hot: cmp.Or(opts.Hot, DefaultHot), readers: map[*conn]int64{}}
-	lanesMu.Lock()
-	lanes = append(slices.Clip(lanes), l)
-	lanesMu.Unlock()
-	return l
+	x := &Listener{Listener: ln, lane: l, readers: map[*conn]int64{}}
+	l.mu.Lock()
+	l.listeners = append(slices.Clip(l.listeners), x)
+	l.mu.Unlock()
+	return x
 }
 
 // Accept returns the next connection, in the lane when its descriptor can
@@ -143,15 +162,15 @@ func (l *Listener) Accept() (net.Conn, error) {
 	return &conn{Conn: c, l: l, fd: fd}, nil
 }
 
-// Close closes the listener and takes it out of the lanes; its connections
+// Close closes the listener and takes it out of its lane; its connections
 // keep working, their readers woken by the network poller alone.
 func (l *Listener) Close() error {
-	lanesMu.Lock()
-	lanes = slices.DeleteFunc(slices.Clone(lanes), func(x *Listener) bool { return x == l })
-	lanesMu.Unlock()
+	l.lane.mu.Lock()
+	l.lane.listeners = slices.DeleteFunc(slices.Clone(l.lane.listeners), func(x *Listener) bool { return x == l })
+	l.lane.mu.Unlock()
 	l.mu.Lock()
 	l.closed = true
-	waiting.Add(-int64(len(l.readers)))
+	l.lane.waiting.Add(-int64(len(l.readers)))
 	clear(l.readers)
 	l.mu.Unlock()
 	return l.Listener.Close()
@@ -162,7 +181,7 @@ func (l *Listener) enter(c *conn) {
 	l.mu.Lock()
 	if _, ok := l.readers[c]; !ok && !l.closed {
 		l.readers[c] = time.Now().UnixNano()
-		waiting.Add(1)
+		l.lane.waiting.Add(1)
 	}
 	l.mu.Unlock()
 }
@@ -172,7 +191,7 @@ func (l *Listener) leave(c *conn) {
 	l.mu.Lock()
 	if _, ok := l.readers[c]; ok {
 		delete(l.readers, c)
-		waiting.Add(-1)
+		l.lane.waiting.Add(-1)
 	}
 	l.mu.Unlock()
 }
@@ -185,9 +204,9 @@ func (l *Listener) look(now int64) int {
 	l.conns = l.conns[:0]
 	l.mu.Lock()
 	for c, since := range l.readers {
-		if now-since > int64(l.hot) {
+		if now-since > int64(l.lane.hot) {
 			delete(l.readers, c)
-			waiting.Add(-1)
+			l.lane.waiting.Add(-1)
 			continue
 		}
 		l.conns = append(l.conns, c)

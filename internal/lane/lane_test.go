@@ -17,19 +17,25 @@ import (
 	"time"
 )
 
-// serve starts an HTTP server on a lane listener and returns its address.
-// The handler answers the SHA-256 of the request body.
+// serve starts an HTTP server on a listener of a new lane and returns its
+// address. The handler answers the SHA-256 of the request body.
 func serve(t *testing.T, opts Options, srv *http.Server) (string, *Listener) {
+	t.Helper()
+	lane := New(opts)
+	if lane == nil {
+		t.Skip("no poll(2) on this platform: New returns no lane")
+	}
+	return serveOn(t, lane, srv)
+}
+
+// serveOn is serve on a listener of lane.
+func serveOn(t *testing.T, lane *Lane, srv *http.Server) (string, *Listener) {
 	t.Helper()
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := New(tcp, opts)
-	l, ok := ln.(*Listener)
-	if !ok {
-		t.Skip("no poll(2) on this platform: New returns the listener as is")
-	}
+	l := lane.Listen(tcp).(*Listener)
 	if srv.Handler == nil {
 		srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			h := sha256.New()
@@ -45,9 +51,9 @@ func serve(t *testing.T, opts Options, srv *http.Server) (string, *Listener) {
 	return tcp.Addr().String(), l
 }
 
-// poker calls Poke in a loop, as the runtime's hot paths do, until the
-// test ends.
-func poker(t *testing.T) {
+// poker calls lane's Poke in a loop, as the runtime's hot paths do, until
+// the test ends.
+func poker(t *testing.T, lane *Lane) {
 	t.Helper()
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -59,7 +65,7 @@ func poker(t *testing.T) {
 				return
 			default:
 			}
-			Poke()
+			lane.Poke()
 			runtime.Gosched()
 		}
 	}()
@@ -75,9 +81,9 @@ func sum(b []byte) string {
 // readers: the wake and the deadline it borrows stay invisible to the
 // server.
 func TestServesRequestsWhilePoked(t *testing.T) {
-	addr, _ := serve(t, Options{}, &http.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute})
-	poker(t)
-	before := Woken()
+	addr, l := serve(t, Options{}, &http.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute})
+	poker(t, l.lane)
+	before := l.lane.Woken()
 
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
@@ -123,7 +129,7 @@ func TestServesRequestsWhilePoked(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if Woken() == before {
+	if l.lane.Woken() == before {
 		t.Error("Poke woke no reader in 600 requests: the lane did not work")
 	}
 }
@@ -132,8 +138,8 @@ func TestServesRequestsWhilePoked(t *testing.T) {
 // moving its read deadline into the past and back: a wake never loses or
 // extends the deadline the server set.
 func TestDeadlinesHoldWhilePoked(t *testing.T) {
-	addr, _ := serve(t, Options{}, &http.Server{ReadHeaderTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
-	poker(t)
+	addr, l := serve(t, Options{}, &http.Server{ReadHeaderTimeout: 300 * time.Millisecond, IdleTimeout: 300 * time.Millisecond})
+	poker(t, l.lane)
 
 	// Keep the lane busy with a client that asks all along.
 	stop := make(chan struct{})
@@ -196,9 +202,9 @@ func TestDeadlinesHoldWhilePoked(t *testing.T) {
 // the busy goroutine's Poke is what wakes the lane's readers.
 func TestPokeWakesReadersOfABusyProcess(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	addr, _ := serve(t, Options{}, &http.Server{ReadHeaderTimeout: 10 * time.Second})
-	poker(t)
-	before := Woken()
+	addr, l := serve(t, Options{}, &http.Server{ReadHeaderTimeout: 10 * time.Second})
+	poker(t, l.lane)
+	before := l.lane.Woken()
 
 	client := &http.Client{Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
@@ -211,7 +217,7 @@ func TestPokeWakesReadersOfABusyProcess(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	if woke := Woken() - before; woke < n/2 {
+	if woke := l.lane.Woken() - before; woke < n/2 {
 		t.Errorf("Poke woke %d readers for %d requests; want most of them (the network poller woke the rest)", woke, n)
 	}
 }
@@ -220,7 +226,7 @@ func TestPokeWakesReadersOfABusyProcess(t *testing.T) {
 // connection costs no looks; its next request is still served.
 func TestIdleReaderLeavesLane(t *testing.T) {
 	addr, l := serve(t, Options{Hot: 50 * time.Millisecond}, &http.Server{ReadHeaderTimeout: 10 * time.Second})
-	poker(t)
+	poker(t, l.lane)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -264,13 +270,13 @@ func TestClosedListenerLeavesLanes(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 	}
 	l.Close()
-	lanesMu.Lock()
-	for _, x := range lanes {
+	l.lane.mu.Lock()
+	for _, x := range l.lane.listeners {
 		if x == l {
-			t.Error("the closed listener is still a lane")
+			t.Error("the closed listener is still in its lane")
 		}
 	}
-	lanesMu.Unlock()
+	l.lane.mu.Unlock()
 	if n := l.readersWaiting(); n != 0 {
 		t.Errorf("%d readers in a closed lane", n)
 	}
@@ -281,6 +287,47 @@ func TestClosedListenerLeavesLanes(t *testing.T) {
 	}
 	if b, _ := io.ReadAll(resp.Body); !strings.HasPrefix(string(b), sum(nil)) {
 		t.Errorf("answer after Close: %q", b)
+	}
+}
+
+// Two lanes in one process are independent: a reader waiting in one is
+// not looked at, woken or counted by the other's Poke, and a nil lane is
+// no lane.
+func TestLanesAreIndependent(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	a, b := New(Options{}), New(Options{})
+	if a == nil {
+		t.Skip("no poll(2) on this platform")
+	}
+	addr, _ := serveOn(t, a, &http.Server{ReadHeaderTimeout: 10 * time.Second})
+	poker(t, b) // only the other lane is poked
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	defer client.CloseIdleConnections()
+	for i := range 20 {
+		resp, err := client.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	if a.Woken() != 0 || b.Woken() != 0 {
+		t.Errorf("woken: %d by the listener's lane, %d by the other; want none (no one poked the listener's lane)", a.Woken(), b.Woken())
+	}
+	if b.waiting.Load() != 0 {
+		t.Errorf("the other lane counts %d waiting readers of a listener it does not hold", b.waiting.Load())
+	}
+
+	var none *Lane
+	none.Poke()
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	if got := none.Listen(tcp); got != tcp || none.Woken() != 0 {
+		t.Errorf("a nil lane: Listen returned %T, Woken %d; want the listener itself and 0", got, none.Woken())
 	}
 }
 
@@ -298,8 +345,9 @@ func (l *Listener) readersWaiting() int {
 //	go test -run '^$' -bench Poke ./internal/lane
 func BenchmarkPoke(b *testing.B) {
 	b.Run("no-reader", func(b *testing.B) {
+		lane := New(Options{})
 		for range b.N {
-			Poke()
+			lane.Poke()
 		}
 	})
 	b.Run("reader-waiting-look", func(b *testing.B) {
@@ -307,7 +355,8 @@ func BenchmarkPoke(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		l := New(tcp, Options{Hot: time.Hour}).(*Listener)
+		lane := New(Options{Hot: time.Hour})
+		l := lane.Listen(tcp).(*Listener)
 		defer l.Close()
 		client, err := net.Dial("tcp", tcp.Addr().String())
 		if err != nil {
@@ -325,8 +374,8 @@ func BenchmarkPoke(b *testing.B) {
 		}
 		b.ResetTimer()
 		for range b.N {
-			lastLook.Store(0) // every iteration looks
-			Poke()
+			lane.lastLook.Store(0) // every iteration looks
+			lane.Poke()
 		}
 	})
 }

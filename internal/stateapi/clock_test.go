@@ -2,12 +2,17 @@ package stateapi
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
+
+// idForm is a mutation id's form: milliseconds in base 36, a counter and
+// a random tail in 8 hex digits each.
+var idForm = regexp.MustCompile(`^[0-9a-z]+-[0-9a-f]{8}-[0-9a-f]{8}$`)
 
 // TestMutationIDsTakeTheInjectedClock: mutation ids are named by
 // Options.Now, not the wall clock, and stay unique and in creation order
@@ -28,6 +33,9 @@ func TestMutationIDsTakeTheInjectedClock(t *testing.T) {
 			ids = append(ids, rc.Mutation)
 		}
 		for _, id := range ids {
+			if !idForm.MatchString(id) {
+				t.Errorf("the id %s is not <ms base 36>-<8 hex digits>-<8 hex digits>", id)
+			}
 			if !strings.HasPrefix(id, c.prefix) {
 				t.Errorf("clock %v: the id %s does not start with %s", c.now, id, c.prefix)
 			}

@@ -1,8 +1,10 @@
 package stateapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
+	"sync"
 )
 
 // problem is an RFC 9457 problem detail, the body of every error.
@@ -62,7 +64,30 @@ func fail(w http.ResponseWriter, r *http.Request, status int, detail string) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
+	je := jsonEncoders.Get().(*jsonEncoder)
+	je.buf.Reset()
+	je.enc.Encode(v)
+	w.Write(je.buf.Bytes())
+	if je.buf.Cap() <= maxPooledJSON {
+		jsonEncoders.Put(je)
+	}
 }
+
+// jsonEncoder is an indenting encoder with its output buffer. An encoder
+// made per answer grew its indentation buffer from nothing every time (a
+// handful of allocations per answer); a pooled one keeps both buffers.
+type jsonEncoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+// maxPooledJSON is the largest buffer kept for reuse: a large listing's
+// does not stay in memory.
+const maxPooledJSON = 64 << 10
+
+var jsonEncoders = sync.Pool{New: func() any {
+	je := &jsonEncoder{}
+	je.enc = json.NewEncoder(&je.buf)
+	je.enc.SetIndent("", "  ")
+	return je
+}}

@@ -7,6 +7,7 @@ package stateapi
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -105,6 +106,8 @@ type Server struct {
 	browsers *browserguard.Guard
 	onces    onceCalls   // changes other nodes sent once (once.go)
 	imports  importCalls // import lines being applied (import.go)
+	// seq numbers the mutation ids this server makes (newMutationID).
+	seq atomic.Uint32
 }
 
 // New returns the API over the partitions of a running engine and the
@@ -386,7 +389,7 @@ func (s *Server) distrusted(node string) string {
 
 // newMutationID returns a unique, time-ordered mutation id.
 //
-// Ids sort in creation order within this process — the millisecond of
+// Ids sort in creation order within this server — the millisecond of
 // Options.Now, then a counter — and the audit log breaks ties of one
 // millisecond by id, so the mutations an operator sends one after another
 // are listed in that order. The random tail keeps ids unique across
@@ -396,10 +399,18 @@ func (s *Server) newMutationID() string {
 	var b [4]byte
 	rand.Read(b[:])
 	ms := max(s.opts.Now().UnixMilli(), 0)
-	return fmt.Sprintf("%s-%08x-%s", strconv.FormatInt(ms, 36), mutationSeq.Add(1), hex.EncodeToString(b[:]))
+	// "<ms base 36>-<seq, 8 hex digits>-<8 hex digits>", built in place:
+	// one allocation, the string.
+	var id [13 + 1 + 8 + 1 + 8]byte
+	out := strconv.AppendInt(id[:0], ms, 36)
+	out = append(out, '-')
+	var seq [4]byte
+	binary.BigEndian.PutUint32(seq[:], s.seq.Add(1))
+	out = hex.AppendEncode(out, seq[:])
+	out = append(out, '-')
+	out = hex.AppendEncode(out, b[:])
+	return string(out)
 }
-
-var mutationSeq atomic.Uint32
 
 func etag(v uint64) string { return `"` + strconv.FormatUint(v, 10) + `"` }
 

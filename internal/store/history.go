@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -378,12 +378,20 @@ func (db *DB) sweepHistory(cutoff int64, limit int) (deleted int, err error) {
 	touched, all := db.histTouched.take()
 	done := map[string]bool{}
 	d := &deleter{db: db}
+	// One iterator over the history for every entry trimmed, its bounds
+	// moved from entry to entry: making an iterator per entry cost more
+	// than reading the entry.
+	hist, err := db.newIter([]byte{spaceHistory}, []byte{spaceHistory + 1})
+	if err != nil {
+		return 0, err
+	}
+	defer hist.Close()
 	visit := func(entry []byte) error {
 		if done[string(entry)] {
 			return nil
 		}
 		done[string(entry)] = true
-		return db.trimEntry(d, entry, cutoff, limit)
+		return db.trimEntry(d, hist, entry, cutoff, limit)
 	}
 	if all {
 		it, err := db.newIter([]byte{spaceHistory}, []byte{spaceHistory + 1})
@@ -433,77 +441,162 @@ func (db *DB) sweepHistory(cutoff int64, limit int) (deleted int, err error) {
 }
 
 // trimEntry applies the retention to one entry (its history key prefix).
-func (db *DB) trimEntry(d *deleter, entry []byte, cutoff int64, limit int) error {
-	it, err := db.newIter(entry, prefixSuccessor(entry))
-	if err != nil {
-		return err
-	}
-	var recs []HistoryRecord
-	var keys [][]byte
-	for valid := it.Last(); valid; valid = it.Prev() {
+//
+// Every entry a commit touched is trimmed at the next sweep, so this runs
+// about once per changed entry: it reads each record's time and flags off
+// its encoding (historyMetaOf) instead of decoding records it does not
+// rewrite, and stops reading at the first record to delete. Only when
+// something is deleted does a second pass make the changes.
+func (db *DB) trimEntry(d *deleter, it *pebble.Iterator, entry []byte, cutoff int64, limit int) error {
+	it.SetBounds(entry, prefixSuccessor(entry))
+	// Newest first. Keep the newest unless it is a deletion past the age;
+	// then the next ones while within count and age.
+	var newest historyMeta
+	var newestKey []byte
+	n, keep := 0, 0
+	for valid := it.Last(); valid && n == keep; valid = it.Prev() {
 		if len(it.Key()) != len(entry)+8 {
 			continue // a longer state name sharing the prefix: not this entry
 		}
-		rec, err := historyAt(it.Key(), it)
+		m, err := iterHistoryMeta(it)
 		if err != nil {
-			return finish(it, err)
+			return err
 		}
-		recs = append(recs, rec)
-		keys = append(keys, append([]byte(nil), it.Key()...))
-	}
-	if err := closeIter(it); err != nil {
-		return err
-	}
-	if len(recs) == 0 {
-		return nil
-	}
-	// recs are newest first. Keep the newest unless it is a deletion past
-	// the age; then the rest while within count and age.
-	keep := 0
-	if !(recs[0].GetDeleted() && recs[0].GetAt() < cutoff) {
-		keep = 1
-		for keep < len(recs) && (limit < 0 || keep < limit) && recs[keep].GetAt() >= cutoff {
+		switch {
+		case n == 0:
+			newest, newestKey = m, append([]byte(nil), it.Key()...)
+			if !(m.deleted && m.at < cutoff) {
+				keep = 1
+			}
+		case (limit < 0 || keep < limit) && m.at >= cutoff:
 			keep++
 		}
+		n++
 	}
-	b := d.batch()
-	if keep > 0 && recs[0].GetAt() < cutoff {
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("store: iterate: %w", err)
+	}
+	if n == 0 {
+		return nil
+	}
+	if keep > 0 && newest.at < cutoff {
 		// The newest of an entry with a value stays; its age index entry
 		// goes, so later sweeps do not walk it again (the entry's next
 		// change makes it trimmable through the count and the touched set).
-		b.key = historyAgeKey(b.key[:0], recs[0].GetAt(), keys[0])
+		b := d.batch()
+		b.key = historyAgeKey(b.key[:0], newest.at, newestKey)
 		b.delete(b.key)
 	}
-	if keep == len(recs) {
-		return nil
+	if n == keep {
+		return nil // nothing beyond the kept records
 	}
-	if keep > 0 {
-		last := recs[keep-1]
-		if !last.GetTruncated() {
-			r := proto.Clone(last.HistoryRecord).(*protocol.HistoryRecord)
-			r.Truncated = true
-			b.setProto(keys[keep-1], r)
+	if keep == 0 {
+		a, _, commit, err := decodeHistoryKey(newestKey)
+		if err != nil {
+			return corrupt(newestKey, err)
 		}
-	} else {
-		p := address.Partition(recs[0].Addr.ID, db.partitions)
+		p := address.Partition(a.ID, db.partitions)
 		h, err := db.horizon(p)
 		if err != nil {
 			return err
 		}
-		if recs[0].Commit > h.commit {
-			v := binary.BigEndian.AppendUint64(nil, recs[0].Commit)
-			v = binary.BigEndian.AppendUint64(v, flipSign(max(recs[0].GetAt(), h.at)))
-			b.set(historyHorizonKey(nil, p), v)
+		if commit > h.commit {
+			v := binary.BigEndian.AppendUint64(nil, commit)
+			v = binary.BigEndian.AppendUint64(v, flipSign(max(newest.at, h.at)))
+			d.batch().set(historyHorizonKey(nil, p), v)
 		}
 	}
-	for i := keep; i < len(recs); i++ {
-		b = d.batch()
-		b.delete(keys[i])
-		b.key = historyAgeKey(b.key[:0], recs[i].GetAt(), keys[i])
-		b.delete(b.key)
-		if err := d.done(); err != nil {
-			return err
+	// The oldest kept record is marked truncated; every older one goes,
+	// with its age index entry.
+	i := 0
+	for valid := it.Last(); valid; valid = it.Prev() {
+		key := it.Key()
+		if len(key) != len(entry)+8 {
+			continue
 		}
+		switch {
+		case i == keep-1:
+			m, err := iterHistoryMeta(it)
+			if err != nil {
+				return err
+			}
+			if !m.truncated {
+				rec, err := historyAt(key, it)
+				if err != nil {
+					return err
+				}
+				rec.Truncated = true
+				d.batch().setProto(key, rec.HistoryRecord)
+			}
+		case i >= keep:
+			m, err := iterHistoryMeta(it)
+			if err != nil {
+				return err
+			}
+			b := d.batch()
+			b.delete(key)
+			b.key = historyAgeKey(b.key[:0], m.at, key)
+			b.delete(b.key)
+			if err := d.done(); err != nil {
+				return err
+			}
+		}
+		i++
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("store: iterate: %w", err)
 	}
 	return nil
+}
+
+// historyMeta is what the retention needs of a history record.
+type historyMeta struct {
+	at                 int64
+	deleted, truncated bool
+}
+
+// iterHistoryMeta reads the historyMeta of the iterator's record.
+func iterHistoryMeta(it *pebble.Iterator) (historyMeta, error) {
+	val, err := it.ValueAndErr()
+	if err != nil {
+		return historyMeta{}, fmt.Errorf("store: read %s: %w", formatKey(it.Key()), err)
+	}
+	return historyMetaOf(it.Key(), val)
+}
+
+// historyMetaOf reads a protocol.HistoryRecord's at, deleted and truncated
+// fields off its encoding, skipping the others (the value, the cause)
+// without decoding or copying them. As with proto.Unmarshal, the last
+// occurrence of a field wins.
+func historyMetaOf(key, val []byte) (historyMeta, error) {
+	var m historyMeta
+	for len(val) > 0 {
+		num, typ, n := protowire.ConsumeTag(val)
+		if n < 0 {
+			return m, corrupt(key, protowire.ParseError(n))
+		}
+		val = val[n:]
+		if typ == protowire.VarintType && (num == 1 || num == 2 || num == 8) {
+			v, n := protowire.ConsumeVarint(val)
+			if n < 0 {
+				return m, corrupt(key, protowire.ParseError(n))
+			}
+			val = val[n:]
+			switch num {
+			case 1:
+				m.at = int64(v)
+			case 2:
+				m.deleted = v != 0
+			case 8:
+				m.truncated = v != 0
+			}
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, val)
+		if n < 0 {
+			return m, corrupt(key, protowire.ParseError(n))
+		}
+		val = val[n:]
+	}
+	return m, nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/statefun-go/statefun/internal/protocol"
 )
@@ -233,5 +235,38 @@ func TestOpenStartsHistoryOfAnOlderStore(t *testing.T) {
 	es, _, _ := db.HistoryAt(a, "s", Point{Commit: 41})
 	if len(es) != 1 || es[0].Known {
 		t.Fatalf("before the upgrade's commit: %+v, want unknown", es)
+	}
+}
+
+// The retention reads a record's time and flags off its encoding: what it
+// reads is what proto.Unmarshal gives, whatever else the record holds, and
+// a record cut short is corrupt.
+func TestHistoryMetaOfMatchesUnmarshal(t *testing.T) {
+	for _, r := range []*protocol.HistoryRecord{
+		{},
+		{At: 1700000000000, Version: 7, Typename: "io.statefun.types/int", Value: []byte("12345"),
+			ExpiresAt: 99, Cause: &protocol.HistoryCause{Kind: 1, MessageCount: 3, Principal: "op"}},
+		{At: -5, Deleted: true},
+		{At: 42, Truncated: true, Value: make([]byte, 300)},
+	} {
+		val, err := proto.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := historyMetaOf(nil, val)
+		if err != nil || m.at != r.GetAt() || m.deleted != r.GetDeleted() || m.truncated != r.GetTruncated() {
+			t.Errorf("%v: read %+v, %v", r, m, err)
+		}
+		if len(r.GetValue()) > 0 {
+			if _, err := historyMetaOf(nil, val[:len(val)-1]); err == nil {
+				t.Errorf("%v cut short: no error", r)
+			}
+		}
+	}
+	// A field repeated on the wire: the last one wins, as in proto.
+	val := protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 5)
+	val = protowire.AppendVarint(protowire.AppendTag(val, 1, protowire.VarintType), 9)
+	if m, err := historyMetaOf(nil, val); err != nil || m.at != 9 {
+		t.Errorf("repeated at: %+v, %v; want 9", m, err)
 	}
 }

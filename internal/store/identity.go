@@ -206,6 +206,7 @@ func idOf(fi os.FileInfo) fileID {
 type dirWatch struct {
 	fs       vfs.FS
 	dir      string
+	idPath   string // dir's IDFile, joined once: check runs on every synced commit
 	dirID    fileID
 	fileID   fileID
 	mu       sync.Mutex
@@ -219,7 +220,7 @@ type dirWatch struct {
 // own inode says which of these it was.
 func (w *dirWatch) check(now time.Time, full bool) error {
 	why := ""
-	switch fi, err := w.fs.Stat(w.fs.PathJoin(w.dir, IDFile)); {
+	switch fi, err := w.fs.Stat(w.idPath); {
 	case err != nil:
 		why = fmt.Sprintf("its %s file is gone: %v", IDFile, err)
 		full = true
@@ -397,6 +398,6 @@ func (db *DB) watchDir() error {
 	if err != nil {
 		return fmt.Errorf("store: %s: %w", name, err)
 	}
-	db.watch = &dirWatch{fs: fs, dir: db.dir, dirID: idOf(dfi), fileID: idOf(ffi), lastSeen: time.Now()}
+	db.watch = &dirWatch{fs: fs, dir: db.dir, idPath: fs.PathJoin(db.dir, IDFile), dirID: idOf(dfi), fileID: idOf(ffi), lastSeen: time.Now()}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"time"
 
@@ -331,15 +330,10 @@ func (s *Session) commit(ctx, rctx context.Context, t *cycle.Txn, reqs []Request
 			r.Durable()
 		}
 	}
-	answered := false
 	for i, r := range reqs {
 		if a, ok := r.(committer.Answerer); ok && live[i] {
-			answered = a.AfterGroup() || answered
+			a.AfterGroup()
 		}
-	}
-	if answered {
-		// As the embedded committer does: let the woken callers run.
-		runtime.Gosched()
 	}
 	return nil
 }

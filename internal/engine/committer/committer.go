@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -37,20 +36,16 @@ type Request interface {
 
 // Answerer is a Request that also answers a waiting caller once durable.
 // AfterGroup is called after the Durable calls of every request of the
-// group, on the committer's goroutine, in submission order; it reports
-// whether it woke a caller.
+// group, on the committer's goroutine, in submission order.
 //
 // Why: a caller waiting for a durable answer (a state API write with
 // ack=committed) should not wait behind the hundreds of goroutines a loaded
 // group's Durable calls wake. Go runs the goroutine the running one woke
 // last first (its "next" slot), and every later wake pushes the earlier one
-// to the back of the run queue. So the answers that matter go last, and
-// when one was given the committer yields its processor before the next
-// group (whose store commit wakes the WAL writer, which would push the
-// caller back again).
+// to the back of the run queue. So the answers that matter go last.
 type Answerer interface {
 	Request
-	AfterGroup() bool
+	AfterGroup()
 }
 
 // Urgent is a Request a caller is waiting on (a state API write with
@@ -247,14 +242,10 @@ func (c *Committer) CommitGroup() (int, error) {
 			r.Durable()
 		}
 	}
-	answered := false
 	for i, r := range reqs {
 		if a, ok := r.(Answerer); ok && !contains(bad, i) {
-			answered = a.AfterGroup() || answered
+			a.AfterGroup()
 		}
-	}
-	if answered {
-		runtime.Gosched()
 	}
 	return len(reqs), nil
 }

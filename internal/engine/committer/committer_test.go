@@ -217,7 +217,7 @@ func (r *logReq) Fail(error) { *r.log = append(*r.log, "fail "+r.name) }
 
 type answerReq struct{ logReq }
 
-func (r *answerReq) AfterGroup() bool { *r.log = append(*r.log, "answer "+r.name); return true }
+func (r *answerReq) AfterGroup() { *r.log = append(*r.log, "answer "+r.name) }
 
 // Callers waiting for a durable answer hear back after every request of
 // the group was told it is durable, in submission order, and a request

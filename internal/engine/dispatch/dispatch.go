@@ -58,18 +58,22 @@ type Pool struct {
 	ctx   context.Context
 	fns   Functions
 	now   func() time.Time
-	calls chan call // unbuffered: a send succeeds only to an idle worker
-	gate  Gate      // fns, when it is one (else nil)
+	calls chan call  // unbuffered: a send succeeds only to an idle worker
+	gate  Gate       // fns, when it is one (else nil)
+	lane  *lane.Lane // poked before each call; nil: none
 }
 
 // New returns a pool calling fns until ctx ends; then calls in flight are
-// abandoned (their Done is not called). now measures call latency.
-func New(ctx context.Context, fns Functions, now func() time.Time) *Pool {
+// abandoned (their Done is not called). now measures call latency. Each
+// call is a hot path of the load: before it, the worker pokes ln, the
+// admin lane of the runtime (nil: none), so that a waiting operator
+// request goes first (internal/lane).
+func New(ctx context.Context, fns Functions, now func() time.Time, ln *lane.Lane) *Pool {
 	if now == nil {
 		now = time.Now
 	}
 	gate, _ := fns.(Gate)
-	return &Pool{ctx: ctx, fns: fns, now: now, calls: make(chan call), gate: gate}
+	return &Pool{ctx: ctx, fns: fns, now: now, calls: make(chan call), gate: gate, lane: ln}
 }
 
 // Dispatch starts inv and returns at once; done is called from a worker
@@ -113,6 +117,7 @@ func (p *Pool) worker(c call) {
 	idle := time.NewTimer(IdleTimeout)
 	defer idle.Stop()
 	for {
+		p.lane.Poke()
 		if c.gated != nil {
 			callGated(p.ctx, p.now, c)
 		} else {
@@ -131,7 +136,6 @@ func (p *Pool) worker(c call) {
 
 // callGated makes a call a Gate gave a slot, as Call does.
 func callGated(ctx context.Context, now func() time.Time, c call) {
-	lane.Poke()
 	start := now()
 	resp, err := c.gated(ctx)
 	if ctx.Err() != nil {
@@ -144,7 +148,6 @@ func callGated(ctx context.Context, now func() time.Time, c call) {
 // unless ctx ended meanwhile (shutting down: the batch re-runs after a
 // restart).
 func Call(ctx context.Context, fns Functions, now func() time.Time, inv partition.Invocation, done Done) {
-	lane.Poke() // a hot path: a waiting operator request goes first
 	start := now()
 	resp, err := fns.Call(ctx, inv.Addr.Type, inv.Body)
 	if ctx.Err() != nil {

@@ -42,7 +42,7 @@ func TestPoolReportsEveryCall(t *testing.T) {
 		tick = tick.Add(7 * time.Millisecond)
 		return tick
 	}
-	p := New(context.Background(), fns, now)
+	p := New(context.Background(), fns, now, nil)
 	out := make(chan outcome, 2)
 	done := func(inv partition.Invocation, resp *protocol.FromFunction, err error, took time.Duration) {
 		out <- outcome{inv, resp, err, took}
@@ -72,7 +72,7 @@ func TestPoolAbandonsCallsAtShutdown(t *testing.T) {
 		return nil, ctx.Err()
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	p := New(ctx, fns, nil)
+	p := New(ctx, fns, nil, nil)
 	reported := make(chan struct{}, 1)
 	p.Dispatch(partition.Invocation{Request: 1}, func(partition.Invocation, *protocol.FromFunction, error, time.Duration) {
 		reported <- struct{}{}

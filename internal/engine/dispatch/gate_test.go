@@ -51,7 +51,7 @@ func TestWaitingCallsAreDataNotGoroutines(t *testing.T) {
 	t.Cleanup(fns.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	pool := dispatch.New(ctx, fns, nil)
+	pool := dispatch.New(ctx, fns, nil, nil)
 
 	const batches = 500
 	counter := address.TypeName{Namespace: "sdktest", Name: "counter"}

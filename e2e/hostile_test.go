@@ -503,7 +503,7 @@ func hostileIDOn(prefix string, p int, avoid ...string) string {
 func TestHostile(t *testing.T) {
 	fn := startHostileFn(t)
 	rt := newRuntimeWith(t, hostileModule(fn.url))
-	saStart(rt, "http", http.DefaultClient, "--max-conns", strconv.Itoa(hostileMaxConns))
+	saStart(rt, "http", http.DefaultClient, hostileArgs...)
 	e := &hostileEnv{t: t, fn: fn, rt: rt, api: saAPIOf(t, "http://"+rt.admin, saClient), seen: map[string][]string{}}
 
 	// The sentinel: an entry whose version must not move, and the first
@@ -747,7 +747,7 @@ func TestHostile(t *testing.T) {
 			t.Fatalf("idle SIGTERM: %v\n%s", err, rt.logs())
 		}
 		mark := len(badFullLog(rt))
-		saStart(rt, "http", http.DefaultClient, "--max-conns", strconv.Itoa(hostileMaxConns))
+		saStart(rt, "http", http.DefaultClient, hostileArgs...)
 		if log := badFullLog(rt)[mark:]; strings.Contains(log, "replayed its write-ahead log") {
 			t.Errorf("the start after a clean stop replayed the write-ahead log:\n%s", log)
 		}
@@ -756,7 +756,7 @@ func TestHostile(t *testing.T) {
 		// The check can fail: after SIGKILL the next start replays.
 		rt.kill()
 		mark = len(badFullLog(rt))
-		saStart(rt, "http", http.DefaultClient, "--max-conns", strconv.Itoa(hostileMaxConns))
+		saStart(rt, "http", http.DefaultClient, hostileArgs...)
 		if log := badFullLog(rt)[mark:]; !strings.Contains(log, "replayed its write-ahead log") {
 			t.Errorf("the start after SIGKILL did not log its replay; the check above proves nothing:\n%s", log)
 		}
@@ -792,8 +792,14 @@ func hostileRawHost(t testing.TB, addr, host, method, path, body string) (int, h
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-// hostileFlood fills one partition past its queue limit in bytes (16 MiB by
-// default) while a call of one of its addresses is held: further messages,
+// hostileArgs are the flags the hostile runtime runs with: the connection
+// cap the tests fill, and a partition's bytes in memory at 64 MiB, so that
+// the flood below queues more than one 32 MiB request's worth of 4 MiB
+// messages (the default is 16 MiB).
+var hostileArgs = []string{"--max-conns", strconv.Itoa(hostileMaxConns), "--max-backlog-bytes", strconv.Itoa(64 << 20)}
+
+// hostileFlood fills one partition past its queue limit in bytes (64 MiB
+// here) while a call of one of its addresses is held: further messages,
 // mutations and reads on that partition are refused with 503 and
 // Retry-After, the other partitions keep going, and once the call returns
 // everything accepted is delivered once, in batches the endpoint can

@@ -22,6 +22,7 @@ import (
 	"github.com/statefun-go/statefun/internal/browserguard"
 	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/jobs"
 )
 
 // Options configure the API.
@@ -85,6 +86,9 @@ type Options struct {
 	// ClusterView, in cluster mode, says what this node knows of the
 	// cluster (GET /cluster). Nil in embedded mode: /cluster is a 404.
 	ClusterView func(ctx context.Context) ClusterView
+	// Jobs runs the bulk jobs (jobs.go). Nil in cluster mode: /jobs and
+	// /orphans answer 501 saying why.
+	Jobs *jobs.Manager
 }
 
 // Server serves the state API routes on the admin listener.
@@ -145,6 +149,9 @@ var routes = []route{
 	{"/overview", (*Server).serveOverview},
 	{"/endpoints", (*Server).serveEndpoints},
 	{"/cluster", (*Server).serveCluster},
+	{"/jobs", (*Server).serveJobs},
+	{"/jobs/", (*Server).serveJobs},
+	{"/orphans", (*Server).serveOrphans},
 }
 
 // Register mounts the API's routes on mux.

@@ -60,7 +60,9 @@ func jbStart(t *testing.T) *jbEnv {
 	return e
 }
 
-func (e *jbEnv) path(id string) string { return "/state/" + sdktest.CounterFn + "/" + id + "/" + sdktest.CounterState }
+func (e *jbEnv) path(id string) string {
+	return "/state/" + sdktest.CounterFn + "/" + id + "/" + sdktest.CounterState
+}
 
 // tick sends one message to the counter id: +1, once durable.
 func (e *jbEnv) tick(id string) {
@@ -179,7 +181,7 @@ func (e *jbEnv) writes(id string) map[string]int {
 		}
 		var page struct {
 			Records []struct{ Mutation, Reason, ID, State string } `json:"records"`
-			Next    *string                                     `json:"next"`
+			Next    *string                                        `json:"next"`
 		}
 		if err := json.Unmarshal(e.api.expect(http.StatusOK, http.MethodGet, path, "").body, &page); err != nil {
 			e.t.Fatal(err)
@@ -445,7 +447,9 @@ func TestOrphans(t *testing.T) {
 		t.Fatalf("orphans %+v", got)
 	}
 	const purge = `{"select":{"orphans":true},"action":{"op":"delete"},"reason":"e2e purge"}`
-	var pv struct{ Counts struct{ Scanned, Matched, Changed int64 } }
+	var pv struct {
+		Counts struct{ Scanned, Matched, Changed int64 }
+	}
 	if err := json.Unmarshal(e.api.expect(http.StatusOK, http.MethodPost, "/jobs/preview", purge).body, &pv); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -474,5 +475,49 @@ func TestOrphans(t *testing.T) {
 	e.done(rv.ID, 30*time.Second)
 	if got := list(); len(got) != 2 {
 		t.Fatalf("orphans after reverting the purge: %+v", got)
+	}
+}
+
+// cli runs `statefun jobs args...` against e's runtime and returns what it
+// printed; it must exit 0.
+func (e *jbEnv) cli(args ...string) string {
+	e.t.Helper()
+	cmd := exec.Command(binary, append(append([]string{"jobs"}, args...), "--server", "http://"+e.rt.admin)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		e.t.Fatalf("statefun jobs %q: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestJobsCLI drives a migration with `statefun jobs`: preview, start
+// --watch (to its end), list, status, writes, orphans.
+func TestJobsCLI(t *testing.T) {
+	t.Parallel()
+	e := jbStart(t)
+	e.seed(50, jbID)
+	out := e.cli("preview", sdktest.CounterFn, "--id-prefix", "c-", "--where", "value % 10 == 0", "--set", "value * 100", "--sample", "2")
+	if !strings.Contains(out, "scanned 50, matched 5, would change 4, unchanged 1, failed 0") || !strings.Contains(out, "c-00010") {
+		t.Fatalf("preview:\n%s", out)
+	}
+	out = e.cli("start", sdktest.CounterFn, "--id-prefix", "c-", "--where", "value % 10 == 0", "--set", "value * 100", "--reason", "cli", "--watch")
+	if !strings.Contains(out, "status") || !strings.Contains(out, "done") || !strings.Contains(out, "changed 4") {
+		t.Fatalf("start --watch:\n%s", out)
+	}
+	if v, _ := e.get(jbID(30)); v != 3000 {
+		t.Fatalf("%s = %d, want 3000", jbID(30), v)
+	}
+	var list []struct{ ID, Status string }
+	if err := json.Unmarshal([]byte(e.cli("list", "-o", "json")), &list); err != nil || len(list) != 1 || list[0].Status != "done" {
+		t.Fatalf("list: %v %+v", err, list)
+	}
+	if out := e.cli("writes", list[0].ID); strings.Count(out, "-job-"+list[0].ID+"-") != 4 {
+		t.Fatalf("writes:\n%s", out)
+	}
+	if out := e.cli("status", list[0].ID); !strings.Contains(out, "[##############################] 100%") {
+		t.Fatalf("status:\n%s", out)
+	}
+	if out := e.cli("orphans"); !strings.Contains(out, "TYPE") {
+		t.Fatalf("orphans:\n%s", out)
 	}
 }

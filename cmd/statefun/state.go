@@ -89,6 +89,19 @@ func newStateCmd(cl *cli) *cobra.Command {
 			return usagef("unknown command %q%s", args[0], suggest(cmd, args[0]))
 		},
 	}
+	c.clientFlags(cmd)
+	cmd.AddCommand(
+		c.getCmd(), c.putCmd(), c.deleteCmd(), c.lsCmd(), c.editCmd(), c.revertCmd(), c.historyCmd(), c.restoreCmd(),
+		c.receiptCmd(), c.auditCmd(), c.deadLettersCmd(), c.failingCmd(), c.inboxCmd(), c.pauseCmd(), c.resumeCmd(),
+		c.pausesCmd(), c.skipCmd(), c.editMessageCmd(), c.cancelCmd(), c.deleteAddressCmd(), c.skippedCmd(), c.resendCmd(),
+	)
+	return cmd
+}
+
+// clientFlags binds the flags of the API client (server, token, TLS,
+// timeout) as persistent flags of cmd: `statefun state` and `statefun
+// jobs` share them.
+func (c *stateCLI) clientFlags(cmd *cobra.Command) {
 	fs := cmd.PersistentFlags()
 	fs.SortFlags = false
 	fs.StringVar(&c.server, "server", "http://127.0.0.1:8070", "the admin listener's URL")
@@ -101,12 +114,6 @@ func newStateCmd(cl *cli) *cobra.Command {
 	bindEnv(fs, "cacert", "STATEFUN_CACERT")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "time limit of each request; 0 for none")
 	c.flags = fs
-	cmd.AddCommand(
-		c.getCmd(), c.putCmd(), c.deleteCmd(), c.lsCmd(), c.editCmd(), c.revertCmd(), c.historyCmd(), c.restoreCmd(),
-		c.receiptCmd(), c.auditCmd(), c.deadLettersCmd(), c.failingCmd(), c.inboxCmd(), c.pauseCmd(), c.resumeCmd(),
-		c.pausesCmd(), c.skipCmd(), c.editMessageCmd(), c.cancelCmd(), c.deleteAddressCmd(), c.skippedCmd(), c.resendCmd(),
-	)
-	return cmd
 }
 
 // stateCommand returns a command of `statefun state`: its arguments may be

@@ -213,15 +213,12 @@ func (m *Manager) Revert(id, principal, reason string) (*Record, error) {
 	if reason == "" {
 		reason = "revert of job " + id
 	}
-	return m.create(&Record{Kind: KindRevert, Reverts: id, Principal: principal, Total: target.Counts.Changed,
-		Spec: &Spec{Reason: reason, Rate: rateOf(target.Spec)}})
-}
-
-func rateOf(s *Spec) float64 {
-	if s == nil {
-		return 0
+	var rate float64
+	if target.Spec != nil {
+		rate = target.Spec.Rate
 	}
-	return s.Rate
+	return m.create(&Record{Kind: KindRevert, Reverts: id, Principal: principal, Total: target.Counts.Changed,
+		Reason: reason, Rate: rate})
 }
 
 // create stores r as a new running job and starts it.

@@ -12,11 +12,14 @@ type Record struct {
 	ID string `json:"id"`
 	// Kind is KindUpdate (a Spec) or KindRevert (the writes of the job
 	// Reverts, undone).
-	Kind      string `json:"kind"`
-	Spec      *Spec  `json:"spec,omitempty"`
-	Reverts   string `json:"reverts,omitempty"`
-	Principal string `json:"principal"`
-	Status    string `json:"status"`
+	Kind    string `json:"kind"`
+	Spec    *Spec  `json:"spec,omitempty"`
+	Reverts string `json:"reverts,omitempty"`
+	// Reason and Rate are a revert's (an update has them in Spec).
+	Reason    string  `json:"reason,omitempty"`
+	Rate      float64 `json:"rate,omitempty"`
+	Principal string  `json:"principal"`
+	Status    string  `json:"status"`
 	// Total is how many entries the job looks at, counted when it
 	// started (a revert: the writes it undoes); Counts.Scanned against it
 	// is its progress.

@@ -90,7 +90,7 @@ func (m *Manager) newRun(r *Record) (*run, error) {
 		}
 		rn.c = c
 	}
-	rate := float64(DefaultRate)
+	rate := Spec{Rate: r.Rate}.rate()
 	if r.Spec != nil {
 		rate = r.Spec.rate()
 	}
@@ -483,9 +483,12 @@ func (rn *run) mutationID() string {
 
 // reason is what the audit log records with each write.
 func (rn *run) reason() string {
-	r := "job " + rn.rec.ID
-	if rn.rec.Spec != nil && rn.rec.Spec.Reason != "" {
-		r += ": " + rn.rec.Spec.Reason
+	r, why := "job "+rn.rec.ID, rn.rec.Reason
+	if rn.rec.Spec != nil {
+		why = rn.rec.Spec.Reason
+	}
+	if why != "" {
+		r += ": " + why
 	}
 	return r
 }

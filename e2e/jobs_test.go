@@ -36,7 +36,7 @@ type jbJob struct {
 
 // jbEnv is a runtime serving sdktest/counter, and its API.
 type jbEnv struct {
-	t   *testing.T
+	t   testing.TB
 	rt  *runtime
 	api *saAPI
 }
@@ -44,7 +44,7 @@ type jbEnv struct {
 // jbStart starts the counter function and a runtime (embedded engine)
 // whose module binds sdktest/* to it, and warms the counter so that it
 // has registered its state.
-func jbStart(t *testing.T) *jbEnv {
+func jbStart(t testing.TB) *jbEnv {
 	t.Helper()
 	cs := sdktest.StartCounterServer(t)
 	rt := newRuntimeWith(t, saModule(saEndpoint{"sdktest/*", cs.URL}))
@@ -85,7 +85,7 @@ func (e *jbEnv) seed(n int, id func(int) string) {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				r, err := e.api.try(http.MethodPut, e.path(id(i)), strconv.Itoa(i), "Content-Type", "text/plain")
+				r, err := e.api.try(http.MethodPut, e.path(id(i)), strconv.Itoa(i), "Content-Type", "text/plain", "Statefun-Type", saLong)
 				if err == nil && r.status != http.StatusOK {
 					err = fmt.Errorf("PUT %s: %s", id(i), r)
 				}
@@ -519,5 +519,26 @@ func TestJobsCLI(t *testing.T) {
 	}
 	if out := e.cli("orphans"); !strings.Contains(out, "TYPE") {
 		t.Fatalf("orphans:\n%s", out)
+	}
+}
+
+// TestJobsConsole opens the console's jobs page in headless Chromium: a
+// job is listed with its status and its progress, and the navigation
+// shows the page (a runtime in cluster mode hides it: /jobs is a 501).
+func TestJobsConsole(t *testing.T) {
+	chromium := cnChromium(t)
+	e := jbStart(t)
+	e.seed(20, jbID)
+	j := e.create(`{"select":{"type":"sdktest/counter","idPrefix":"c-"},"action":{"op":"set","expr":"value + 1"}}`)
+	e.done(j.ID, 30*time.Second)
+	env := &cnEnv{rt: e.rt, base: "http://" + e.rt.admin + "/ui/", browser: cnBrowser(t, chromium)}
+	ctx := env.tab(t)
+	env.goTo(t, ctx, "#/jobs", fmt.Sprintf(`[data-job="%s"]`, j.ID))
+	row := evaluate[string](t, ctx, "the job's row", fmt.Sprintf(`document.querySelector('[data-job="%s"]').innerText`, j.ID))
+	if !strings.Contains(row, "done") || !strings.Contains(row, "100% · 20/20") || !strings.Contains(row, "set value + 1") {
+		t.Errorf("the job's row reads %q", row)
+	}
+	if hidden := evaluate[bool](t, ctx, "the nav link", `document.getElementById('nav-jobs').hidden`); hidden {
+		t.Error("the Jobs link is hidden in embedded mode")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"cel.dev/cel-go/common/types"
 	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/common/types/traits"
+	"cel.dev/cel-go/ext"
 
 	stypes "github.com/statefun-go/statefun/internal/types"
 )
@@ -31,6 +32,8 @@ import (
 //	state     the state name (string)
 //	typename  the value's typename (string)
 //	version   the entry's version (int)
+//
+// with CEL's standard functions and its string extension (ext.Strings).
 
 // MaxExprBytes caps the text of one expression.
 const MaxExprBytes = 4096
@@ -47,6 +50,9 @@ func newEnv() (*cel.Env, error) {
 		cel.Variable("state", cel.StringType),
 		cel.Variable("typename", cel.StringType),
 		cel.Variable("version", cel.IntType),
+		// The string functions (lowerAscii, replace, split, ...): a
+		// migration often reshapes text.
+		ext.Strings(),
 	)
 }
 

@@ -126,8 +126,11 @@ func New(cfg Config) (*Manager, error) {
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	err = cfg.Store.ScanJobs(func(id string, b []byte) error {
 		r := new(Record)
-		if err := json.Unmarshal(b, r); err != nil {
-			return fmt.Errorf("jobs: the stored record of job %s does not decode (%v); delete it with DELETE /jobs/%s", id, err, id)
+		if err := json.Unmarshal(b, r); err != nil || r.ID != id {
+			// Not a reason to refuse to start: the job is not run, and
+			// its record stays in the store for a look.
+			m.log.Error("jobs: a stored job record does not decode; it is not run", "job", id, "error", err)
+			return nil
 		}
 		m.jobs[id] = r
 		return nil

@@ -334,7 +334,16 @@ func (rn *run) count(f func(c *pageState)) {
 	rn.mu.Unlock()
 }
 
+// MaxValueBytes caps a value a job writes: the state API's cap of a PUT
+// body.
+const MaxValueBytes = 8 << 20
+
+// maxDetail caps a Problem's detail: an expression's error may quote a
+// value.
+const maxDetail = 1024
+
 func problem(it item, version uint64, detail, mutation string) Problem {
+	detail = truncate(detail, maxDetail)
 	return Problem{Namespace: it.addr.Type.Namespace, Type: it.addr.Type.Name, ID: it.addr.ID, State: it.state,
 		Version: version, Detail: detail, Mutation: mutation}
 }
@@ -392,6 +401,13 @@ func (rn *run) entry(it item, replay bool) error {
 			mu.Op, mu.Typename, mu.Value = partition.OpPut, out.typename, out.value
 		}
 		rc, err := rn.mutate(mu)
+		if errors.Is(err, engine.ErrTooLarge) {
+			rn.count(func(p *pageState) {
+				p.counts.Failed++
+				p.failures = appendListed(p.failures, problem(it, it.entry.Version, strings.TrimPrefix(err.Error(), "engine: "), mu.ID))
+			})
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -556,6 +572,9 @@ func (m *Manager) evaluate(c *compiled, it item) (outcome, error) {
 	b, err := encode(tn, v)
 	if err != nil {
 		return outcome{}, err
+	}
+	if len(b) > MaxValueBytes {
+		return outcome{}, fmt.Errorf("action.expr: the new value is %d bytes, more than a state value may be written with (%d, as a PUT)", len(b), MaxValueBytes)
 	}
 	return outcome{selected: true, typename: tn, value: b,
 		unchanged: tn == it.entry.Typename && bytes.Equal(b, it.entry.Value)}, nil

@@ -26,6 +26,11 @@ type Engine interface {
 	Read(ctx context.Context, a address.Address, state string) (partition.Reply, error)
 	Mutate(ctx context.Context, m partition.Mutation) (partition.Receipt, error)
 	SpecsOf(t address.TypeName) []partition.Spec
+	// WaitDurable waits until commit min of partition p is durable, or
+	// ctx ends (reached false).
+	WaitDurable(ctx context.Context, p int, min uint64) (cur uint64, reached bool, err error)
+	// Partitions is the partition count (address.Partition's n).
+	Partitions() int
 }
 
 // Store is what a job reads of the durable store and where it keeps its
@@ -65,7 +70,7 @@ type Config struct {
 const (
 	DefaultMaxJobs    = 1000
 	DefaultMaxRunning = 4
-	DefaultWorkers    = 16
+	DefaultWorkers    = 8
 )
 
 // Errors the API turns into status codes.

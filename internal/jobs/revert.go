@@ -107,7 +107,7 @@ func (rn *run) undo(it item, replay bool) error {
 	}
 	a := it.audit
 	mu := partition.Mutation{ID: rn.mutationID(), Addr: it.addr, State: it.state, Principal: rn.rec.Principal,
-		Reason: rn.reason(), Reverts: a.GetMutation(), Ack: partition.AckCommitted}
+		Reason: rn.reason(), Reverts: a.GetMutation(), Ack: partition.AckApplied}
 	if a.GetHadBefore() {
 		mu.Op, mu.Typename, mu.Value = partition.OpPut, a.GetBeforeTypename(), a.GetBeforeValue()
 	} else {
@@ -124,6 +124,7 @@ func (rn *run) undo(it item, replay bool) error {
 	}
 	switch rc.Reject {
 	case partition.Applied:
+		rn.applied(it.addr, rc)
 		rn.count(func(p *pageState) { p.counts.Changed++ })
 	case partition.RejectPrecondition, partition.RejectNotFound:
 		rn.count(func(p *pageState) {

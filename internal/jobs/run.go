@@ -43,6 +43,14 @@ import (
 //
 // So after SIGKILL each entry is written at most once, and the counters
 // stay those of the pages done, plus the replayed page counted once.
+//
+// The writes are sent with ack=applied, and the cursor moves only once
+// the commits carrying a page's writes are durable (Engine.WaitDurable on
+// each partition the page wrote to). Waiting for each write's own commit
+// (ack=committed) would make a job cost a synced commit per entry, which
+// the functions' own commits then queue behind; applied, a job's writes
+// share the commits that are made anyway. A write applied and lost in a
+// crash has no audit record, so the replay writes it again.
 
 const (
 	// pageIDs is how many ids a page holds.
@@ -74,6 +82,9 @@ type run struct {
 	then string
 	// page holds the counters of the page in progress.
 	page pageState
+	// commits holds, per partition, the newest commit that carries a
+	// write of the page in progress: the cursor waits for them.
+	commits map[int]uint64
 }
 
 type pageState struct {
@@ -262,6 +273,7 @@ func (m *Manager) entries(t address.TypeName, ids []string, sel Select) ([]item,
 func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) bool {
 	rn.mu.Lock()
 	rn.page = pageState{}
+	rn.commits = map[int]uint64{}
 	rn.mu.Unlock()
 	work := make(chan item)
 	var wg sync.WaitGroup
@@ -304,7 +316,29 @@ func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) boo
 		rn.m.mu.Unlock()
 		return false
 	}
-	return !stopped && rn.ctx.Err() == nil
+	if stopped || rn.ctx.Err() != nil {
+		return false
+	}
+	// The page's writes durable before the cursor passes them.
+	rn.mu.Lock()
+	commits := rn.commits
+	rn.mu.Unlock()
+	for p, c := range commits {
+		if _, ok, err := rn.m.cfg.Engine.WaitDurable(rn.ctx, p, c); err != nil || !ok {
+			return false // stopped (or the engine stops): the page is replayed
+		}
+	}
+	return true
+}
+
+// applied notes the commit of a's partition that carries a write.
+func (rn *run) applied(a address.Address, rc partition.Receipt) {
+	p := address.Partition(a.ID, rn.m.cfg.Engine.Partitions())
+	rn.mu.Lock()
+	if rc.Checkpoint > rn.commits[p] {
+		rn.commits[p] = rc.Checkpoint
+	}
+	rn.mu.Unlock()
 }
 
 // advance moves the cursor past the page done, with its counters, in one
@@ -394,7 +428,7 @@ func (rn *run) entry(it item, replay bool) error {
 			rn.count(func(p *pageState) { p.counts.Matched++ })
 		}
 		mu := partition.Mutation{ID: rn.mutationID(), Addr: it.addr, State: it.state,
-			IfMatch: it.entry.Version, Principal: rn.rec.Principal, Reason: rn.reason(), Ack: partition.AckCommitted}
+			IfMatch: it.entry.Version, Principal: rn.rec.Principal, Reason: rn.reason(), Ack: partition.AckApplied}
 		if out.delete {
 			mu.Op = partition.OpDelete
 		} else {
@@ -413,6 +447,7 @@ func (rn *run) entry(it item, replay bool) error {
 		}
 		switch rc.Reject {
 		case partition.Applied:
+			rn.applied(it.addr, rc)
 			rn.count(func(p *pageState) { p.counts.Changed++ })
 			return nil
 		case partition.RejectPrecondition, partition.RejectNotFound:

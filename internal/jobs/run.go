@@ -50,7 +50,10 @@ import (
 // (ack=committed) would make a job cost a synced commit per entry, which
 // the functions' own commits then queue behind; applied, a job's writes
 // share the commits that are made anyway. A write applied and lost in a
-// crash has no audit record, so the replay writes it again.
+// crash has no audit record, so the replay writes it again. A runner that
+// stops (a pause, a cancel) waits for its writes' commits too, so the
+// runner of a resume finds every write of the previous one in the durable
+// audit log.
 
 const (
 	// pageIDs is how many ids a page holds.
@@ -307,6 +310,12 @@ func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) boo
 	}
 	close(work)
 	wg.Wait()
+	// The page's writes durable, whether it is done or stopped: before the
+	// cursor passes them, and before another runner of the job starts (a
+	// resume), whose replay reads the durable audit log to tell the
+	// entries this one wrote: one applied and not yet durable would be
+	// evaluated again.
+	durable := rn.waitDurable()
 	if perr := failed.Load(); perr != nil {
 		rn.mu.Lock()
 		rn.then = StatusFailed
@@ -316,16 +325,20 @@ func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) boo
 		rn.m.mu.Unlock()
 		return false
 	}
-	if stopped || rn.ctx.Err() != nil {
-		return false
-	}
-	// The page's writes durable before the cursor passes them.
+	return durable && !stopped && rn.ctx.Err() == nil
+}
+
+// waitDurable waits until the commits carrying the page's writes are
+// durable; false when the manager closes first (the process stops: what
+// was not durable is lost or durable by the next start, and the page is
+// replayed then).
+func (rn *run) waitDurable() bool {
 	rn.mu.Lock()
 	commits := rn.commits
 	rn.mu.Unlock()
 	for p, c := range commits {
-		if _, ok, err := rn.m.cfg.Engine.WaitDurable(rn.ctx, p, c); err != nil || !ok {
-			return false // stopped (or the engine stops): the page is replayed
+		if _, ok, err := rn.m.cfg.Engine.WaitDurable(rn.m.ctx, p, c); err != nil || !ok {
+			return false
 		}
 	}
 	return true

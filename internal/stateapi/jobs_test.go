@@ -271,6 +271,9 @@ func TestJobStatusCodes(t *testing.T) {
 
 	// The resume of a paused job, and the forgetting of an ended one.
 	paused := startJob(t, api, slow)
+	// Its first write is made at once, the second due in 100 s: pause it
+	// between them.
+	awaitJob(t, api, paused, func(j jobs.Record) bool { return j.Counts.Changed == 1 })
 	if r := send(t, api, "POST", "/jobs/"+paused+"/pause", nil); r.StatusCode != 200 {
 		t.Fatalf("pause: %s %s", r.Status, r.body)
 	}

@@ -542,3 +542,28 @@ func TestJobsConsole(t *testing.T) {
 		t.Error("the Jobs link is hidden in embedded mode")
 	}
 }
+
+// TestJobsRefusedInCluster: a cluster node answers every jobs route with
+// a 501 that says why, and the CLI passes the reason on.
+func TestJobsRefusedInCluster(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("cluster: skipped in -short mode")
+	}
+	cs := sdktest.StartCounterServer(t)
+	rt := newRuntimeOn(t, clustered, saModule(saEndpoint{"sdktest/*", cs.URL}))
+	rt.start()
+	api := saAPIOf(t, "http://"+rt.admin, saClient)
+	for _, c := range [][2]string{{"GET", "/jobs"}, {"POST", "/jobs"}, {"POST", "/jobs/preview"}, {"GET", "/orphans"}, {"POST", "/jobs/0a/pause"}} {
+		r := api.expect(http.StatusNotImplemented, c[0], c[1], `{"select":{"type":"a/b"},"action":{"op":"delete"}}`)
+		if !strings.Contains(string(r.body), "embedded mode only") {
+			t.Errorf("%s %s: %s", c[0], c[1], r)
+		}
+	}
+	e := &jbEnv{t: t, rt: rt, api: api}
+	cmd := exec.Command(binary, "jobs", "list", "--server", "http://"+e.rt.admin)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "embedded mode only") || !strings.Contains(string(out), "501") {
+		t.Fatalf("statefun jobs list on a cluster node: %v\n%s", err, out)
+	}
+}

@@ -137,7 +137,7 @@ completion bash|zsh|fish|powershell`},
 	root.SetFlagErrorFunc(flagError)
 	root.SetHelpFunc(func(cmd *cobra.Command, _ []string) { writeHelp(c.stderr, cmd) })
 	root.SetUsageFunc(func(cmd *cobra.Command) error { writeUsage(c.stderr, cmd); return nil })
-	root.AddCommand(newRunCmd(c), newStateCmd(c), newBackupCmd(c), newVersionCmd(c), newGenDocsCmd(c))
+	root.AddCommand(newRunCmd(c), newStateCmd(c), newJobsCmd(c), newBackupCmd(c), newVersionCmd(c), newGenDocsCmd(c))
 	return root
 }
 

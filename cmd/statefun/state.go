@@ -100,7 +100,7 @@ func newStateCmd(cl *cli) *cobra.Command {
 }
 
 // bindClientFlags binds the flags that say how to reach the state API to
-// fs: the state commands' and `statefun backup`'s.
+// fs: the state commands', `statefun jobs`' and `statefun backup`'s.
 func (c *stateCLI) bindClientFlags(fs *pflag.FlagSet, timeout time.Duration) {
 	fs.SortFlags = false
 	fs.StringVar(&c.server, "server", "http://127.0.0.1:8070", "the admin listener's URL")

@@ -35,6 +35,7 @@ import (
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/functions"
 	"github.com/statefun-go/statefun/internal/ingress"
+	"github.com/statefun-go/statefun/internal/jobs"
 	"github.com/statefun-go/statefun/internal/kafkaegress"
 	"github.com/statefun-go/statefun/internal/lane"
 	"github.com/statefun-go/statefun/internal/module"
@@ -175,7 +176,8 @@ type App struct {
 	// for readiness must then find the ingress and egress listening.
 	up    atomic.Bool
 	connM *connlimit.Metrics
-	lane  *lane.Lane // the admin listener's; nil without it
+	lane  *lane.Lane    // the admin listener's; nil without it
+	jobs  *jobs.Manager // embedded mode; nil in cluster mode
 }
 
 // Start loads the module, opens the store, restores the partitions and
@@ -472,6 +474,23 @@ func Start(cfg Config) (*App, error) {
 	}
 	apiOpts.ReadOnly = cfg.ReadOnly
 	apiOpts.Backup = a.backup
+	if cn == nil {
+		// Bulk jobs keep their records in this process's store, which in
+		// cluster mode no single node owns: there they are refused
+		// (stateapi/jobs.go says why).
+		jm, err := jobs.New(jobs.Config{Engine: eng, Store: db, Logger: cfg.Logger,
+			Deployed: func(t address.TypeName) bool { _, ok := mod.EndpointFor(t); return ok }})
+		if err != nil {
+			a.Close()
+			return nil, err
+		}
+		a.jobs, apiOpts.Jobs = jm, jm
+		if !cfg.ReadOnly {
+			// Read-only mode lists the jobs a backup holds and runs
+			// none of them.
+			jm.Start()
+		}
+	}
 	api = stateapi.New(eng, eng.Reads(), apiOpts)
 	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready, fns.Down)), cfg.TLSCert, cfg.TLSKey); err != nil {
 		a.Close()
@@ -607,6 +626,9 @@ func (a *App) Close() error {
 		}
 		wg.Wait()
 		a.wg.Wait()
+		if a.jobs != nil {
+			a.jobs.Close() // before the engine: a job writes through it
+		}
 		a.guard.Stop()
 		a.kafka.close()
 		if dead != nil {

@@ -167,6 +167,7 @@ func startEngine(t testing.TB, cfg engineConfig) *engine.Engine {
 		t.Fatal(err)
 	}
 	eng.Start()
+	engineDBs.Store(eng, db) // for the jobs of jobs_test.go
 	t.Cleanup(func() {
 		eng.Close()
 		inv.Close()

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/statefun-go/statefun/internal/jobs"
 )
 
 // This file checks openapi.json against the real handlers: the document is
@@ -486,7 +488,7 @@ func TestOpenAPIOperations(t *testing.T) {
 			Self: ClusterNode{Node: "a", AdminURL: "http://a:8070", Ready: true, Member: "a-1", Generation: 3,
 				Serving: []int{0}, Lag: map[int]int64{0: 5}, LastCommit: time.Now(), Commits: 7},
 			Members: []ClusterMember{{Node: "a", AdminURL: "http://a:8070", StartedAt: time.Now()}, {Node: "b", AdminURL: "http://b:8070", StartedAt: time.Now()}}}
-	}})
+	}, Jobs: newJobs(t, eng)})
 
 	mustPut(t, api, "/state/test/fn/ops/i32", "text/plain", "42")
 	mustPut(t, api, "/state/test/fn/ops/str", "text/plain", "hello")
@@ -531,6 +533,23 @@ func TestOpenAPIOperations(t *testing.T) {
 		t.Fatalf("inbox of ops-s: %+v", inbox)
 	}
 	lastKey := inbox.Queued.Messages[2].Key
+
+	// Jobs: one ended (to read, revert and forget), two running slowly
+	// (to pause and to cancel), one paused (to resume); and an orphan.
+	for i := range 3 {
+		mustPut(t, api, fmt.Sprintf("/state/test/fn/ops-job-%d/i32", i), "text/plain", "1")
+	}
+	mustPut(t, api, "/state/test/gone/x/str", "text/plain", "old", "Statefun-Type", "io.statefun.types/string")
+	const jobSpec = `{"select":{"type":"test/fn","idPrefix":"ops-job-","state":"i32","where":"value > 0"},"action":{"op":"set","expr":"value + 1"}}`
+	const slowSpec = `{"select":{"type":"test/fn","idPrefix":"ops-job-"},"action":{"op":"set","expr":"value + 1"},"rate":0.01}`
+	ended := startJob(t, api, jobSpec)
+	awaitJob(t, api, ended, func(j jobs.Record) bool { return j.Status == jobs.StatusDone })
+	forget := startJob(t, api, jobSpec)
+	awaitJob(t, api, forget, func(j jobs.Record) bool { return j.Status == jobs.StatusDone })
+	toPause, toCancel, toResume := startJob(t, api, slowSpec), startJob(t, api, slowSpec), startJob(t, api, slowSpec)
+	if r := send(t, api, "POST", "/jobs/"+toResume+"/pause", nil); r.StatusCode != 200 {
+		t.Fatalf("pause: %s %s", r.Status, r.body)
+	}
 
 	type req struct {
 		method, target, contentType, body string
@@ -596,6 +615,21 @@ func TestOpenAPIOperations(t *testing.T) {
 		"headExportEntries":          {"HEAD", "/export/test/fn", "", ""},
 		"importEntries": {"POST", "/import/import-ops?mode=overwrite", "application/json",
 			`{"lines":[{"line":1,"entry":{"address":{"namespace":"test","type":"fn","id":"ops-imp"},"state":"str","typename":"io.statefun.types/string","value":"imported"}}]}`},
+		"listJobs":          {"GET", "/jobs", "", ""},
+		"headListJobs":      {"HEAD", "/jobs", "", ""},
+		"createJob":         {"POST", "/jobs", "application/json", jobSpec},
+		"previewJob":        {"POST", "/jobs/preview?sample=3", "application/json", jobSpec},
+		"getJob":            {"GET", "/jobs/" + ended, "", ""},
+		"headGetJob":        {"HEAD", "/jobs/" + ended, "", ""},
+		"deleteJob":         {"DELETE", "/jobs/" + forget, "", ""},
+		"pauseJob":          {"POST", "/jobs/" + toPause + "/pause", "", ""},
+		"resumeJob":         {"POST", "/jobs/" + toResume + "/resume", "", ""},
+		"cancelJob":         {"POST", "/jobs/" + toCancel + "/cancel", "", ""},
+		"revertJob":         {"POST", "/jobs/" + ended + "/revert", "", ""},
+		"listJobWrites":     {"GET", "/jobs/" + ended + "/writes?limit=2", "", ""},
+		"headListJobWrites": {"HEAD", "/jobs/" + ended + "/writes", "", ""},
+		"listOrphans":       {"GET", "/orphans", "", ""},
+		"headListOrphans":   {"HEAD", "/orphans", "", ""},
 	}
 	for _, op := range s.ops {
 		id := op.node["operationId"].(string)
@@ -626,7 +660,7 @@ func TestOpenAPIOperations(t *testing.T) {
 	// The methods a path documents are the ones its 405 allows.
 	for tmpl, item := range mapOf(s.raw["paths"]) {
 		target := strings.NewReplacer("{namespace}", "test", "{type}", "fn", "{id}", "ops", "{state}", "i32",
-			"{mutation}", seen.Mutation, "{name}", "in", "{import}", "import-ops").Replace(tmpl)
+			"{mutation}", seen.Mutation, "{name}", "in", "{import}", "import-ops", "{job}", ended).Replace(tmpl)
 		r := send(t, api, "PATCH", target, nil)
 		if r.StatusCode != http.StatusMethodNotAllowed {
 			t.Errorf("PATCH %s: %s, want 405", target, r.Status)

@@ -23,6 +23,7 @@ import (
 	"github.com/statefun-go/statefun/internal/browserguard"
 	"github.com/statefun-go/statefun/internal/cluster/trust"
 	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/jobs"
 )
 
 // Options configure the API.
@@ -94,6 +95,9 @@ type Options struct {
 	// method but GET, HEAD and OPTIONS) with a 409 naming read-only mode
 	// (statefun run --read-only).
 	ReadOnly bool
+	// Jobs runs the bulk jobs (jobs.go). Nil in cluster mode: /jobs and
+	// /orphans answer 501 saying why.
+	Jobs *jobs.Manager
 }
 
 // Server serves the state API routes on the admin listener.
@@ -160,6 +164,9 @@ var routes = []route{
 	{"/backups", (*Server).serveBackups},
 	{"/export/", (*Server).serveExport},
 	{"/import/", (*Server).serveImport},
+	{"/jobs", (*Server).serveJobs},
+	{"/jobs/", (*Server).serveJobs},
+	{"/orphans", (*Server).serveOrphans},
 }
 
 // Register mounts the API's routes on mux.

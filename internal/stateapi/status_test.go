@@ -41,7 +41,7 @@ func TestStatusCodesAndHeaders(t *testing.T) {
 	eng := startWithFunction(t, engineConfig{})
 	apis := map[string]string{
 		"":       serve(t, eng, Options{}),
-		"tokens": serve(t, eng, Options{Tokens: []Token{tokenRead, tokenWrite, tokenBoth}}),
+		"tokens": serve(t, eng, Options{Tokens: []Token{tokenRead, tokenWrite, tokenBoth}, Jobs: newJobs(t, eng)}),
 		"small":  serve(t, eng, Options{MaxBodyBytes: 64}),
 		"reason": serve(t, eng, Options{RequireReason: true}),
 	}
@@ -727,7 +727,7 @@ func fillTemplate(tmpl string, vals map[string]string) string {
 	})
 }
 
-var exampleVals = map[string]string{"namespace": "test", "type": "fn", "id": "a", "state": "str", "mutation": "nope", "name": "in", "import": "import-x"}
+var exampleVals = map[string]string{"namespace": "test", "type": "fn", "id": "a", "state": "str", "mutation": "nope", "name": "in", "import": "import-x", "job": "0a"}
 
 // testAuthEveryOperation: every operation that needs a token answers 401
 // without one and 403 with a token that lacks its scope.
@@ -781,7 +781,7 @@ func testBadAddressEveryOperation(t *testing.T, api string) {
 			vals[k] = v
 		}
 		long := strings.Repeat("x", MaxSegmentBytes+1)
-		for _, k := range []string{"namespace", "type", "id", "state", "mutation", "name"} {
+		for _, k := range []string{"namespace", "type", "id", "state", "mutation", "name", "job"} {
 			if strings.Contains(op.template, "{"+k+"}") {
 				vals[k] = long
 			}
@@ -789,7 +789,8 @@ func testBadAddressEveryOperation(t *testing.T, api string) {
 		r := send(t, api, op.method, fillTemplate(op.template, vals), nil)
 		want := 400
 		// A dead letter's id is a mutation id: unknown, not malformed.
-		if strings.HasPrefix(op.template, "/mutations/") || strings.HasPrefix(op.template, "/dead-letters/messages/") {
+		// A job's id too.
+		if strings.HasPrefix(op.template, "/mutations/") || strings.HasPrefix(op.template, "/dead-letters/messages/") || strings.HasPrefix(op.template, "/jobs/") {
 			want = 404
 		}
 		if r.StatusCode != want {
@@ -869,10 +870,10 @@ func testBusy(t *testing.T) {
 // wherever the answer needs the engine.
 func testClosed(t *testing.T) {
 	eng := startEngine(t, engineConfig{})
-	api := serve(t, eng, Options{})
+	api := serve(t, eng, Options{Jobs: newJobs(t, eng)})
 	rc := mustPut(t, api, "/state/x/y/z/s", "application/octet-stream", "v", "Statefun-Type", "x/T")
 	eng.Close()
-	vals := map[string]string{"namespace": "x", "type": "y", "id": "z", "state": "s", "mutation": rc.Mutation, "name": "n"}
+	vals := map[string]string{"namespace": "x", "type": "y", "id": "z", "state": "s", "mutation": rc.Mutation, "name": "n", "job": "0a"}
 	for _, op := range theSpec(t).ops {
 		target := fillTemplate(op.template, vals)
 		if op.template == "/mutations/{mutation}" {

@@ -642,6 +642,10 @@ func formatKey(key []byte) string {
 			if len(key) > 3 {
 				return fmt.Sprintf("changelog-key(p=%d, %s)", binary.BigEndian.Uint16(key[1:]), formatKey(key[3:]))
 			}
+		case spaceJob:
+			if id, rest, err := decodeString(key[1:]); err == nil && len(rest) == 0 {
+				return fmt.Sprintf("job(%s)", q(id))
+			}
 		case spaceIdempotency:
 			if scope, rest, err := decodeString(key[1:]); err == nil {
 				if k, rest, err := decodeString(rest); err == nil && len(rest) == 0 {

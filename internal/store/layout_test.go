@@ -214,6 +214,9 @@ func TestLayoutGolden(t *testing.T) {
 			add([]byte{0x18}, "space 0x18: changelog keys").add(u16(3), "partition 3").
 			add(specsKey(nil, greeter.Type), "the store key, to the end"),
 			changelogKeysKey(nil, 3, specsKey(nil, greeter.Type))},
+
+		{rec("key: bulk job \"j-7f3a\"").add([]byte{0x20}, "space 0x20: job").str("j-7f3a", "job id"),
+			jobKey(nil, "j-7f3a")},
 	}
 
 	var sb strings.Builder

@@ -12,6 +12,7 @@ import {entry} from './entry.js';
 import {audit} from './audit.js';
 import {deadLetters, ingressDeadLetters} from './deadletters.js';
 import {cluster} from './cluster.js';
+import {jobs} from './jobs.js';
 
 const main = document.getElementById('main');
 let generation = 0; // bumps on every navigation; a page's timers check it
@@ -30,6 +31,8 @@ async function whoami() {
   // The cluster's page exists in cluster mode only (GET /cluster is a 404
   // in embedded mode).
   request('/cluster', {method: 'HEAD'}).then(() => { document.getElementById('nav-cluster').hidden = false; }, () => {});
+  // Jobs run in embedded mode only (GET /jobs is a 501 in cluster mode).
+  request('/jobs', {method: 'HEAD'}).then(() => { document.getElementById('nav-jobs').hidden = false; }, () => {});
 }
 
 function signOut() {
@@ -93,7 +96,7 @@ async function render() {
   for (const a of document.querySelectorAll('#nav a')) {
     if (a.dataset.nav === section) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
   }
-  const titles = {overview: 'Overview', browse: 'Browse', audit: 'Audit log', 'dead-letters': 'Dead letters', cluster: 'Cluster'};
+  const titles = {overview: 'Overview', browse: 'Browse', audit: 'Audit log', 'dead-letters': 'Dead letters', cluster: 'Cluster', jobs: 'Jobs'};
   document.title = [segs.slice(1).join('/'), titles[section], 'statefun console'].filter(Boolean).join(' · ');
   try {
     switch (section) {
@@ -106,6 +109,7 @@ async function render() {
         break;
       case 'audit': await audit(main, ctx); break;
       case 'cluster': await cluster(main, ctx); break;
+      case 'jobs': await jobs(main, ctx); break;
       case 'dead-letters':
         if (segs.length === 3) await ingressDeadLetters(main, ctx, segs[1], segs[2]);
         else await deadLetters(main, ctx);

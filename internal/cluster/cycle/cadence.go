@@ -9,6 +9,11 @@ const DefaultInterval = 100 * time.Millisecond
 // end of one transaction and the begin of the next while work waits.
 const DefaultMinGap = 2 * time.Millisecond
 
+// backlogGap is how many times its duration a transaction that ended with
+// work already waiting is followed by a pause: a busy node then spends at
+// most a third of its time committing.
+const backlogGap = 2
+
 // PollFor decides, while a cycle polls, how much longer it polls before
 // its transaction begins; zero or less: begin it now. polling is when the
 // cycle began polling; work says whether anything waits to commit
@@ -16,24 +21,26 @@ const DefaultMinGap = 2 * time.Millisecond
 //
 // The cadence adapts to the load. Work that waits commits as soon as the
 // previous transaction is a gap behind, so a lone message is not held
-// for a whole interval; the gap is the previous transaction's own
-// duration, at least MinGap and at most Interval, so a busy node, whose
-// transactions take longer, spends at most about half its time committing
-// and batches what arrives meanwhile into the next one. With nothing to
-// do a cycle polls for Interval, then ends (the shell discards it and
-// begins the next). So Interval is the longest work waits for its
-// transaction to begin.
+// for an interval. The gap is MinGap, unless work was already waiting
+// when the cycle began (the first PollFor of the open transaction): the
+// node is busy, and the gap is twice the previous transaction's
+// duration, so that a busy node batches what arrives meanwhile into
+// fewer, larger transactions. The gap is never longer than Interval.
+// With nothing to do a cycle polls for Interval, then ends (the shell
+// discards it and begins the next). So Interval is the longest work
+// waits for its transaction to begin.
 func (m *Machine) PollFor(now, polling time.Time, work bool) time.Duration {
+	if t := m.txn; t != nil && !t.asked {
+		t.asked, t.backlog = true, work
+	}
 	if !work {
 		return polling.Add(m.cfg.Interval).Sub(now)
 	}
-	return m.lastEnd.Add(m.gap()).Sub(now)
-}
-
-// gap is the pause after the previous transaction before the next may
-// begin: its duration, bounded by MinGap and Interval.
-func (m *Machine) gap() time.Duration {
-	return max(min(m.lastDur, m.cfg.Interval), min(m.cfg.MinGap, m.cfg.Interval))
+	gap := m.cfg.MinGap
+	if m.txn != nil && m.txn.backlog {
+		gap = max(gap, backlogGap*m.lastDur)
+	}
+	return m.lastEnd.Add(min(gap, m.cfg.Interval)).Sub(now)
 }
 
 // Committing records that the transaction's polling ended and its Kafka

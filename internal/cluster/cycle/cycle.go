@@ -138,7 +138,7 @@ type Machine struct {
 	// (Reason Group or Fenced): their rebuilds back off (refusalBackoff).
 	refused int
 	// lastEnd is when the last transaction ended, lastDur how long it
-	// took from its Committing: PollFor's gap.
+	// took from its Committing: PollFor's gap follows them.
 	lastEnd time.Time
 	lastDur time.Duration
 }

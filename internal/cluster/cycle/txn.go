@@ -35,6 +35,8 @@ type Txn struct {
 	ended    bool
 	fenceErr error     // why MustCheckMember or MemberChecked fenced it
 	start    time.Time // when its Kafka transaction began (Committing)
+	asked    bool      // PollFor was called in it
+	backlog  bool      // work waited at its first PollFor
 }
 
 // Began records the group member id and generation the node is when the

@@ -388,8 +388,9 @@ func (r *clusterRunResult) report(b *testing.B) {
 		r.nodes, *flagClusterP, l.Visible, r.keys, r.window, *flagKafkaBrokers)
 	b.Logf("output (read_committed): %.0f records/s in %.2fs; POST to visible p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms",
 		l.rate(), wall, ms(l.P50), ms(l.P90), ms(l.P99), ms(l.PMax))
-	b.Logf("transactions: %.0f committed (%.1f/s over all nodes), %.1f records produced per transaction, %.0f aborted",
-		txns, txns/wall, d("statefun_cluster_txn_records_sum")/d("statefun_cluster_txn_records_count"), d("statefun_cluster_txn_aborts_total"))
+	b.Logf("transactions: %.0f committed (%.1f/s over all nodes, %.2f per record), %.1f records produced per transaction, %.2f ms each on average, %.0f aborted",
+		txns, txns/wall, txns/float64(l.Visible), d("statefun_cluster_txn_records_sum")/d("statefun_cluster_txn_records_count"),
+		1e3*d("statefun_cluster_txn_seconds_sum")/d("statefun_cluster_txn_seconds_count"), d("statefun_cluster_txn_aborts_total"))
 	if r.cpuOK {
 		b.Logf("CPU per record: nodes %.1f µs (together), function %.1f µs, kfake %.1f µs, load generator %.1f µs; machine busy %.2f cores",
 			perRec(r.cpuNodes), perRec(r.cpuFn), perRec(r.cpuKafka), perRec(r.cpuGen), r.machine.busy/wall)

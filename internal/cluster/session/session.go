@@ -144,7 +144,7 @@ const (
 	// transaction.
 	DefaultMaxPollRecords = 10_000
 	// DefaultMaxQueued is the number of waiting requests at which a cycle
-	// stops polling and commits before its interval is over.
+	// stops polling and commits, without waiting out its gap.
 	DefaultMaxQueued = 5_000
 	// DefaultRestoreConcurrency is how many partitions restore at once.
 	DefaultRestoreConcurrency = 2

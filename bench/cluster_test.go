@@ -114,6 +114,16 @@ func startBenchCluster(b *testing.B, fnURL string, fnPID, n int, appID string, p
 // changing each node's cluster configuration.
 func startBenchClusterWith(b *testing.B, fnURL string, fnPID, n int, appID string, tweak func(*clusterconfig.Config), props ...string) *benchCluster {
 	b.Helper()
+	return startBenchClusterModule(b, fnPID, n, appID, func(brokers string, port int) string {
+		return clusterBenchModule(fnURL, brokers, port)
+	}, tweak, props...)
+}
+
+// startBenchClusterModule is startBenchClusterWith with each node's module
+// made by mod, given the brokers and the playground ingress's port.
+func startBenchClusterModule(b *testing.B, fnPID, n int, appID string, mod func(brokers string, port int) string,
+	tweak func(*clusterconfig.Config), props ...string) *benchCluster {
+	b.Helper()
 	js, err := json.Marshal(kafkaCluster{Brokers: *flagKafkaBrokers, Partitions: *flagKafkaPartitions})
 	if err != nil {
 		b.Fatal(err)
@@ -130,7 +140,7 @@ func startBenchClusterWith(b *testing.B, fnURL string, fnPID, n int, appID strin
 		id := "node-" + strconv.Itoa(i)
 		admin := "127.0.0.1:" + strconv.Itoa(freePort(b))
 		spec := clusterNodeSpec{
-			Module:    clusterBenchModule(fnURL, c.brokers, freePort(b)),
+			Module:    mod(c.brokers, freePort(b)),
 			Dir:       b.TempDir(),
 			AdminAddr: admin,
 			Cluster: clusterconfig.Config{Brokers: strings.Split(c.brokers, ","), AppID: appID, NodeID: id,
@@ -262,6 +272,7 @@ func BenchmarkCluster(b *testing.B) {
 // clusterRunResult is one measured cluster run.
 type clusterRunResult struct {
 	nodes         int
+	keys, window  int
 	load          kafkaLoadResult
 	cpuNodes      time.Duration
 	cpuFn         time.Duration
@@ -277,8 +288,15 @@ func runCluster(b *testing.B, fnURL string, fnPID, n int) *clusterRunResult {
 	c := startBenchCluster(b, fnURL, fnPID, n, fmt.Sprintf("bench%d", n))
 	spec := kafkaLoadSpec{Brokers: strings.Split(c.brokers, ","), Records: *flagKafkaRecords, Keys: *flagKafkaKeys,
 		Window: *flagKafkaWindow, MaxTime: *flagKafkaMaxTime, Ingress: ingresses(c.nodes)}
+	return c.measure(b, spec)
+}
+
+// measure runs the load spec through the cluster c, the clock stopped
+// until the load generator's warm-up is done.
+func (c *benchCluster) measure(b *testing.B, spec kafkaLoadSpec) *clusterRunResult {
 	gen := c.startLoad(b, spec)
-	r := &clusterRunResult{nodes: n}
+	n := len(c.nodes)
+	r := &clusterRunResult{nodes: n, keys: spec.Keys, window: spec.Window}
 	r.before = c.scrapeAll(b)
 	pids := c.pids(gen.pid)
 	cpu0, ok0 := cpuOf(pids...)
@@ -367,11 +385,12 @@ func (r *clusterRunResult) report(b *testing.B) {
 	d := func(name string) float64 { return sumAll(r.after, name) - sumAll(r.before, name) }
 	txns := d("statefun_cluster_txn_commits_total")
 	b.Logf("%d nodes, P %d: %d records over %d keys, window %d, through the nodes' playground ingresses in turn; %d kfake brokers",
-		r.nodes, *flagClusterP, l.Visible, *flagKafkaKeys, *flagKafkaWindow, *flagKafkaBrokers)
+		r.nodes, *flagClusterP, l.Visible, r.keys, r.window, *flagKafkaBrokers)
 	b.Logf("output (read_committed): %.0f records/s in %.2fs; POST to visible p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms",
 		l.rate(), wall, ms(l.P50), ms(l.P90), ms(l.P99), ms(l.PMax))
-	b.Logf("transactions: %.0f committed (%.1f/s over all nodes), %.1f records produced per transaction, %.0f aborted",
-		txns, txns/wall, d("statefun_cluster_txn_records_sum")/d("statefun_cluster_txn_records_count"), d("statefun_cluster_txn_aborts_total"))
+	b.Logf("transactions: %.0f committed (%.1f/s over all nodes, %.2f per record), %.1f records produced per transaction, %.2f ms each on average, %.0f aborted",
+		txns, txns/wall, txns/float64(l.Visible), d("statefun_cluster_txn_records_sum")/d("statefun_cluster_txn_records_count"),
+		1e3*d("statefun_cluster_txn_seconds_sum")/d("statefun_cluster_txn_seconds_count"), d("statefun_cluster_txn_aborts_total"))
 	if r.cpuOK {
 		b.Logf("CPU per record: nodes %.1f µs (together), function %.1f µs, kfake %.1f µs, load generator %.1f µs; machine busy %.2f cores",
 			perRec(r.cpuNodes), perRec(r.cpuFn), perRec(r.cpuKafka), perRec(r.cpuGen), r.machine.busy/wall)

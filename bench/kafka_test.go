@@ -46,6 +46,9 @@ const (
 	kafkaInTopic   = "bench-in"
 	kafkaOutTopic  = "bench-out"
 	kafkaCounterFn = "bench/counter"
+	// kafkaRouterFn forwards each message to bench/counter, same id and
+	// value: the first hop of BenchmarkClusterLatency's chain.
+	kafkaRouterFn  = "bench/router"
 	kafkaEgressID  = "bench/out"
 	kafkaCountName = "count"
 	kafkaWarmupKey = "warmup"
@@ -90,7 +93,41 @@ func kafkaCounterHandler() http.Handler {
 	if err != nil {
 		panic(err)
 	}
+	err = fns.WithSpec(statefun.StatefulFunctionSpec{
+		FunctionType: statefun.TypeNameFrom(kafkaRouterFn),
+		Function: statefun.StatefulFunctionPointer(func(ctx statefun.Context, msg statefun.Message) error {
+			ctx.Send(statefun.MessageBuilder{
+				Target:    statefun.Address{FunctionType: statefun.TypeNameFrom(kafkaCounterFn), Id: ctx.Self().Id},
+				Value:     msg.RawValue(),
+				ValueType: stampType{},
+			})
+			return nil
+		}),
+	})
+	if err != nil {
+		panic(err)
+	}
 	return fns.AsHandler()
+}
+
+// stampType is bench/stamp as the SDK's SimpleType: the value's bytes as
+// they are.
+type stampType struct{}
+
+func (stampType) GetTypeName() statefun.TypeName { return statefun.TypeNameFrom(kafkaStampType) }
+
+func (stampType) Deserialize(r io.Reader, receiver interface{}) error {
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	*(receiver.(*[]byte)) = b
+	return nil
+}
+
+func (stampType) Serialize(w io.Writer, data interface{}) error {
+	_, err := w.Write(data.([]byte))
+	return err
 }
 
 // kafkaCluster is what the kafka child serves.

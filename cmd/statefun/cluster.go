@@ -50,7 +50,7 @@ func registerClusterFlags(fs *pflag.FlagSet, env envSource) *clusterFlags {
 	bindEnv(fs, "cluster-replication", "STATEFUN_CLUSTER_REPLICATION")
 	c.retention = fs.Duration("cluster-messages-retention", clusterconfig.DefaultMessagesRetention, "cluster mode: retention of the messages topic when this node creates it; -1s keeps records forever")
 	bindEnv(fs, "cluster-messages-retention", "STATEFUN_CLUSTER_MESSAGES_RETENTION")
-	c.commitInterval = fs.Duration("cluster-commit-interval", clusterconfig.DefaultCommitInterval, "cluster mode: how often a node commits its Kafka transaction")
+	c.commitInterval = fs.Duration("cluster-commit-interval", clusterconfig.DefaultCommitInterval, "cluster mode: the longest work waits for its Kafka transaction to begin; a node commits as soon as work waits, a short gap after its previous commit")
 	bindEnv(fs, "cluster-commit-interval", "STATEFUN_CLUSTER_COMMIT_INTERVAL")
 	c.leave = fs.Bool("cluster-leave-on-stop", false, "cluster mode: a clean stop (SIGTERM) removes this node from the group at once, so its partitions move without waiting for the session timeout; for a node stopped for good")
 	bindEnv(fs, "cluster-leave-on-stop", "STATEFUN_CLUSTER_LEAVE_ON_STOP")

@@ -42,8 +42,8 @@ const (
 	// are kept: Kafka's default retention, written explicitly so that a
 	// broker default does not decide it.
 	DefaultMessagesRetention = 7 * 24 * time.Hour
-	// DefaultCommitInterval is the transaction cadence, Kafka Streams'
-	// exactly-once default.
+	// DefaultCommitInterval is the longest work waits for its
+	// transaction, Kafka Streams' exactly-once commit interval.
 	DefaultCommitInterval = 100 * time.Millisecond
 	// MaxCommitInterval bounds the cadence well inside Kafka's default
 	// transaction timeout (60 s).
@@ -101,7 +101,9 @@ type Config struct {
 	// created; 0 means DefaultMessagesRetention, negative keeps records
 	// forever (--cluster-messages-retention).
 	MessagesRetention time.Duration
-	// CommitInterval is how often a node commits its transaction; 0 means
+	// CommitInterval is the longest work waits for its transaction to
+	// begin: a node commits as soon as work waits, a short gap after its
+	// previous commit (internal/cluster/cycle, PollFor); 0 means
 	// DefaultCommitInterval (--cluster-commit-interval).
 	CommitInterval time.Duration
 	// LeaveOnStop makes a clean stop remove the node from the consumer

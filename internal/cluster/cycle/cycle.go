@@ -92,6 +92,12 @@ type Config struct {
 	// Group or Fenced, none committing) before Finish returns ErrGaveUp.
 	// Negative: never.
 	GiveUpAfter time.Duration
+	// Interval is the longest a cycle polls before its transaction begins
+	// (PollFor); MinGap the shortest pause between one transaction's end
+	// and the next one's begin while work waits. Zero or negative: their
+	// defaults, DefaultInterval and DefaultMinGap.
+	Interval time.Duration
+	MinGap   time.Duration
 }
 
 // MaxRebuildBackoff bounds the wait before rebuilding a partition whose
@@ -131,6 +137,10 @@ type Machine struct {
 	// refused counts the transactions in a row Kafka refused to commit
 	// (Reason Group or Fenced): their rebuilds back off (refusalBackoff).
 	refused int
+	// lastEnd is when the last transaction ended, lastDur how long it
+	// took from its Committing: PollFor's gap follows them.
+	lastEnd time.Time
+	lastDur time.Duration
 }
 
 // part is a partition the group assigned to the node.
@@ -143,6 +153,12 @@ type part struct {
 
 // New returns a Machine that owns no partition.
 func New(cfg Config) *Machine {
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.MinGap <= 0 {
+		cfg.MinGap = DefaultMinGap
+	}
 	return &Machine{cfg: cfg, parts: map[int32]*part{}, give: giveUp{after: cfg.GiveUpAfter}}
 }
 

@@ -20,7 +20,7 @@ import (
 //
 // Commands (partitions as p=1,2; the open transaction is implicit):
 //
-//	init [backoff=1s] [give-up=10s]
+//	init [backoff=1s] [give-up=10s] [interval=100ms] [min-gap=2ms]
 //	assign p=…          revoke p=…          restored p= gen= [failed]
 //	serving p= [full]   filled p=           drained p=     rearm
 //	begin               began member= gen=  idle           discard
@@ -28,7 +28,12 @@ import (
 //	take p=             route-failed        encode-failed p=   log-failed p=
 //	produced n=         refused from=       moves-heard
 //	check-member member= gen=               member-checked [err=]
+//	poll-for polling=<duration> at=<duration> [work]
+//	committing at=<duration>
 //	how-to-end [starts] finish outcome=committed|not|unknown at=<duration>
+//
+// Times (at=, polling=) are offsets from the script's start.
+//
 //	state
 func TestScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -61,6 +66,12 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		if d.HasArg("give-up") {
 			cfg.GiveUpAfter = durArg(t, d, "give-up")
+		}
+		if d.HasArg("interval") {
+			cfg.Interval = durArg(t, d, "interval")
+		}
+		if d.HasArg("min-gap") {
+			cfg.MinGap = durArg(t, d, "min-gap")
 		}
 		s.m, s.t = New(cfg), nil
 		return "ok"
@@ -144,6 +155,15 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		txn().MemberChecked(err)
 		return "ok" + s.aborting()
+	case "poll-for":
+		wait := s.m.PollFor(s.t0.Add(durArg(t, d, "at")), s.t0.Add(durArg(t, d, "polling")), d.HasArg("work"))
+		if wait <= 0 {
+			return "begin the transaction now"
+		}
+		return fmt.Sprintf("poll on for %v", wait)
+	case "committing":
+		txn().Committing(s.t0.Add(durArg(t, d, "at")))
+		return "ok"
 	case "how-to-end":
 		return []string{"abort", "commit with offsets", "commit without offsets"}[txn().HowToEnd(d.HasArg("starts"))]
 	case "finish":

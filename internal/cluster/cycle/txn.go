@@ -16,6 +16,7 @@ import (
 //
 //	Begin → Polled / EngineRefused (records handed to the engine)
 //	      → Discard, if the cycle found nothing to do
+//	      → PollFor (while polling: how much longer), Committing
 //	      → Began (the Kafka transaction began)
 //	      → Take (each request: encode it or fail it as moved)
 //	      → RouteFailed, EncodeFailed, LogFailed, Refused, Produced
@@ -32,7 +33,10 @@ type Txn struct {
 	moves    bool           // the group revoked or lost partitions meanwhile
 	polled   bool           // records were polled: End commits their offsets
 	ended    bool
-	fenceErr error // why MustCheckMember or MemberChecked fenced it
+	fenceErr error     // why MustCheckMember or MemberChecked fenced it
+	start    time.Time // when its Kafka transaction began (Committing)
+	asked    bool      // PollFor was called in it
+	backlog  bool      // work waited at its first PollFor
 }
 
 // Began records the group member id and generation the node is when the
@@ -260,6 +264,11 @@ func (t *Txn) Finish(o Outcome, now time.Time) Result {
 	t.ended = true
 	m := t.m
 	m.txn = nil
+	m.lastEnd = now
+	m.lastDur = 0
+	if !t.start.IsZero() && now.After(t.start) {
+		m.lastDur = now.Sub(t.start)
+	}
 	touched := make([]int32, 0, len(t.touched))
 	for p := range t.touched {
 		touched = append(touched, p)

@@ -125,7 +125,11 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: node: %w", err)
 	}
-	opts := append(append([]kgo.Opt(nil), cl.Opts...), cl.ProducerOpts...)
+	// No linger unless linger.ms says otherwise: a playground ingress
+	// request waits for its record's acknowledgement, and franz-go's
+	// default (10 ms) would add that to every request at light load.
+	// Under load, records batch behind the requests in flight anyway.
+	opts := append(append([]kgo.Opt{kgo.ProducerLinger(0)}, cl.Opts...), cl.ProducerOpts...)
 	// The record names its partition (address.Partition, not Kafka's key
 	// hash); idempotent writes are kgo's default, acks=all with them.
 	opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RequiredAcks(kgo.AllISRAcks()))

@@ -23,7 +23,9 @@ type polled struct {
 }
 
 // poll polls records of the messages topic and the ingress topics until
-// the commit interval is over, enough records were polled or requests are
+// the transaction is due (the Machine's PollFor: at once when work waits
+// and the previous transaction is a gap behind; after the commit interval
+// when nothing waits), enough records were polled or requests are
 // waiting, or an event needs Run's goroutine. It hands each messages
 // partition's records to the engine (SubmitArrivals), which submits their
 // requests before it returns, and pauses a partition the engine reports
@@ -36,10 +38,18 @@ type polled struct {
 // messages are produced, and flushed, in the cycle's transaction, so a
 // slow producer slows the cycles and polling with them.
 func (s *Session) poll(ctx context.Context, t *cycle.Txn) (pl polled, err error) {
-	deadline := time.Now().Add(s.interval)
+	polling := time.Now()
 	n := 0
-	for n < s.cfg.MaxPollRecords && s.Pending() < s.cfg.MaxQueued && !s.hasEvents() {
-		pctx, cancel := context.WithDeadline(ctx, deadline)
+	for n < s.cfg.MaxPollRecords && !s.hasEvents() {
+		pending := s.Pending()
+		if pending >= s.cfg.MaxQueued {
+			break
+		}
+		wait := s.cyc.PollFor(time.Now(), polling, pending > 0 || !t.Idle() || len(pl.ingress) > 0)
+		if wait <= 0 {
+			break
+		}
+		pctx, cancel := context.WithTimeout(ctx, wait)
 		stop := make(chan struct{})
 		go func() {
 			select {
@@ -100,7 +110,7 @@ func (s *Session) poll(ctx context.Context, t *cycle.Txn) (pl polled, err error)
 			}
 			s.pauseIfFull(p)
 		})
-		if ctx.Err() != nil || !time.Now().Before(deadline) {
+		if ctx.Err() != nil {
 			break
 		}
 	}
@@ -136,6 +146,7 @@ func (s *Session) hasEvents() bool {
 // returned error is fatal.
 func (s *Session) commit(ctx, rctx context.Context, t *cycle.Txn, reqs []Request, pl polled) error {
 	start := time.Now()
+	t.Committing(start)
 	if err := s.gts.Begin(); err != nil {
 		t.Discard()
 		err = fmt.Errorf("cluster: session: begin a transaction: %w", err)

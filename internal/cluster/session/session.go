@@ -144,7 +144,7 @@ const (
 	// transaction.
 	DefaultMaxPollRecords = 10_000
 	// DefaultMaxQueued is the number of waiting requests at which a cycle
-	// stops polling and commits before its interval is over.
+	// stops polling and commits, without waiting out its gap.
 	DefaultMaxQueued = 5_000
 	// DefaultRestoreConcurrency is how many partitions restore at once.
 	DefaultRestoreConcurrency = 2
@@ -200,14 +200,13 @@ type Config struct {
 // Session is a node's consumer-group and transaction session. New makes
 // it, Bind attaches the engine, Run runs it until its context ends.
 type Session struct {
-	cfg      Config
-	cl       *kafkaclient.Cluster
-	log      *slog.Logger
-	m        *metrics
-	msgs     string // the messages topic
-	clog     string // the changelog topic
-	p        int32  // the application's partitions
-	interval time.Duration
+	cfg  Config
+	cl   *kafkaclient.Cluster
+	log  *slog.Logger
+	m    *metrics
+	msgs string // the messages topic
+	clog string // the changelog topic
+	p    int32  // the application's partitions
 
 	eng     Engine
 	ingress map[string]bool // the ingress topics
@@ -297,13 +296,13 @@ func New(cfg Config) (*Session, error) {
 		msgs:       cfg.Cluster.MessagesTopic(),
 		clog:       cfg.Cluster.ChangelogTopic(),
 		p:          int32(cfg.DB.Partitions()),
-		interval:   cfg.Cluster.CommitIntervalOrDefault(),
 		wake:       make(chan struct{}, 1),
 		parts:      map[int32]*part{},
 		restoreSem: make(chan struct{}, cfg.RestoreConcurrency),
 		ingress:    map[string]bool{},
 		built:      make(chan struct{}),
-		cyc:        cycle.New(cycle.Config{RebuildBackoff: cfg.RebuildBackoff, GiveUpAfter: cfg.Cluster.GiveUpAfterOrDefault()}),
+		cyc: cycle.New(cycle.Config{RebuildBackoff: cfg.RebuildBackoff, GiveUpAfter: cfg.Cluster.GiveUpAfterOrDefault(),
+			Interval: cfg.Cluster.CommitIntervalOrDefault()}),
 	}
 	if cfg.Ingress != nil {
 		for _, t := range cfg.Ingress.Topics() {
@@ -340,9 +339,12 @@ func (s *Session) Submit(r committer.Request) error {
 		return err
 	}
 	s.queue = append(s.queue, req)
-	full := len(s.queue) >= s.cfg.MaxQueued
+	// The first request waiting wakes the cycle's poll: work commits as
+	// soon as the cadence allows (cycle.Machine.PollFor), not at the end
+	// of an interval. So does a full queue, which ends polling.
+	wake := len(s.queue) == 1 || len(s.queue) >= s.cfg.MaxQueued
 	s.mu.Unlock()
-	if full {
+	if wake {
 		s.signal()
 	}
 	return nil

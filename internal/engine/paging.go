@@ -254,8 +254,10 @@ func (p *part) readPage(now int64, n int) (int, pageStop, error) {
 		}
 		pk := partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}
 		if k.Arrival >= pg.restoredEnd && k.Source == uint32(p.id) {
+			_, held := p.held[pk]
+			_, consumed := p.consuming[pk]
 			switch {
-			case p.held[pk] > 0 || p.consuming[pk] > 0:
+			case held || consumed:
 				pg.next.Store(k.Arrival + 1) // the core queued it itself
 				return nil
 			case !pg.takeHanded(k.Seq):

@@ -329,8 +329,7 @@ func (p *part) process() (bool, error) {
 	if h, ok := p.core.TakeHealth(); ok {
 		p.out.health(p.id, h)
 	}
-	backlog := p.core.Backlog()
-	p.queued.Store(int64(backlog))
+	backlog := p.core.Backlog() // stored in queued above: Ready does not change it
 	p.handedOver.Store(p.core.HandedOver())
 	p.out.backlog(p.id, backlog, p.core.TimersHeld(), int(p.pg.waiting.Load()))
 	// The waiting readers and mutators last: Go runs the goroutine the

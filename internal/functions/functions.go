@@ -112,7 +112,7 @@ type endpoint struct {
 // first come, first served.
 type bulkhead struct {
 	calls *inflight.Limiter
-	refs  int         // calls in flight or waiting; the entry goes at zero
+	refs  int         // calls in flight or waiting (see unref)
 	g     *typeGauges // the type's gauges
 	url   string      // the type's URL at its endpoint
 }
@@ -324,14 +324,25 @@ func (e *endpoint) bulkheadOf(t address.TypeName, mep *module.Endpoint) (*bulkhe
 	return b, nil
 }
 
-// unref drops one reference to t's bulkhead and forgets the bulkhead when
-// nothing uses it, so that types seen once (a wildcard endpoint serves any
-// name) do not accumulate.
+// maxIdleBulkheads is how many bulkheads an endpoint keeps while none of
+// their calls is in flight or waiting. A bulkhead carries its type's
+// adaptive limit: forgetting it whenever the type goes idle, even for a
+// moment between two calls, would start every burst again from the
+// adaptive floor. The types an endpoint serves are bounded already (those
+// module.yaml names, and a wildcard's admitted types,
+// DefaultMaxWildcardTypes by default); the bound here only matters where
+// the operator lifted the wildcard's bound.
+const maxIdleBulkheads = DefaultMaxWildcardTypes
+
+// unref drops one reference to t's bulkhead. An idle bulkhead is kept, with
+// the limit it learned, unless the endpoint holds more than
+// maxIdleBulkheads: then it is forgotten, so that types seen once do not
+// accumulate.
 func (e *endpoint) unref(t address.TypeName, b *bulkhead) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	b.refs--
-	if b.refs == 0 {
+	if b.refs == 0 && len(e.types) > maxIdleBulkheads {
 		delete(e.types, t)
 	}
 }

@@ -377,3 +377,57 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// The defect: a type's bulkhead, with the adaptive limit it had learned,
+// was forgotten whenever none of its calls was in flight, so every burst
+// after a pause — a Kafka fetch, a moment between two calls — started again
+// from the adaptive floor. The limit a type climbed to under a burst is
+// still in force for its next call after it went idle.
+func TestAdaptiveLimitSurvivesIdleType(t *testing.T) {
+	srv := sdktest.StartFeatureServer(t)
+	mod := parse(t, fmt.Sprintf(`kind: io.statefun.endpoints.v2/http
+spec:
+  functions: sdktest/*
+  urlPathTemplate: %s
+`, srv.URL))
+	reg := prometheus.NewRegistry()
+	r := newRouter(t, mod, functions.Options{Metrics: functions.NewMetrics(reg)})
+	limit := func() float64 { return gauge(t, reg, "statefun_function_calls_limit", sdktest.FeaturesFn) }
+
+	// A burst of held calls: the ones past the adaptive floor wait, and
+	// since none ends within a window the limit doubles.
+	const burst = 12
+	var holds []*sdktest.Hold
+	var wg sync.WaitGroup
+	for i := range burst {
+		id := fmt.Sprintf("b%d", i)
+		holds = append(holds, srv.Hold(sdktest.FeaturesFn, id))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := r.Call(context.Background(), tn(sdktest.FeaturesFn), stringCall(id, sdktest.FeaturesFn)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	waitFor(t, func() bool { return arrivedCount(holds) > 4 })
+	for _, h := range holds {
+		h.Release()
+	}
+	wg.Wait()
+	learned := limit()
+	if learned <= 4 {
+		t.Fatalf("limit after the burst = %v, want above the adaptive floor 4", learned)
+	}
+	if got := gauge(t, reg, "statefun_function_calls_in_flight", sdktest.FeaturesFn); got != 0 {
+		t.Fatalf("calls in flight after the burst = %v, want 0 (the type is idle)", got)
+	}
+
+	// The type is idle; its next call finds the limit it learned.
+	if _, err := r.Call(context.Background(), tn(sdktest.FeaturesFn), stringCall("after", sdktest.FeaturesFn)); err != nil {
+		t.Fatal(err)
+	}
+	if got := limit(); got != learned {
+		t.Errorf("limit after the type went idle = %v, want the %v it learned", got, learned)
+	}
+}

@@ -75,7 +75,7 @@ func TestPaceUncappedFindsTheKnee(t *testing.T) {
 			p.mu.Unlock()
 			return time.Millisecond + time.Duration(max(r-1000, 0)/200*float64(time.Millisecond))
 		}
-		drive(t, p, 64, 20*time.Second, lat)
+		drive(t, p, 16, 20*time.Second, lat)
 		v := p.view()
 		if v.Rate < 500 || v.Rate > 1600 || v.Backoffs == 0 {
 			t.Fatalf("pace %+v: want it between 500 and 1,600 writes/s, backed off from the knee", v)

@@ -117,8 +117,8 @@ type pacer struct {
 	now func() time.Time
 	// limit caps the pace (0: none).
 	limit float64
-	// cuts counts the back-offs of every job (nil: not counted).
-	cuts prometheus.Counter
+	// backoffMetric counts the back-offs of every job (nil: not counted).
+	backoffMetric prometheus.Counter
 
 	mu   sync.Mutex
 	rate float64
@@ -258,8 +258,8 @@ func (p *pacer) baseLocked(now time.Time, least time.Duration) time.Duration {
 // backOffLocked cuts the pace by factor.
 func (p *pacer) backOffLocked(factor float64) {
 	p.backoffs++
-	if p.cuts != nil {
-		p.cuts.Inc()
+	if p.backoffMetric != nil {
+		p.backoffMetric.Inc()
 	}
 	p.rate = max(p.rate*factor, minPace)
 	if p.limit > 0 {

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // drive runs workers writers through p for d, as a job's workers do: wait
@@ -128,11 +130,15 @@ func TestPaceBusyHalves(t *testing.T) {
 		if v := p.view(); v.Rate != startPace/2 || v.Backoffs != 1 {
 			t.Fatalf("pace %+v, want %v after one refusal", v, startPace/2)
 		}
+		p.backoffMetric = newMetrics(nil, nil).backoffs
 		for range 10 {
 			p.busy()
 		}
 		if v := p.view(); v.Rate != minPace {
 			t.Fatalf("pace %+v, want the floor %v", v, minPace)
+		}
+		if n := testutil.ToFloat64(p.backoffMetric); n != 10 {
+			t.Fatalf("statefun_job_pace_backoffs_total %v, want 10", n)
 		}
 	})
 }

@@ -109,7 +109,7 @@ func (m *Manager) newRun(r *Record) (*run, error) {
 		limit = r.Spec.Rate
 	}
 	rn.pace = newPacer(limit, nil)
-	rn.pace.cuts = m.met.backoffs
+	rn.pace.backoffMetric = m.met.backoffs
 	rn.ctx, rn.cancel = context.WithCancel(context.Background())
 	return rn, nil
 }

@@ -32,6 +32,10 @@ type jbJob struct {
 	Conflicts []struct {
 		ID, State, Detail string
 	} `json:"conflicts"`
+	Pace *struct {
+		Rate, Limit, LatencyMs, BaseMs float64
+		Backoffs                       int64
+	} `json:"pace"`
 }
 
 // jbEnv is a runtime serving sdktest/counter, and its API.
@@ -202,15 +206,15 @@ func (e *jbEnv) writes(id string) map[string]int {
 
 func jbID(i int) string { return fmt.Sprintf("c-%05d", i) }
 
-// TestJobMigrationUnderLoad previews and runs a CEL migration over 2,000
-// counters while the counter function keeps incrementing 100 of them:
+// TestJobMigrationUnderLoad previews and runs a CEL migration over 1,000
+// counters while the counter function keeps incrementing 8 of them:
 // each counter ends at seed + increments + 1,000,000 — the job applied
 // once to each, and no function write was lost (a conflict is read and
 // evaluated again).
 func TestJobMigrationUnderLoad(t *testing.T) {
 	t.Parallel()
 	e := jbStart(t)
-	const n = 2000
+	const n = 1000
 	e.seed(n, jbID)
 
 	// Preview: counts and a sample, nothing written.
@@ -238,7 +242,9 @@ func TestJobMigrationUnderLoad(t *testing.T) {
 	}
 
 	// The migration, while the counter function keeps writing hot
-	// counters: ticks go on from before the job starts until it is done.
+	// counters: ticks go on from before the job starts until it is done,
+	// each hot counter's 20 ms apart. The job yields to this load (down to
+	// 20 writes a second on a busy machine): that bounds the test's time.
 	const hot = 8
 	stride := n / hot
 	stop := make(chan struct{})
@@ -256,12 +262,13 @@ func TestJobMigrationUnderLoad(t *testing.T) {
 				}
 				e.tick(jbID(h * stride))
 				sent[h]++
+				time.Sleep(20 * time.Millisecond)
 			}
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
 	j := e.create(`{"select":{"type":"sdktest/counter","idPrefix":"c-","state":"count"},"action":{"op":"set","expr":"value + 1000000"},"rate":1000,"retries":50,"reason":"e2e migration"}`)
-	j = e.done(j.ID, 60*time.Second)
+	j = e.done(j.ID, 120*time.Second)
 	close(stop)
 	load.Wait()
 	if j.Counts.Scanned != n || j.Counts.Changed != n || j.Counts.Conflicts != 0 || j.Counts.Failed != 0 {

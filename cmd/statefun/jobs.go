@@ -22,8 +22,8 @@ access API of a running statefun (embedded mode): a job selects entries (a
 function type, ids by prefix or range, a state name, a CEL predicate over the
 decoded value) and sets each to the value of a CEL expression over the old one,
 or deletes it. Every write goes through the address's mailbox with If-Match on
-the version the job read, paced at --rate writes a second, audited with the
-job's id; a job survives a crash and reverts as a whole. For example:
+the version the job read, at a pace that yields to the functions' load (at
+most --rate writes a second), audited with the job's id; a job survives a crash and reverts as a whole. For example:
 
     statefun jobs preview example/counter --state count --set 'value % 1000000'
     statefun jobs start example/counter --state count --set 'value % 1000000' --watch
@@ -82,7 +82,7 @@ func (f *specFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.set, "set", "", "set each entry to this CEL expression's value, e.g. 'value + 1'")
 	fs.BoolVar(&f.del, "delete", false, "delete each entry")
 	fs.StringVar(&f.typename, "typename", "", "with --set: the new value's type (default: the entry's)")
-	fs.Float64Var(&f.rate, "rate", 0, "writes per second (default 500)")
+	fs.Float64Var(&f.rate, "rate", 0, "a cap of writes per second (default: none, the job paces itself by the functions' load)")
 	fs.IntVar(&f.retries, "retries", 0, "read and evaluate again an entry a function wrote meanwhile this many times (default 3; -1: never)")
 	fs.StringVar(&f.reason, "reason", "", "why, recorded in the audit log with every write")
 }
@@ -301,9 +301,13 @@ func progressLine(j *stateclient.Job) string {
 		frac = 0.99
 	}
 	n := int(frac * width)
-	return fmt.Sprintf("%s [%s%s] %3.0f%% %d/%d  changed %d  conflicts %d  failed %d  %s", j.ID,
+	pace := ""
+	if j.Pace != nil {
+		pace = fmt.Sprintf("  pace %.0f/s", j.Pace.Rate)
+	}
+	return fmt.Sprintf("%s [%s%s] %3.0f%% %d/%d  changed %d  conflicts %d  failed %d%s  %s", j.ID,
 		strings.Repeat("#", n), strings.Repeat("-", width-n), frac*100, j.Counts.Scanned, j.Total,
-		j.Counts.Changed, j.Counts.Conflicts, j.Counts.Failed, j.Status)
+		j.Counts.Changed, j.Counts.Conflicts, j.Counts.Failed, pace, j.Status)
 }
 
 func (c *stateCLI) writeJob(j *stateclient.Job) error {
@@ -595,7 +599,7 @@ func (c *stateCLI) jobsPurgeCmd() *cobra.Command {
 	fs.BoolVar(&preview, "preview", false, "only count what would be deleted")
 	fs.IntVar(&sample, "sample", 10, "with --preview: show this many entries")
 	fs.BoolVar(&watch, "watch", false, "show the progress until the job ends")
-	fs.Float64Var(&f.rate, "rate", 0, "deletions per second (default 500)")
+	fs.Float64Var(&f.rate, "rate", 0, "a cap of deletions per second (default: none, the job paces itself by the functions' load)")
 	fs.StringVar(&f.reason, "reason", "", "why, recorded in the audit log")
 	outputVarP(fs, &output, "table", "table", "json")
 	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error {

@@ -478,7 +478,7 @@ func Start(cfg Config) (*App, error) {
 		// Bulk jobs keep their records in this process's store, which in
 		// cluster mode no single node owns: there they are refused
 		// (stateapi/jobs.go says why).
-		jm, err := jobs.New(jobs.Config{Engine: eng, Store: db, Logger: cfg.Logger,
+		jm, err := jobs.New(jobs.Config{Engine: eng, Store: db, Logger: cfg.Logger, Metrics: reg,
 			Deployed: func(t address.TypeName) bool { _, ok := mod.EndpointFor(t); return ok }})
 		if err != nil {
 			a.Close()

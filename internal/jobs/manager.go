@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"cel.dev/cel-go/cel"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/partition"
@@ -64,6 +65,8 @@ type Config struct {
 	// Workers is how many writes of one job are in flight at once
 	// (DefaultWorkers when 0).
 	Workers int
+	// Metrics registers the jobs' metrics (nil: none are exported).
+	Metrics prometheus.Registerer
 }
 
 // Defaults of Config.
@@ -88,6 +91,7 @@ type Manager struct {
 	cfg Config
 	env *cel.Env
 	log *slog.Logger
+	met *metrics
 
 	mu   sync.Mutex
 	jobs map[string]*Record
@@ -129,6 +133,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, env: env, log: cfg.Logger, jobs: map[string]*Record{}, runs: map[string]*run{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.met = newMetrics(cfg.Metrics, m)
 	err = cfg.Store.ScanJobs(func(id string, b []byte) error {
 		r := new(Record)
 		if err := json.Unmarshal(b, r); err != nil || r.ID != id {
@@ -329,6 +334,7 @@ func (m *Manager) viewLocked(r *Record) Record {
 		out.Conflicts = appendListed(out.Conflicts, rn.page.conflicts...)
 		out.Failures = appendListed(out.Failures, rn.page.failures...)
 		rn.mu.Unlock()
+		out.Pace = rn.pace.view()
 	}
 	return out
 }

@@ -45,6 +45,8 @@ type Record struct {
 	// after it may be of the page in progress when the runner stopped,
 	// and are looked for in the audit log when it goes on (run.go).
 	PageAt int64 `json:"pageAt"`
+	// Pace is a running job's pace (pace.go): shown, never stored.
+	Pace *Pace `json:"pace,omitempty"`
 }
 
 // Kinds of job.

@@ -118,7 +118,7 @@ func (rn *run) undo(it item, replay bool) error {
 	} else {
 		mu.IfNoneMatch = true
 	}
-	rc, err := rn.mutate(mu)
+	rc, err := rn.mutate(mu, true)
 	if err != nil {
 		return err
 	}

@@ -71,8 +71,8 @@ type run struct {
 	m   *Manager
 	rec *Record // the manager's record: guarded by m.mu
 	c   *compiled
-	// pace spaces the writes.
-	pace pacer
+	// pace spaces the writes at the job's adaptive pace (pace.go).
+	pace *pacer
 	// seq numbers the job's mutations in this process.
 	seq atomic.Uint64
 
@@ -104,11 +104,12 @@ func (m *Manager) newRun(r *Record) (*run, error) {
 		}
 		rn.c = c
 	}
-	rate := Spec{Rate: r.Rate}.rate()
+	limit := r.Rate
 	if r.Spec != nil {
-		rate = r.Spec.rate()
+		limit = r.Spec.Rate
 	}
-	rn.pace.interval = time.Duration(float64(time.Second) / rate)
+	rn.pace = newPacer(limit, nil)
+	rn.pace.backoffMetric = m.met.backoffs
 	rn.ctx, rn.cancel = context.WithCancel(context.Background())
 	return rn, nil
 }
@@ -447,7 +448,7 @@ func (rn *run) entry(it item, replay bool) error {
 		} else {
 			mu.Op, mu.Typename, mu.Value = partition.OpPut, out.typename, out.value
 		}
-		rc, err := rn.mutate(mu)
+		rc, err := rn.mutate(mu, attempt == 0)
 		if errors.Is(err, engine.ErrTooLarge) {
 			rn.count(func(p *pageState) {
 				p.counts.Failed++
@@ -519,17 +520,26 @@ func (rn *run) reread(it item) (store.Entry, bool, error) {
 	return store.Entry{}, false, nil
 }
 
-// mutate sends m once the pace allows, waiting out a full partition. The
+// mutate sends m once the pace allows (paced: an entry's first write; a
+// retry after a conflict goes at once, or a hot entry's function would
+// win every time against a slow pace), waiting out a full partition. The
 // write in flight is not cut short by a pause: its outcome is counted.
-func (rn *run) mutate(m partition.Mutation) (partition.Receipt, error) {
-	if err := rn.pace.wait(rn.ctx); err != nil {
-		return partition.Receipt{}, err
+func (rn *run) mutate(m partition.Mutation, paced bool) (partition.Receipt, error) {
+	if paced {
+		if err := rn.pace.wait(rn.ctx); err != nil {
+			return partition.Receipt{}, err
+		}
 	}
 	for {
+		sent := time.Now()
 		rc, err := rn.m.cfg.Engine.Mutate(rn.m.ctx, m)
 		if !errors.Is(err, engine.ErrBusy) {
+			if err == nil {
+				rn.settled(m.Addr, rc, sent)
+			}
 			return rc, err
 		}
+		rn.pace.busy()
 		select {
 		case <-time.After(busyBackoff):
 		case <-rn.ctx.Done():
@@ -626,35 +636,4 @@ func (m *Manager) evaluate(c *compiled, it item) (outcome, error) {
 	}
 	return outcome{selected: true, typename: tn, value: b,
 		unchanged: tn == it.entry.Typename && bytes.Equal(b, it.entry.Value)}, nil
-}
-
-// pacer spaces writes interval apart, shared by a job's workers.
-type pacer struct {
-	mu       sync.Mutex
-	interval time.Duration
-	next     time.Time
-}
-
-// wait returns when the next write may go, or ctx's error.
-func (p *pacer) wait(ctx context.Context) error {
-	p.mu.Lock()
-	now := time.Now()
-	if p.next.Before(now) {
-		p.next = now
-	}
-	at := p.next
-	p.next = p.next.Add(p.interval)
-	p.mu.Unlock()
-	d := time.Until(at)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

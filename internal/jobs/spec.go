@@ -22,8 +22,9 @@ import (
 type Spec struct {
 	Select Select `json:"select"`
 	Action Action `json:"action"`
-	// Rate caps the job's writes per second (DefaultRate when 0), so the
-	// functions' own load keeps its latency.
+	// Rate caps the job's writes per second (0: no cap). Below it the
+	// job's pace adapts to the functions' load (pace.go), so that the
+	// load keeps its latency.
 	Rate float64 `json:"rate,omitempty"`
 	// Retries bounds how often an entry a function wrote between the
 	// job's read and its write is read and evaluated again
@@ -68,7 +69,6 @@ type Action struct {
 
 // Defaults and bounds of a Spec.
 const (
-	DefaultRate    = 500
 	MaxRate        = 100_000
 	DefaultRetries = 3
 	MaxRetries     = 100
@@ -123,7 +123,7 @@ func compileSpec(env *cel.Env, s Spec) (*compiled, error) {
 		}
 	}
 	if s.Rate < 0 || s.Rate > MaxRate {
-		return nil, specError("rate %v: want writes per second from 0 (the default, %d) to %d", s.Rate, DefaultRate, MaxRate)
+		return nil, specError("rate %v: want a cap of writes per second from 0 (the default: none, the adaptive pace alone) to %d", s.Rate, MaxRate)
 	}
 	if s.Retries < -1 || s.Retries > MaxRetries {
 		return nil, specError("retries %d: want -1 (none) to %d (0: the default, %d)", s.Retries, MaxRetries, DefaultRetries)
@@ -153,14 +153,6 @@ func compileSpec(env *cel.Env, s Spec) (*compiled, error) {
 		return nil, specError("action.op %q: want set or delete", s.Action.Op)
 	}
 	return c, nil
-}
-
-// rate is the job's writes per second.
-func (s Spec) rate() float64 {
-	if s.Rate == 0 {
-		return DefaultRate
-	}
-	return s.Rate
 }
 
 // retries is how often a conflict is evaluated again.

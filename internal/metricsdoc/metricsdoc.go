@@ -263,6 +263,7 @@ var sections = map[string]section{
 	"internal/kafkaingress": {6, "Kafka ingress", "Processes whose module has Kafka ingresses (labelled by ingress id)."},
 	"internal/kafkaegress":  {7, "Kafka egress", "Embedded mode with Kafka egresses (labelled by egress id). In cluster mode egress records go in the node's transaction and are counted by the cluster metrics."},
 	"internal/cluster":      {8, "Cluster mode", "Processes started with `--cluster`."},
+	"internal/jobs":         {9, "Bulk jobs", "Processes that run bulk jobs (`/jobs`); docs/how-to/bulk-jobs.md says how a job paces itself."},
 }
 
 // sectionOf returns the section m belongs to.

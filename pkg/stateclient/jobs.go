@@ -17,7 +17,8 @@ import (
 type JobSpec struct {
 	Select JobSelect `json:"select"`
 	Action JobAction `json:"action"`
-	// Rate caps the job's writes per second (0: the server's default).
+	// Rate caps the job's writes per second (0: no cap; the job's pace
+	// adapts to the functions' load below it).
 	Rate float64 `json:"rate,omitempty"`
 	// Retries bounds how often an entry written by another writer between
 	// the job's read and its write is read and evaluated again (0: the
@@ -89,6 +90,23 @@ type Job struct {
 	Conflicts []JobProblem `json:"conflicts"`
 	Failures  []JobProblem `json:"failures"`
 	Error     string       `json:"error,omitempty"`
+	// Pace is a running job's pace (nil once it stops).
+	Pace *JobPace `json:"pace,omitempty"`
+}
+
+// JobPace is how fast a running job writes: its adaptive pace.
+type JobPace struct {
+	// Rate is the writes per second the job allows itself now.
+	Rate float64 `json:"rate"`
+	// Limit is the job's rate, its cap (0: none).
+	Limit float64 `json:"limit,omitempty"`
+	// LatencyMs is the median latency of the job's writes (until their
+	// commit is durable) in the last window judged; BaseMs the least seen
+	// lately.
+	LatencyMs float64 `json:"latencyMs"`
+	BaseMs    float64 `json:"baseMs"`
+	// Backoffs counts the times the pace was cut.
+	Backoffs int64 `json:"backoffs"`
 }
 
 // Ended reports whether the job will not run again.

@@ -45,7 +45,8 @@ function render(body, list) {
       h('code', null, j.id),
       h('span', {class: 'badge ' + (badge[j.status] || '')}, j.status),
       [h('progress', {max: '100', value: String(Math.round(done * 100)), 'aria-label': 'progress of job ' + j.id}),
-        h('span', {class: 'muted'}, ` ${Math.round(done * 100)}% · ${j.counts.scanned}/${j.total}`)],
+        h('span', {class: 'muted'}, ` ${Math.round(done * 100)}% · ${j.counts.scanned}/${j.total}` +
+          (j.pace ? ` · ${Math.round(j.pace.rate)}/s` : ''))],
       {v: String(j.counts.changed), cls: 'num'},
       {v: String(j.counts.conflicts), cls: 'num'},
       {v: String(j.counts.failed), cls: 'num'},

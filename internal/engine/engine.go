@@ -188,8 +188,9 @@ type Engine struct {
 	prev []*part
 
 	ingressSeq atomic.Uint64
-	egressSeq  uint64     // owned by the committer's goroutine (Encode)
-	resendMu   sync.Mutex // one re-send of a dead letter at a time (repair.go)
+	egressSeq  uint64        // owned by the committer's goroutine (Encode)
+	scratch    encodeScratch // owned by the committer's goroutine (Encode)
+	resendMu   sync.Mutex    // one re-send of a dead letter at a time (repair.go)
 	egress     *egressPopper
 	once       inflight // idempotency keys being made durable
 

@@ -11,24 +11,80 @@ import (
 // historyRecord is the stored history record of one state write of a
 // commit: the entry after it (or its deletion) and its cause.
 func historyRecord(w partition.StateWrite) *protocol.HistoryRecord {
-	r := &protocol.HistoryRecord{At: w.At, Deleted: w.Delete, Cause: causeToProto(w.Cause)}
-	if !w.Delete {
-		r.Version, r.Typename, r.Value, r.ExpiresAt = w.Entry.Version, w.Entry.Typename, w.Entry.Value, w.Entry.ExpiresAt
-	}
-	return r
+	return new(encodeScratch).history(w)
 }
 
-func causeToProto(c *partition.Cause) *protocol.HistoryCause {
-	p := &protocol.HistoryCause{Kind: int32(c.Kind), MessageCount: int32(c.MessageCount),
-		Mutation: c.Mutation, Principal: c.Principal, Reason: c.Reason, Reverts: c.Reverts}
-	for _, m := range c.Messages {
-		hm := &protocol.HistoryMessage{Typename: m.Typename}
-		if m.Caller != nil {
-			hm.Caller = toProtoAddr(*m.Caller)
-		}
-		p.Messages = append(p.Messages, hm)
+// encodeScratch holds the records a partition commit's Encode hands to the
+// store: the store marshals each at once and keeps only the bytes, so one
+// set of records, reset for each write, serves every write of every
+// commit. A committed write (its history record, audit record and receipt)
+// and a function's state change (its history record and its cause) so
+// allocate nothing for them. Owned by the goroutine that encodes requests
+// (committer.Request's Encode runs on one goroutine at a time).
+type encodeScratch struct {
+	hist    protocol.HistoryRecord
+	cause   protocol.HistoryCause
+	msgs    []protocol.HistoryMessage
+	msgPtrs []*protocol.HistoryMessage
+	callers []protocol.Address
+	audit   protocol.AuditRecord
+	receipt protocol.Receipt
+	target  protocol.Address
+	// auditPart and receiptPart are the partition fields of audit and
+	// receipt (optional fields, so pointers).
+	auditPart, receiptPart uint32
+}
+
+// history returns w's history record, valid until the next call.
+func (s *encodeScratch) history(w partition.StateWrite) *protocol.HistoryRecord {
+	c := w.Cause
+	n := len(c.Messages)
+	if cap(s.msgs) < n {
+		s.msgs = make([]protocol.HistoryMessage, n)
+		s.msgPtrs = make([]*protocol.HistoryMessage, n)
+		s.callers = make([]protocol.Address, n)
 	}
-	return p
+	var msgs []*protocol.HistoryMessage
+	if n > 0 {
+		msgs = s.msgPtrs[:n]
+	}
+	for i, m := range c.Messages {
+		s.msgs[i] = protocol.HistoryMessage{Typename: m.Typename}
+		if m.Caller != nil {
+			s.callers[i] = protocol.Address{Namespace: m.Caller.Type.Namespace, Type: m.Caller.Type.Name, Id: m.Caller.ID}
+			s.msgs[i].Caller = &s.callers[i]
+		}
+		msgs[i] = &s.msgs[i]
+	}
+	s.cause = protocol.HistoryCause{Kind: int32(c.Kind), MessageCount: int32(c.MessageCount),
+		Mutation: c.Mutation, Principal: c.Principal, Reason: c.Reason, Reverts: c.Reverts, Messages: msgs}
+	s.hist = protocol.HistoryRecord{At: w.At, Deleted: w.Delete, Cause: &s.cause}
+	if !w.Delete {
+		s.hist.Version, s.hist.Typename, s.hist.Value, s.hist.ExpiresAt = w.Entry.Version, w.Entry.Typename, w.Entry.Value, w.Entry.ExpiresAt
+	}
+	return &s.hist
+}
+
+// auditRecord returns a's audit record, kept by partition p, valid until
+// the next call.
+func (s *encodeScratch) auditRecord(a partition.AuditRecord, p int) *protocol.AuditRecord {
+	s.target = protocol.Address{Namespace: a.Addr.Type.Namespace, Type: a.Addr.Type.Name, Id: a.Addr.ID}
+	s.audit = protocol.AuditRecord{}
+	fillAudit(&s.audit, a, &s.target)
+	s.auditPart = uint32(p)
+	s.audit.Partition = &s.auditPart
+	return &s.audit
+}
+
+// receiptRecord returns r's receipt, kept by partition p, valid until the
+// next call.
+func (s *encodeScratch) receiptRecord(r partition.Receipt, p int) *protocol.Receipt {
+	s.target = protocol.Address{Namespace: r.Addr.Type.Namespace, Type: r.Addr.Type.Name, Id: r.Addr.ID}
+	s.receipt = protocol.Receipt{}
+	fillReceipt(&s.receipt, r, &s.target)
+	s.receiptPart = uint32(p)
+	s.receipt.Partition = &s.receiptPart
+	return &s.receipt
 }
 
 // positions are the partitions' durable commit ids, for reads that must

@@ -16,6 +16,7 @@ import (
 type Metrics struct {
 	invocations     *prometheus.CounterVec
 	invocationsOf   sync.Map // address.TypeName → *[2]prometheus.Counter: its ok and error series
+	partitionsOf    sync.Map // partition → *partGauges
 	batchSize       prometheus.Histogram
 	callSeconds     prometheus.Histogram
 	retries         *prometheus.CounterVec
@@ -142,6 +143,23 @@ func (m *Metrics) observeStateRequest(kind string, d time.Duration) {
 }
 
 func partLabel(p int) string { return strconv.Itoa(p) }
+
+// partGauges are the backlog gauges of one partition.
+type partGauges struct{ queue, paged, delayed prometheus.Gauge }
+
+// partition returns partition p's backlog gauges. A runner sets them after
+// every step, so their series are looked up once per partition, not on
+// every step (a label string and a hash of it each time). There are no
+// more entries than partitions.
+func (m *Metrics) partition(p int) *partGauges {
+	if g, ok := m.partitionsOf.Load(p); ok {
+		return g.(*partGauges)
+	}
+	l := partLabel(p)
+	g, _ := m.partitionsOf.LoadOrStore(p, &partGauges{queue: m.queueDepth.WithLabelValues(l),
+		paged: m.paged.WithLabelValues(l), delayed: m.delayedHeld.WithLabelValues(l)})
+	return g.(*partGauges)
+}
 
 // logFailure reports a failed attempt with its address and reason.
 func (e *Engine) logFailure(p int, f partition.Failure) {

@@ -121,7 +121,7 @@ func (r *partCommit) Encode(b *store.Batch) error {
 		}
 		if w.Cause != nil {
 			// The change's history record, in the same batch as the change.
-			b.PutHistory(w.Addr, w.State, cm.ID, historyRecord(w))
+			b.PutHistory(w.Addr, w.State, cm.ID, r.e.scratch.history(w))
 		}
 	}
 	for t, s := range cm.Specs {
@@ -149,15 +149,11 @@ func (r *partCommit) Encode(b *store.Batch) error {
 	// Both name the partition that keeps them: a cancel of a delayed
 	// message is kept by the sender's, not the target's.
 	for _, a := range cm.Audit {
-		ap := auditToProto(a)
-		ap.Partition = proto.Uint32(uint32(r.p.id))
-		b.PutAudit(ap)
+		b.PutAudit(r.e.scratch.auditRecord(a, r.p.id))
 	}
 	for _, rc := range cm.Receipts {
 		if !rc.Unstored {
-			rp := receiptToProto(rc)
-			rp.Partition = proto.Uint32(uint32(r.p.id))
-			b.PutReceipt(rp)
+			b.PutReceipt(r.e.scratch.receiptRecord(rc, r.p.id))
 		}
 	}
 	b.PutMeta(r.p.id, store.PartitionMeta{CommitID: cm.ID, VersionSeq: cm.VersionSeq})

@@ -356,7 +356,8 @@ func (e *Engine) commit(p *part, c *partition.Commit) {
 }
 func (e *Engine) health(p int, h partition.Health) { e.m.repair.report(p, h) }
 func (e *Engine) backlog(p int, n, delayed, paged int) {
-	e.m.queueDepth.WithLabelValues(partLabel(p)).Set(float64(n))
-	e.m.paged.WithLabelValues(partLabel(p)).Set(float64(paged))
-	e.m.delayedHeld.WithLabelValues(partLabel(p)).Set(float64(delayed))
+	g := e.m.partition(p)
+	g.queue.Set(float64(n))
+	g.paged.Set(float64(paged))
+	g.delayed.Set(float64(delayed))
 }

@@ -404,27 +404,35 @@ func fromProtoAddr(a *protocol.Address) address.Address {
 
 // receiptToProto is the durable form of a receipt the core decided.
 func receiptToProto(r partition.Receipt) *protocol.Receipt {
-	p := &protocol.Receipt{
-		Mutation: r.Mutation, Status: "committed", Reject: int32(r.Reject), Reason: r.Reason,
-		Checkpoint: r.Checkpoint, Version: r.Version, PreviousVersion: r.PreviousVersion, At: r.At,
-		Target: toProtoAddr(r.Addr), State: r.State,
-	}
-	if r.Reject != partition.Applied {
-		p.Status = "rejected"
-	}
+	p := &protocol.Receipt{}
+	fillReceipt(p, r, toProtoAddr(r.Addr))
 	return p
 }
 
-func auditToProto(a partition.AuditRecord) *protocol.AuditRecord {
-	p := &protocol.AuditRecord{
-		Mutation: a.Mutation, At: a.At, Principal: a.Principal, Reason: a.Reason, Reverts: a.Reverts,
-		Target: toProtoAddr(a.Addr), State: a.State, Op: int32(a.Op), Version: a.Version, Typename: a.Typename,
+// fillReceipt sets the fields of p, a zero receipt, from r.
+func fillReceipt(p *protocol.Receipt, r partition.Receipt, target *protocol.Address) {
+	p.Mutation, p.Status, p.Reject, p.Reason = r.Mutation, "committed", int32(r.Reject), r.Reason
+	p.Checkpoint, p.Version, p.PreviousVersion, p.At = r.Checkpoint, r.Version, r.PreviousVersion, r.At
+	p.Target, p.State = target, r.State
+	if r.Reject != partition.Applied {
+		p.Status = "rejected"
 	}
+}
+
+func auditToProto(a partition.AuditRecord) *protocol.AuditRecord {
+	p := &protocol.AuditRecord{}
+	fillAudit(p, a, toProtoAddr(a.Addr))
+	return p
+}
+
+// fillAudit sets the fields of p, a zero audit record, from a.
+func fillAudit(p *protocol.AuditRecord, a partition.AuditRecord, target *protocol.Address) {
+	p.Mutation, p.At, p.Principal, p.Reason, p.Reverts = a.Mutation, a.At, a.Principal, a.Reason, a.Reverts
+	p.Target, p.State, p.Op, p.Version, p.Typename = target, a.State, int32(a.Op), a.Version, a.Typename
 	if b := a.Before; b != nil {
 		p.HadBefore, p.BeforeTypename, p.BeforeValue, p.BeforeVersion, p.BeforeExpiresAt = true, b.Typename, b.Value, b.Version, b.ExpiresAt
 	}
 	p.Messages, p.Timers = a.Messages, timerImages(a.Timers)
-	return p
 }
 
 // KnownTypes returns every function type with registered states.

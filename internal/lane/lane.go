@@ -222,9 +222,10 @@ func (l *Listener) look(now int64) int {
 	return n
 }
 
-// aLongTimeAgo is a read deadline that has passed: setting it wakes a
-// waiting reader.
-var aLongTimeAgo = time.Unix(1, 0)
+// aLongTimeAgo returns a read deadline that has passed: setting it wakes a
+// waiting reader. A function, not a package variable: the package keeps no
+// state outside the lanes it makes.
+func aLongTimeAgo() time.Time { return time.Unix(1, 0) }
 
 // conn is a connection in the lane. The read deadline its user set is kept
 // here, so that a look can move the real one into the past to wake the
@@ -278,7 +279,7 @@ func (c *conn) wake() bool {
 		return false
 	}
 	c.woken = true
-	_ = c.Conn.SetReadDeadline(aLongTimeAgo)
+	_ = c.Conn.SetReadDeadline(aLongTimeAgo())
 	return true
 }
 

@@ -312,25 +312,28 @@ func (m *Manager) reconcile() {
 		delete(m.jobs, id)
 	}
 	m.owned = owned
-	if !changed {
-		return
-	}
-	m.reload = false
-	recs, err := m.scanRecords(owned)
-	if err != nil {
-		m.log.Error("jobs: cannot read the job records of the partitions this node owns; trying again", "error", err)
-		m.reload = true
-		return
-	}
-	for id, r := range recs {
-		if _, running := m.runs[id]; running {
-			continue // its runner's record is newer than the store's
+	if changed {
+		m.reload = false
+		recs, err := m.scanRecords(owned)
+		if err != nil {
+			m.log.Error("jobs: cannot read the job records of the partitions this node owns; trying again", "error", err)
+			m.reload = true
+			return
 		}
-		m.jobs[id] = r
-		if r.Status == StatusRunning && len(m.runs) < m.cfg.MaxRunning {
-			if err := m.startLocked(r); err != nil {
-				m.log.Error("jobs: cannot go on with a job", "job", id, "error", err)
+		for id, r := range recs {
+			if _, running := m.runs[id]; !running {
+				m.jobs[id] = r // its runner's record, if any, is newer
 			}
+		}
+	}
+	// Running jobs without a runner: just arrived, or waiting for one of
+	// the MaxRunning slots.
+	for id, r := range m.jobs {
+		if _, running := m.runs[id]; running || r.Status != StatusRunning || len(m.runs) >= m.cfg.MaxRunning {
+			continue
+		}
+		if err := m.startLocked(r); err != nil {
+			m.log.Error("jobs: cannot go on with a job", "job", id, "error", err)
 		}
 	}
 }

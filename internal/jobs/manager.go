@@ -67,6 +67,12 @@ type Local interface {
 // and goes on with the partition's next owner.
 var ErrMoved = errors.New("jobs: the job's home partition is not this node's")
 
+// ErrUnavailable is wrapped by the errors of a Store that could not read
+// part of the application (cluster mode: no node answered for some
+// partitions in time). A runner that meets it stops where it is, its
+// status left running, and goes on from its cursor a moment later.
+var ErrUnavailable = errors.New("jobs: part of the application did not answer")
+
 // Config configures a Manager.
 type Config struct {
 	Engine Engine

@@ -158,12 +158,13 @@ func (rn *run) loop() {
 	rn.mu.Unlock()
 	now := m.cfg.Now().UTC()
 	switch {
-	case errors.Is(err, ErrMoved):
-		// Its home partition's commit refused the record: the partition
-		// moved, or is being rebuilt. Its next owner goes on from the
-		// stored cursor — this node too, once it serves the partition
-		// again (reconcile reads the record back).
-		m.log.Info("jobs: a job's home partition is not this node's any more; it goes on with the partition's owner", "job", r.ID, "error", err)
+	case errors.Is(err, ErrMoved) || errors.Is(err, ErrUnavailable):
+		// Its home partition's commit refused the record (the partition
+		// moved, or is being rebuilt), or partitions it reads did not
+		// answer. The partition's owner goes on from the stored cursor:
+		// this node, once it serves the partition (reconcile reads the
+		// record back and starts it again), or the next owner.
+		m.log.Info("jobs: a job stops where it is and goes on from its cursor with its home partition's owner", "job", r.ID, "error", err)
 		m.reload = true
 		return
 	case rn.ctx.Err() != nil:
@@ -336,6 +337,15 @@ func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) boo
 	// entries this one wrote: one applied and not yet durable would be
 	// evaluated again.
 	durable := rn.waitDurable()
+	if perr := failed.Load(); perr != nil && (errors.Is(*perr, ErrUnavailable) || errors.Is(*perr, ErrMoved)) {
+		// Not the job's failure: it goes on from its cursor at the next
+		// look (reconcile), the page done again.
+		rn.m.log.Info("jobs: a job stops where it is and goes on from its cursor in a moment", "job", rn.rec.ID, "error", *perr)
+		rn.m.mu.Lock()
+		rn.m.reload = true
+		rn.m.mu.Unlock()
+		return false
+	}
 	if perr := failed.Load(); perr != nil {
 		rn.mu.Lock()
 		rn.then = StatusFailed

@@ -249,7 +249,7 @@ func (s *Server) jobError(w http.ResponseWriter, r *http.Request, err error) {
 		fail(w, r, http.StatusNotFound, err.Error()+"; GET /jobs lists them")
 	case errors.Is(err, jobs.ErrState), errors.Is(err, jobs.ErrTooMany):
 		fail(w, r, http.StatusConflict, err.Error())
-	case errors.Is(err, jobs.ErrMoved):
+	case errors.Is(err, jobs.ErrMoved), errors.Is(err, jobs.ErrUnavailable):
 		w.Header().Set("Retry-After", "1")
 		fail(w, r, http.StatusServiceUnavailable, err.Error())
 	default:

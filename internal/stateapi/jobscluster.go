@@ -54,13 +54,16 @@ type ClusterJobs struct {
 	// partition to come back gives up then.
 	ctx    context.Context
 	cancel context.CancelFunc
+	// missingWait is clusterJobsMissingWait (shorter in tests).
+	missingWait time.Duration
 }
 
-// Cluster jobs' patience: how long a page read waits for partitions no
-// node answers for (a node killed: its partitions move within seconds),
-// and a record write for its home partition's commit.
+// Cluster jobs' patience: how long a read waits for partitions no node
+// answers for (a node killed: its partitions move within seconds) before
+// it is jobs.ErrUnavailable — a runner then goes on from its cursor at
+// the next look, a preview or a new job is a 503.
 const (
-	clusterJobsMissingWait = 2 * time.Minute
+	clusterJobsMissingWait = 10 * time.Second
 	clusterJobsRetry       = 250 * time.Millisecond
 	clusterJobsPageLimit   = 500
 )
@@ -68,7 +71,7 @@ const (
 // NewClusterJobs returns the backend of the jobs s serves (call UseJobs
 // with the manager made of it).
 func NewClusterJobs(s *Server, local JobsLocal, records JobRecords) *ClusterJobs {
-	c := &ClusterJobs{s: s, local: local, records: records}
+	c := &ClusterJobs{s: s, local: local, records: records, missingWait: clusterJobsMissingWait}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
 }
@@ -120,7 +123,7 @@ func (c *ClusterJobs) call(ctx context.Context, caller trust.Caller, method, uri
 // page missing partitions (a node killed, a partition moving) would make
 // a job skip their entries. It gives up after clusterJobsMissingWait.
 func (c *ClusterJobs) complete(caller trust.Caller, uri string, serve func(*Server, http.ResponseWriter, *http.Request)) ([]byte, error) {
-	deadline := time.Now().Add(clusterJobsMissingWait)
+	deadline := time.Now().Add(c.missingWait)
 	for {
 		w, err := c.call(c.ctx, caller, http.MethodGet, uri, serve)
 		if err != nil {
@@ -134,7 +137,10 @@ func (c *ClusterJobs) complete(caller trust.Caller, uri string, serve func(*Serv
 			return nil, fmt.Errorf("stateapi: jobs: GET %s: %d %s", uri, w.status, bytes.TrimSpace(w.buf.Bytes()))
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("stateapi: jobs: GET %s: partitions %s did not answer for %v (their owner is down and they have not moved); resume the job once they serve", uri, missing, clusterJobsMissingWait)
+			if missing == "" {
+				missing = "?"
+			}
+			return nil, fmt.Errorf("%w: GET %s: no node answered for partitions %s within %v (they are moving, or their owner is down and they have not moved yet); retry", jobs.ErrUnavailable, uri, missing, c.missingWait)
 		}
 		select {
 		case <-c.ctx.Done():
@@ -403,7 +409,7 @@ type clusterJobEngine struct{ c *ClusterJobs }
 func (e clusterJobEngine) Read(ctx context.Context, a address.Address, state string) (partition.Reply, error) {
 	caller := trust.Caller{Principal: jobs.PrincipalOf(ctx), Scopes: []string{ScopeRead, ScopeWrite}}
 	uri := "/state/" + typePath(a.Type) + "/" + url.PathEscape(a.ID) + "/" + url.PathEscape(state)
-	deadline := time.Now().Add(clusterJobsMissingWait)
+	deadline := time.Now().Add(e.c.missingWait)
 	for {
 		w, err := e.c.call(ctx, caller, http.MethodGet, uri, (*Server).serveState, "Accept", mediaOctet)
 		if err != nil {
@@ -425,8 +431,10 @@ func (e clusterJobEngine) Read(ctx context.Context, a address.Address, state str
 				}
 			}
 			return partition.Reply{Entries: []partition.StateEntry{{State: state, Entry: en}}}, nil
-		case w.status < 500 || time.Now().After(deadline):
+		case w.status < 500:
 			return partition.Reply{}, fmt.Errorf("stateapi: jobs: GET %s: %d %s", uri, w.status, bytes.TrimSpace(w.buf.Bytes()))
+		case time.Now().After(deadline):
+			return partition.Reply{}, fmt.Errorf("%w: GET %s: %d %s", jobs.ErrUnavailable, uri, w.status, bytes.TrimSpace(w.buf.Bytes()))
 		}
 		// The partition is moving: its next owner answers.
 		select {

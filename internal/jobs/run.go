@@ -88,6 +88,14 @@ type run struct {
 	pace pacer
 	// seq numbers the job's mutations in this process.
 	seq atomic.Uint64
+	// again is why a page stopped that is not the job's failure
+	// (ErrUnavailable, ErrMoved): set by runPage before the workers'
+	// results are read by loop, on the runner's goroutine.
+	again error
+	// cut is set when a read or write of the job was cut short by a
+	// context that ended (the process stops): the page is not done, and
+	// the job's status is left for the next start.
+	cut atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -157,7 +165,17 @@ func (rn *run) loop() {
 	then := rn.then
 	rn.mu.Unlock()
 	now := m.cfg.Now().UTC()
+	if err == nil {
+		err = rn.again // a page stopped by an error that is not the job's
+	}
 	switch {
+	case rn.ctx.Err() != nil:
+		if then == "" {
+			return // the process stops: the job goes on at the next start
+		}
+		r.Status = then
+	case errors.Is(err, context.Canceled) || rn.cut.Load():
+		return // the process stops: the job goes on at the next start
 	case errors.Is(err, ErrMoved) || errors.Is(err, ErrUnavailable):
 		// Its home partition's commit refused the record (the partition
 		// moved, or is being rebuilt), or partitions it reads did not
@@ -167,11 +185,6 @@ func (rn *run) loop() {
 		m.log.Info("jobs: a job stops where it is and goes on from its cursor with its home partition's owner", "job", r.ID, "error", err)
 		m.reload = true
 		return
-	case rn.ctx.Err() != nil:
-		if then == "" {
-			return // the process stops: the job goes on at the next start
-		}
-		r.Status = then
 	case err != nil:
 		r.Status, r.Error = StatusFailed, err.Error()
 		m.log.Error("jobs: job failed", "job", r.ID, "error", err)
@@ -307,7 +320,11 @@ func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) boo
 		go func() {
 			defer wg.Done()
 			for it := range work {
-				if err := fn(it, replay); err != nil && !errors.Is(err, context.Canceled) {
+				err := fn(it, replay)
+				switch {
+				case errors.Is(err, context.Canceled):
+					rn.cut.Store(true)
+				case err != nil:
 					failed.CompareAndSwap(nil, &err)
 					rn.cancel()
 				}
@@ -340,10 +357,7 @@ func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) boo
 	if perr := failed.Load(); perr != nil && (errors.Is(*perr, ErrUnavailable) || errors.Is(*perr, ErrMoved)) {
 		// Not the job's failure: it goes on from its cursor at the next
 		// look (reconcile), the page done again.
-		rn.m.log.Info("jobs: a job stops where it is and goes on from its cursor in a moment", "job", rn.rec.ID, "error", *perr)
-		rn.m.mu.Lock()
-		rn.m.reload = true
-		rn.m.mu.Unlock()
+		rn.again = *perr
 		return false
 	}
 	if perr := failed.Load(); perr != nil {
@@ -355,7 +369,7 @@ func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) boo
 		rn.m.mu.Unlock()
 		return false
 	}
-	return durable && !stopped && rn.ctx.Err() == nil
+	return durable && !stopped && !rn.cut.Load() && rn.ctx.Err() == nil
 }
 
 // waitDurable waits until the commits carrying the page's writes are

@@ -111,6 +111,10 @@ func cjWrites(t *testing.T, n *clusterNode, id string) (map[string]int, []cjWrit
 			path += "&after=" + after
 		}
 		r := n.api(t, http.MethodGet, path, "")
+		for try := 0; r.status == http.StatusServiceUnavailable && try < 10; try++ {
+			time.Sleep(time.Second) // a node too busy to answer the gather in time
+			r = n.api(t, http.MethodGet, path, "")
+		}
 		if r.status != http.StatusOK {
 			t.Fatalf("GET %s: %d %s", path, r.status, r.body)
 		}

@@ -320,7 +320,7 @@ func (s *Server) jobWrites(w http.ResponseWriter, r *http.Request, id string) {
 		err = r.Context().Err()
 	}
 	if err != nil {
-		s.engineError(w, r, err)
+		s.jobError(w, r, err)
 		return
 	}
 	var next *string

@@ -65,7 +65,9 @@ type ClusterJobs struct {
 const (
 	clusterJobsMissingWait = 10 * time.Second
 	clusterJobsRetry       = 250 * time.Millisecond
-	clusterJobsPageLimit   = 500
+	// clusterJobsPageLimit is the size of the pages a job reads from every
+	// node at once: entries, audit records.
+	clusterJobsPageLimit = 500
 )
 
 // NewClusterJobs returns the backend of the jobs s serves (call UseJobs
@@ -275,7 +277,7 @@ func (st *clusterJobStore) ScanAuditFiltered(f store.AuditFilter, fn func(*proto
 	if f.Newest {
 		return errors.New("stateapi: jobs: the cluster backend reads the audit log oldest first only")
 	}
-	q := url.Values{"limit": {strconv.Itoa(MaxAuditLimit)}}
+	q := url.Values{"limit": {strconv.Itoa(clusterJobsPageLimit)}}
 	for k, v := range map[string]string{"namespace": f.Namespace, "type": f.Type, "id": f.ID, "state": f.State,
 		"principal": f.Principal, "mutation": f.Mutation} {
 		if v != "" {

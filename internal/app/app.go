@@ -176,8 +176,10 @@ type App struct {
 	// for readiness must then find the ingress and egress listening.
 	up    atomic.Bool
 	connM *connlimit.Metrics
-	lane  *lane.Lane    // the admin listener's; nil without it
-	jobs  *jobs.Manager // embedded mode; nil in cluster mode
+	lane  *lane.Lane // the admin listener's; nil without it
+	jobs  *jobs.Manager
+	// clusterJobs is the jobs' backend in cluster mode (nil embedded).
+	clusterJobs *stateapi.ClusterJobs
 }
 
 // Start loads the module, opens the store, restores the partitions and
@@ -474,12 +476,9 @@ func Start(cfg Config) (*App, error) {
 	}
 	apiOpts.ReadOnly = cfg.ReadOnly
 	apiOpts.Backup = a.backup
+	deployed := func(t address.TypeName) bool { _, ok := mod.EndpointFor(t); return ok }
 	if cn == nil {
-		// Bulk jobs keep their records in this process's store, which in
-		// cluster mode no single node owns: there they are refused
-		// (stateapi/jobs.go says why).
-		jm, err := jobs.New(jobs.Config{Engine: eng, Store: db, Logger: cfg.Logger, Metrics: reg,
-			Deployed: func(t address.TypeName) bool { _, ok := mod.EndpointFor(t); return ok }})
+		jm, err := jobs.New(jobs.Config{Engine: eng, Store: db, Logger: cfg.Logger, Metrics: reg, Deployed: deployed})
 		if err != nil {
 			a.Close()
 			return nil, err
@@ -492,6 +491,26 @@ func Start(cfg Config) (*App, error) {
 		}
 	}
 	api = stateapi.New(eng, eng.Reads(), apiOpts)
+	if cn != nil {
+		// A job's record travels in its home partition's changelog; the
+		// job reads and writes every partition through its owner
+		// (stateapi/jobscluster.go).
+		cj := stateapi.NewClusterJobs(api, db, eng)
+		jm, err := jobs.New(jobs.Config{Engine: cj.Engine(), Store: cj.Store(), StoreAs: cj.StoreAs, Local: db,
+			Owned: eng.Owned, NodeID: cfg.Cluster.NodeID, IdempotentWrites: true, Logger: cfg.Logger, Metrics: reg, Deployed: deployed,
+			// A write waits for a command's committed receipt, a
+			// transaction round trip or two: more in flight keep the
+			// pace, which rate still bounds.
+			Workers: clusterJobWorkers})
+		if err != nil {
+			cj.Close()
+			a.Close()
+			return nil, err
+		}
+		a.jobs, a.clusterJobs = jm, cj
+		api.UseJobs(jm, cj)
+		jm.Start()
+	}
 	if err := a.listenTLS("admin", cfg.AdminAddr, api.Handler(admin.Handler(reg, ready, fns.Down)), cfg.TLSCert, cfg.TLSKey); err != nil {
 		a.Close()
 		return nil, err
@@ -533,6 +552,10 @@ func Start(cfg Config) (*App, error) {
 		"partitions", eng.Partitions(), "admin", a.addrs["admin"], "read_only", cfg.ReadOnly)
 	return a, nil
 }
+
+// clusterJobWorkers is how many writes of one job are in flight at once
+// in cluster mode.
+const clusterJobWorkers = 32
 
 // DefaultListenHost is the default Config.ListenHost.
 const DefaultListenHost = "127.0.0.1"
@@ -626,6 +649,9 @@ func (a *App) Close() error {
 		}
 		wg.Wait()
 		a.wg.Wait()
+		if a.clusterJobs != nil {
+			a.clusterJobs.Close() // ends the waits of the jobs' reads and writes
+		}
 		if a.jobs != nil {
 			a.jobs.Close() // before the engine: a job writes through it
 		}

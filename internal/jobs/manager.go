@@ -34,12 +34,17 @@ type Engine interface {
 	Partitions() int
 }
 
-// Store is what a job reads of the durable store and where it keeps its
-// record (*store.DB).
+// Store is where a job reads the entries it walks, the audit log, and
+// where it keeps its record: the local store in embedded mode
+// (*store.DB); in cluster mode every partition's owner for the reads, and
+// the commits of the job's home partition for its record
+// (internal/stateapi's cluster backend).
 type Store interface {
 	ScanTypes(fn func(t address.TypeName) bool) error
-	ScanIDs(t address.TypeName, prefix, after string, fn func(id string) bool) error
-	ScanAddressState(a address.Address, fn func(state string, e store.Entry) error) error
+	// ScanState calls fn with the entries of type t whose id starts with
+	// prefix, strictly after the cursor after (nil: from the first), in
+	// (id, state) order, until fn returns false.
+	ScanState(t address.TypeName, prefix string, after *store.StateCursor, fn func(id, state string, e store.Entry) bool) error
 	StateStatsOf(t address.TypeName, maxKeys int, keep func(id string) bool) (store.StateStats, error)
 	ScanAuditFiltered(f store.AuditFilter, fn func(*protocol.AuditRecord) bool) error
 	PutJob(id string, record []byte) error
@@ -47,10 +52,54 @@ type Store interface {
 	ScanJobs(fn func(id string, record []byte) error) error
 }
 
+// Local is what the orphans listing reads of this process's own store
+// (*store.DB): in cluster mode the state API gathers every node's listing
+// of the partitions it owns.
+type Local interface {
+	ScanTypes(fn func(t address.TypeName) bool) error
+	ScanIDs(t address.TypeName, prefix, after string, fn func(id string) bool) error
+	ScanAddressState(a address.Address, fn func(state string, e store.Entry) error) error
+	StateStatsOf(t address.TypeName, maxKeys int, keep func(id string) bool) (store.StateStats, error)
+}
+
+// ErrMoved is wrapped by the errors of a Store whose job records live in
+// their home partition's commits (cluster mode) when this node no longer
+// owns the home partition: the job stops here, its status left as it is,
+// and goes on with the partition's next owner.
+var ErrMoved = errors.New("jobs: the job's home partition is not this node's")
+
+// ErrUnavailable is wrapped by the errors of a Store that could not read
+// part of the application (cluster mode: no node answered for some
+// partitions in time). A runner that meets it stops where it is, its
+// status left running, and goes on from its cursor a moment later.
+var ErrUnavailable = errors.New("jobs: part of the application did not answer")
+
 // Config configures a Manager.
 type Config struct {
 	Engine Engine
 	Store  Store
+	// StoreAs, in cluster mode, is Store reading on behalf of a job's
+	// principal: the reads go to other nodes in its name. Nil: Store.
+	StoreAs func(principal string) Store
+	// Local is where orphans are counted (default: Store, which must then
+	// be a Local too).
+	Local Local
+	// Owned, in cluster mode, returns the partitions this node owns now:
+	// the manager keeps and runs the jobs whose home partition (Home) is
+	// one of them, and finds those of a partition it is assigned in the
+	// store once the partition's changelog is restored. Nil: every job
+	// in the store is this process's (embedded mode).
+	Owned func() []int
+	// NodeID names this node in the jobs it shows (cluster mode).
+	NodeID string
+	// IdempotentWrites says the Engine applies a mutation id once, its
+	// receipt answering a repeat (cluster mode: every write travels as a
+	// command). The runner then names each write after the entry and the
+	// attempt, so that a page replayed after a crash or a move sends its
+	// writes again under the same ids, and the ones applied before are
+	// answered by their receipts instead of being applied twice; the
+	// audit log is not searched.
+	IdempotentWrites bool
 	// Deployed reports whether module.yaml binds a function type to an
 	// endpoint; state of a type it does not is an orphan.
 	Deployed func(t address.TypeName) bool
@@ -99,6 +148,12 @@ type Manager struct {
 	// closed is set by Close: no job starts after it.
 	closed bool
 	wg     sync.WaitGroup
+	// owned is the set of partitions Config.Owned gave at the last
+	// reconcile (cluster mode); reload asks the next reconcile to read the
+	// records of every owned partition again (a runner stopped because
+	// its home's commit was refused).
+	owned  map[int]bool
+	reload bool
 	// ctx is the writes' context: Close ends it, so a write waiting on an
 	// engine that stops does not hold the process (a job's replay makes a
 	// write whose outcome was not seen harmless).
@@ -127,6 +182,13 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Deployed == nil {
 		cfg.Deployed = func(address.TypeName) bool { return true }
 	}
+	if cfg.Local == nil {
+		l, ok := cfg.Store.(Local)
+		if !ok {
+			return nil, errors.New("jobs: Config.Local is required when the Store does not read the local store")
+		}
+		cfg.Local = l
+	}
 	env, err := newEnv()
 	if err != nil {
 		return nil, fmt.Errorf("jobs: CEL environment: %w", err)
@@ -134,7 +196,28 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, env: env, log: cfg.Logger, jobs: map[string]*Record{}, runs: map[string]*run{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.met = newMetrics(cfg.Metrics, m)
-	err = cfg.Store.ScanJobs(func(id string, b []byte) error {
+	if cfg.Owned != nil {
+		// The records of the partitions this node owns are read as it is
+		// assigned them (reconcile).
+		m.owned = map[int]bool{}
+		return m, nil
+	}
+	recs, err := m.scanRecords(nil)
+	if err != nil {
+		return nil, err
+	}
+	m.jobs = recs
+	return m, nil
+}
+
+// scanRecords reads the stored job records, those whose home is in homes
+// (nil: all).
+func (m *Manager) scanRecords(homes map[int]bool) (map[string]*Record, error) {
+	out := map[string]*Record{}
+	err := m.cfg.Store.ScanJobs(func(id string, b []byte) error {
+		if homes != nil && !homes[m.home(id)] {
+			return nil // another node's, or a stale copy of a partition that moved
+		}
 		r := new(Record)
 		if err := json.Unmarshal(b, r); err != nil || r.ID != id {
 			// Not a reason to refuse to start: the job is not run, and
@@ -142,18 +225,32 @@ func New(cfg Config) (*Manager, error) {
 			m.log.Error("jobs: a stored job record does not decode; it is not run", "job", id, "error", err)
 			return nil
 		}
-		m.jobs[id] = r
+		out[id] = r
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
+	return out, err
 }
 
+// Home is the home partition of job id among n partitions: in cluster
+// mode its record is written by that partition's commits, and that
+// partition's owner runs it.
+func Home(id string, n int) int { return address.Partition(id, n) }
+
+func (m *Manager) home(id string) int { return Home(id, m.cfg.Engine.Partitions()) }
+
 // Start goes on with every job that was running when the process stopped,
-// from its cursor.
+// from its cursor. In cluster mode it starts following the partitions
+// this node is assigned: the running jobs of each are started from their
+// cursor once it is restored here, and stopped when it moves away.
 func (m *Manager) Start() {
+	if m.cfg.Owned != nil {
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			m.follow()
+		}()
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range m.jobs {
@@ -161,6 +258,93 @@ func (m *Manager) Start() {
 			if err := m.startLocked(r); err != nil {
 				m.log.Error("jobs: cannot go on with a job", "job", r.ID, "error", err)
 			}
+		}
+	}
+}
+
+// followEvery is how often the manager looks at the partitions it owns
+// (cluster mode): a job whose home moved here goes on within it.
+const followEvery = 250 * time.Millisecond
+
+// follow reconciles the jobs with the partitions owned until Close.
+func (m *Manager) follow() {
+	t := time.NewTicker(followEvery)
+	defer t.Stop()
+	for {
+		m.reconcile()
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// arrived makes sure, in cluster mode, that the record of job id is
+// known when its home partition has just come to this node: a request
+// about the job may come before the next reconcile.
+func (m *Manager) arrived(id string) {
+	if m.cfg.Owned == nil {
+		return
+	}
+	m.mu.Lock()
+	_, known := m.jobs[id]
+	m.mu.Unlock()
+	if !known {
+		m.reconcile()
+	}
+}
+
+// reconcile keeps the jobs of the partitions owned now, and runs those
+// running: a partition that moved away takes its jobs (their runners stop
+// where they are, their status left for the next owner); one assigned
+// here brings the records its changelog restored.
+func (m *Manager) reconcile() {
+	owned := map[int]bool{}
+	for _, p := range m.cfg.Owned() {
+		owned[p] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	changed := m.reload || len(owned) != len(m.owned)
+	for p := range owned {
+		changed = changed || !m.owned[p]
+	}
+	for id := range m.jobs {
+		if owned[m.home(id)] {
+			continue
+		}
+		if rn, ok := m.runs[id]; ok {
+			rn.stop("")
+		}
+		delete(m.jobs, id)
+	}
+	m.owned = owned
+	if changed {
+		m.reload = false
+		recs, err := m.scanRecords(owned)
+		if err != nil {
+			m.log.Error("jobs: cannot read the job records of the partitions this node owns; trying again", "error", err)
+			m.reload = true
+			return
+		}
+		for id, r := range recs {
+			if _, running := m.runs[id]; !running {
+				m.jobs[id] = r // its runner's record, if any, is newer
+			}
+		}
+	}
+	// Running jobs without a runner: just arrived, or waiting for one of
+	// the MaxRunning slots.
+	for id, r := range m.jobs {
+		if _, running := m.runs[id]; running || r.Status != StatusRunning || len(m.runs) >= m.cfg.MaxRunning {
+			continue
+		}
+		if err := m.startLocked(r); err != nil {
+			m.log.Error("jobs: cannot go on with a job", "job", id, "error", err)
 		}
 	}
 }
@@ -178,13 +362,22 @@ func (m *Manager) Close() {
 	m.wg.Wait()
 }
 
-// Preview evaluates spec over every entry it selects and writes nothing.
-func (m *Manager) Preview(ctx context.Context, spec Spec, sample int) (*Preview, error) {
+// Preview evaluates spec over every entry it selects and writes nothing;
+// principal is who asks (in cluster mode the reads go to other nodes in
+// its name).
+func (m *Manager) Preview(ctx context.Context, spec Spec, sample int, principal string) (*Preview, error) {
 	c, err := compileSpec(m.env, spec)
 	if err != nil {
 		return nil, err
 	}
-	return m.preview(ctx, c, sample)
+	return m.preview(ctx, c, sample, principal)
+}
+
+func (m *Manager) storeAs(principal string) Store {
+	if m.cfg.StoreAs != nil {
+		return m.cfg.StoreAs(principal)
+	}
+	return m.cfg.Store
 }
 
 // Create stores a new job and starts it.
@@ -193,7 +386,7 @@ func (m *Manager) Create(spec Spec, principal string) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	total, err := m.total(c)
+	total, err := m.total(c, principal)
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +398,7 @@ func (m *Manager) Create(spec Spec, principal string) (*Record, error) {
 // the job wrote; an entry changed since is listed in the revert's
 // conflicts and left as it is.
 func (m *Manager) Revert(id, principal, reason string) (*Record, error) {
+	m.arrived(id)
 	m.mu.Lock()
 	t, ok := m.jobs[id]
 	var target Record
@@ -230,8 +424,11 @@ func (m *Manager) Revert(id, principal, reason string) (*Record, error) {
 	if target.Spec != nil {
 		rate = target.Spec.Rate
 	}
+	// The revert keeps what it needs of the job it reverts: in cluster
+	// mode it may run on another node than that job's record.
+	created := target.CreatedAt
 	return m.create(&Record{Kind: KindRevert, Reverts: id, Principal: principal, Total: target.Counts.Changed,
-		Reason: reason, Rate: rate})
+		Reason: reason, Rate: rate, RevertsPrincipal: target.Principal, RevertsCreatedAt: &created})
 }
 
 // create stores r as a new running job and starts it.
@@ -245,12 +442,18 @@ func (m *Manager) create(r *Record) (*Record, error) {
 		return nil, fmt.Errorf("%w: %d jobs are running, at most %d at once; wait for one to end, or pause or cancel one", ErrTooMany, n, m.cfg.MaxRunning)
 	}
 	if len(m.jobs) >= m.cfg.MaxJobs {
+		// In cluster mode, the jobs of this node's partitions: each node
+		// keeps at most MaxJobs.
 		if err := m.forgetOldestLocked(); err != nil {
 			return nil, err
 		}
 	}
 	now := m.cfg.Now().UTC()
-	r.ID = newJobID()
+	id, err := m.newIDLocked()
+	if err != nil {
+		return nil, err
+	}
+	r.ID = id
 	r.Status, r.CreatedAt, r.UpdatedAt, r.PageAt = StatusRunning, now, now, now.UnixMilli()
 	r.Conflicts, r.Failures = []Problem{}, []Problem{}
 	if err := m.saveLocked(r); err != nil {
@@ -287,6 +490,7 @@ func (m *Manager) runningLocked() int { return len(m.runs) }
 // Get returns a job with its progress: the stored counters and those of
 // the page in progress.
 func (m *Manager) Get(id string) (Record, error) {
+	m.arrived(id)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.jobs[id]
@@ -326,6 +530,7 @@ func cmpString(a, b string) int {
 // viewLocked is r with the counters of the page in progress added.
 func (m *Manager) viewLocked(r *Record) Record {
 	out := *r
+	out.Node = m.cfg.NodeID
 	out.Conflicts = slices.Clone(r.Conflicts)
 	out.Failures = slices.Clone(r.Failures)
 	if rn, ok := m.runs[r.ID]; ok {
@@ -362,6 +567,7 @@ func (m *Manager) Cancel(id string) (Record, error) {
 
 // stopJob sets a job's status to status, stopping its runner first.
 func (m *Manager) stopJob(id, status string, allowed func(string) bool) (Record, error) {
+	m.arrived(id)
 	m.mu.Lock()
 	r, ok := m.jobs[id]
 	if !ok {
@@ -394,6 +600,7 @@ func (m *Manager) stopJob(id, status string, allowed func(string) bool) (Record,
 
 // Resume goes on with a paused job from its cursor.
 func (m *Manager) Resume(id string) (Record, error) {
+	m.arrived(id)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.jobs[id]
@@ -418,6 +625,7 @@ func (m *Manager) Resume(id string) (Record, error) {
 
 // Delete forgets an ended job's record (its writes stay in the audit log).
 func (m *Manager) Delete(id string) error {
+	m.arrived(id)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	r, ok := m.jobs[id]
@@ -459,6 +667,26 @@ func (m *Manager) startLocked(r *Record) error {
 		rn.loop()
 	}()
 	return nil
+}
+
+// newIDLocked returns a new job id; in cluster mode one whose home
+// partition this node owns, so that it runs the job it was asked to
+// create.
+func (m *Manager) newIDLocked() (string, error) {
+	if m.cfg.Owned == nil {
+		return newJobID(), nil
+	}
+	if len(m.owned) == 0 {
+		return "", fmt.Errorf("%w: this node owns no partition at the moment (it is starting, or the cluster is rebalancing); retry, or send the request to another node", ErrMoved)
+	}
+	for {
+		// Each try lands on an owned partition with probability
+		// owned/P: a few tries.
+		id := newJobID()
+		if m.owned[m.home(id)] {
+			return id, nil
+		}
+	}
 }
 
 func newJobID() string {

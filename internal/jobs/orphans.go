@@ -51,11 +51,25 @@ func (m *Manager) orphan(t address.TypeName, state string) bool {
 	return len(specs) > 0 && !slices.ContainsFunc(specs, func(s partition.Spec) bool { return s.Name == state })
 }
 
-// ListOrphans counts the orphaned state of every type holding state.
+// ListOrphans counts the orphaned state of every type holding state in
+// the local store (Config.Local); in cluster mode that of the partitions
+// this node owns, which the state API adds up over every node.
 func (m *Manager) ListOrphans(ctx context.Context) (*Orphans, error) {
 	out := &Orphans{Orphans: []Orphan{}, Complete: true}
+	local := m.cfg.Local
+	var keep func(id string) bool
+	if m.cfg.Owned != nil {
+		own := map[int]bool{}
+		for _, p := range m.cfg.Owned() {
+			own[p] = true
+		}
+		n := m.cfg.Engine.Partitions()
+		// The store may also hold stale copies of partitions this node
+		// owned before: not its to count.
+		keep = func(id string) bool { return own[address.Partition(id, n)] }
+	}
 	var types []address.TypeName
-	if err := m.cfg.Store.ScanTypes(func(t address.TypeName) bool { types = append(types, t); return true }); err != nil {
+	if err := local.ScanTypes(func(t address.TypeName) bool { types = append(types, t); return true }); err != nil {
 		return nil, err
 	}
 	scanned := 0
@@ -64,9 +78,12 @@ func (m *Manager) ListOrphans(ctx context.Context) (*Orphans, error) {
 			return nil, err
 		}
 		if !m.cfg.Deployed(t) {
-			st, err := m.cfg.Store.StateStatsOf(t, MaxPreviewEntries, nil)
+			st, err := local.StateStatsOf(t, MaxPreviewEntries, keep)
 			if err != nil {
 				return nil, err
+			}
+			if st.Entries == 0 {
+				continue // only in partitions of other nodes
 			}
 			out.Complete = out.Complete && st.Complete
 			out.Orphans = append(out.Orphans, Orphan{Namespace: t.Namespace, Type: t.Name, Reason: ReasonType,
@@ -79,9 +96,12 @@ func (m *Manager) ListOrphans(ctx context.Context) (*Orphans, error) {
 		byState := map[string]*Orphan{}
 		lastID := map[string]string{}
 		var serr error
-		err := m.cfg.Store.ScanIDs(t, "", "", func(id string) bool {
+		err := local.ScanIDs(t, "", "", func(id string) bool {
+			if keep != nil && !keep(id) {
+				return true
+			}
 			a := address.Address{Type: t, ID: id}
-			serr = m.cfg.Store.ScanAddressState(a, func(state string, e store.Entry) error {
+			serr = local.ScanAddressState(a, func(state string, e store.Entry) error {
 				scanned++
 				if !m.orphan(t, state) {
 					return nil

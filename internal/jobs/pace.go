@@ -287,14 +287,18 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // most Workers writes not yet durable, and the commits' own latency —
 // the committer and the disk the functions' commits need too — is part
 // of what the pace sees. A write that changed nothing (a rejected one)
-// carries no commit: its latency does not count.
+// carries no commit: its latency does not count. In cluster mode a write
+// is answered once its owner's commit is durable already (it carries no
+// checkpoint of this node's): its latency counts as it is.
 func (rn *run) settled(a address.Address, rc partition.Receipt, sent time.Time) {
-	if rc.Reject != partition.Applied || rc.Checkpoint == 0 {
+	if rc.Reject != partition.Applied {
 		return
 	}
-	p := address.Partition(a.ID, rn.m.cfg.Engine.Partitions())
-	if _, ok, err := rn.m.cfg.Engine.WaitDurable(rn.m.ctx, p, rc.Checkpoint); err != nil || !ok {
-		return // the process stops
+	if rc.Checkpoint != 0 {
+		p := address.Partition(a.ID, rn.m.cfg.Engine.Partitions())
+		if _, ok, err := rn.m.cfg.Engine.WaitDurable(rn.m.ctx, p, rc.Checkpoint); err != nil || !ok {
+			return // the process stops
+		}
 	}
 	rn.pace.done(time.Since(sent))
 }

@@ -57,10 +57,10 @@ func imageOf(typename string, value []byte) Image {
 }
 
 // preview walks what c selects and evaluates each entry.
-func (m *Manager) preview(ctx context.Context, c *compiled, sample int) (*Preview, error) {
+func (m *Manager) preview(ctx context.Context, c *compiled, sample int, principal string) (*Preview, error) {
 	sample = min(max(sample, 0), MaxSample)
 	p := &Preview{Sample: []Diff{}, Failures: []Problem{}}
-	rn := &run{m: m, c: c, rec: &Record{}}
+	rn := &run{m: m, c: c, rec: &Record{Principal: principal}}
 	types, err := rn.types()
 	if err != nil {
 		return nil, err
@@ -71,8 +71,11 @@ func (m *Manager) preview(ctx context.Context, c *compiled, sample int) (*Previe
 				return nil, err
 			}
 			items, last, more, err := rn.nextPage(t)
-			if err != nil {
-				return nil, err
+			if err != nil || last == nil {
+				if err != nil {
+					return nil, err
+				}
+				break
 			}
 			for _, it := range items {
 				if p.Counts.Scanned == MaxPreviewEntries {
@@ -84,7 +87,7 @@ func (m *Manager) preview(ctx context.Context, c *compiled, sample int) (*Previe
 			if !more {
 				break
 			}
-			rn.rec.Cursor = Cursor{Namespace: t.Namespace, Type: t.Name, ID: last}
+			rn.rec.Cursor = Cursor{Namespace: t.Namespace, Type: t.Name, ID: last.ID, State: last.State}
 		}
 	}
 	return p, nil
@@ -124,20 +127,21 @@ func (m *Manager) previewEntry(c *compiled, it item, p *Preview, sample int) {
 
 // total counts the entries a job looks at, for its progress: the entries
 // of the selected ids (at most MaxPreviewEntries counted).
-func (m *Manager) total(c *compiled) (int64, error) {
+func (m *Manager) total(c *compiled, principal string) (int64, error) {
+	st := m.storeAs(principal)
 	var types []address.TypeName
 	if c.typ != nil {
 		types = []address.TypeName{*c.typ}
-	} else if err := m.cfg.Store.ScanTypes(func(t address.TypeName) bool { types = append(types, t); return true }); err != nil {
+	} else if err := st.ScanTypes(func(t address.TypeName) bool { types = append(types, t); return true }); err != nil {
 		return 0, err
 	}
 	var n int64
 	for _, t := range types {
-		st, err := m.cfg.Store.StateStatsOf(t, MaxPreviewEntries, c.spec.Select.keepID)
+		stats, err := st.StateStatsOf(t, MaxPreviewEntries, c.spec.Select.keepID)
 		if err != nil {
 			return 0, err
 		}
-		n += int64(st.Entries)
+		n += int64(stats.Entries)
 	}
 	return n, nil
 }

@@ -16,10 +16,18 @@ type Record struct {
 	Spec    *Spec  `json:"spec,omitempty"`
 	Reverts string `json:"reverts,omitempty"`
 	// Reason and Rate are a revert's (an update has them in Spec).
-	Reason    string  `json:"reason,omitempty"`
-	Rate      float64 `json:"rate,omitempty"`
-	Principal string  `json:"principal"`
-	Status    string  `json:"status"`
+	Reason string  `json:"reason,omitempty"`
+	Rate   float64 `json:"rate,omitempty"`
+	// RevertsPrincipal and RevertsCreatedAt, in a revert, are the
+	// reverted job's principal and creation time: where its writes are
+	// in the audit log.
+	RevertsPrincipal string     `json:"revertsPrincipal,omitempty"`
+	RevertsCreatedAt *time.Time `json:"revertsCreatedAt,omitempty"`
+	Principal        string     `json:"principal"`
+	// Node, in cluster mode, is the node that keeps and runs the job: the
+	// owner of its home partition (Home).
+	Node   string `json:"node,omitempty"`
+	Status string `json:"status"`
 	// Total is how many entries the job looks at, counted when it
 	// started (a revert: the writes it undoes); Counts.Scanned against it
 	// is its progress.
@@ -99,9 +107,11 @@ func (c *Counts) add(o Counts) {
 	c.Failed += o.Failed
 }
 
-// Cursor is where a job goes on. An update job: the type and id of the
-// last page done (ids in string order, types in key order). A revert: the
-// audit-log position of the last write undone.
+// Cursor is where a job goes on. An update job: the type, id and state
+// name of the last entry of the last page done (entries in (id, state)
+// order, types in key order; a cursor without a state, of an earlier
+// build, is past every entry of its id). A revert: the audit-log position
+// of the last write undone.
 type Cursor struct {
 	Namespace string `json:"namespace,omitempty"`
 	Type      string `json:"type,omitempty"`

@@ -18,17 +18,20 @@ import (
 // deletion): an entry changed since is a conflict, listed and left alone.
 func (rn *run) revert() error {
 	m := rn.m
-	m.mu.Lock()
-	target, ok := m.jobs[rn.rec.Reverts]
-	var principal string
-	var from int64
-	if ok {
-		principal, from = target.Principal, target.CreatedAt.UnixMilli()-replaySlack.Milliseconds()
+	principal, created := rn.rec.RevertsPrincipal, rn.rec.RevertsCreatedAt
+	if created == nil {
+		// A revert of an earlier build names only the job it reverts.
+		m.mu.Lock()
+		target, ok := m.jobs[rn.rec.Reverts]
+		if ok {
+			principal, created = target.Principal, &target.CreatedAt
+		}
+		m.mu.Unlock()
+		if !ok {
+			return fmt.Errorf("jobs: job %s, which this one reverts, is no longer kept", rn.rec.Reverts)
+		}
 	}
-	m.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("jobs: job %s, which this one reverts, is no longer kept", rn.rec.Reverts)
-	}
+	from := created.UnixMilli() - replaySlack.Milliseconds()
 	replay := true
 	for {
 		items, more, err := rn.nextWrites(principal, from)
@@ -60,12 +63,12 @@ func (rn *run) nextWrites(principal string, from int64) (items []item, more bool
 		from = max(from, cur.At)
 	}
 	marker := Marker(rn.rec.Reverts)
-	err = rn.m.cfg.Store.ScanAuditFiltered(store.AuditFilter{From: from, To: math.MaxInt64, Principal: principal},
+	err = rn.store().ScanAuditFiltered(store.AuditFilter{From: from, To: math.MaxInt64, Principal: principal},
 		func(a *protocol.AuditRecord) bool {
 			if !strings.Contains(a.GetMutation(), marker) || !afterCursor(a, cur) {
 				return true
 			}
-			if len(items) == pageIDs {
+			if len(items) == pageSize {
 				more = true
 				return false
 			}
@@ -95,7 +98,7 @@ func afterCursor(a *protocol.AuditRecord, c Cursor) bool {
 // undo sets one entry back to the before-image of the job's write.
 func (rn *run) undo(it item, replay bool) error {
 	rn.count(func(p *pageState) { p.counts.Scanned++; p.counts.Matched++ })
-	if replay {
+	if replay && !rn.m.cfg.IdempotentWrites {
 		done, err := rn.wroteBefore(it)
 		if err != nil {
 			return err
@@ -106,7 +109,7 @@ func (rn *run) undo(it item, replay bool) error {
 		}
 	}
 	a := it.audit
-	mu := partition.Mutation{ID: rn.mutationID(), Addr: it.addr, State: it.state, Principal: rn.rec.Principal,
+	mu := partition.Mutation{ID: rn.mutationID(it, 0), Addr: it.addr, State: it.state, Principal: rn.rec.Principal,
 		Reason: rn.reason(), Reverts: a.GetMutation(), Ack: partition.AckApplied}
 	if a.GetHadBefore() {
 		mu.Op, mu.Typename, mu.Value = partition.OpPut, a.GetBeforeTypename(), a.GetBeforeValue()

@@ -3,6 +3,8 @@ package jobs
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -44,6 +46,17 @@ import (
 // So after SIGKILL each entry is written at most once, and the counters
 // stay those of the pages done, plus the replayed page counted once.
 //
+// In cluster mode (Config.IdempotentWrites) the record is written by a
+// commit of the job's home partition, so it is in Kafka and moves with
+// the partition, and every write travels as a command that its owner
+// applies once per mutation id. A write's id there is made of the job,
+// the time the cursor last moved (PageAt), the entry and the attempt:
+// the runner that goes on after a crash or a move — on whichever node
+// owns the home partition then — sends the writes of the replayed page
+// under the ids the previous runner used, and one applied before is
+// answered by its receipt, never applied twice. Writes are sent with
+// ack=committed there, so the cursor moves past durable writes only.
+//
 // The writes are sent with ack=applied, and the cursor moves only once
 // the commits carrying a page's writes are durable (Engine.WaitDurable on
 // each partition the page wrote to). Waiting for each write's own commit
@@ -56,8 +69,8 @@ import (
 // audit log.
 
 const (
-	// pageIDs is how many ids a page holds.
-	pageIDs = 100
+	// pageSize is how many entries (a revert: writes) a page holds.
+	pageSize = 100
 	// replaySlack widens the audit lookup of a replayed page before
 	// PageAt, for a clock stepped back between the cursor's move and a
 	// write.
@@ -75,6 +88,14 @@ type run struct {
 	pace *pacer
 	// seq numbers the job's mutations in this process.
 	seq atomic.Uint64
+	// again is why a page stopped that is not the job's failure
+	// (ErrUnavailable, ErrMoved): set by runPage before the workers'
+	// results are read by loop, on the runner's goroutine.
+	again error
+	// cut is set when a read or write of the job was cut short by a
+	// context that ended (the process stops): the page is not done, and
+	// the job's status is left for the next start.
+	cut atomic.Bool
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -114,6 +135,9 @@ func (m *Manager) newRun(r *Record) (*run, error) {
 	return rn, nil
 }
 
+// store is where the runner reads, on behalf of the job's principal.
+func (rn *run) store() Store { return rn.m.storeAs(rn.rec.Principal) }
+
 // stop asks the runner to stop after its writes in flight and store then.
 func (rn *run) stop(then string) {
 	rn.mu.Lock()
@@ -134,18 +158,34 @@ func (rn *run) loop() {
 	m := rn.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.runs, rn.rec.ID)
+	if m.runs[rn.rec.ID] == rn {
+		delete(m.runs, rn.rec.ID)
+	}
 	r := rn.rec
 	rn.mu.Lock()
 	then := rn.then
 	rn.mu.Unlock()
 	now := m.cfg.Now().UTC()
+	if err == nil {
+		err = rn.again // a page stopped by an error that is not the job's
+	}
 	switch {
 	case rn.ctx.Err() != nil:
 		if then == "" {
 			return // the process stops: the job goes on at the next start
 		}
 		r.Status = then
+	case errors.Is(err, context.Canceled) || rn.cut.Load():
+		return // the process stops: the job goes on at the next start
+	case errors.Is(err, ErrMoved) || errors.Is(err, ErrUnavailable):
+		// Its home partition's commit refused the record (the partition
+		// moved, or is being rebuilt), or partitions it reads did not
+		// answer. The partition's owner goes on from the stored cursor:
+		// this node, once it serves the partition (reconcile reads the
+		// record back and starts it again), or the next owner.
+		m.log.Info("jobs: a job stops where it is and goes on from its cursor with its home partition's owner", "job", r.ID, "error", err)
+		m.reload = true
+		return
 	case err != nil:
 		r.Status, r.Error = StatusFailed, err.Error()
 		m.log.Error("jobs: job failed", "job", r.ID, "error", err)
@@ -184,11 +224,14 @@ func (rn *run) update() error {
 			if err != nil {
 				return err
 			}
+			if last == nil {
+				break // nothing after the cursor: the cursor stays
+			}
 			if !rn.runPage(items, replay, rn.entry) {
 				return nil // stopped; the page is replayed on resume
 			}
 			replay = false
-			cur := Cursor{Namespace: t.Namespace, Type: t.Name, ID: last}
+			cur := Cursor{Namespace: t.Namespace, Type: t.Name, ID: last.ID, State: last.State}
 			if err := rn.advance(cur); err != nil {
 				return err
 			}
@@ -207,7 +250,7 @@ func (rn *run) types() ([]address.TypeName, error) {
 		return []address.TypeName{*rn.c.typ}, nil
 	}
 	var out []address.TypeName
-	err := rn.m.cfg.Store.ScanTypes(func(t address.TypeName) bool {
+	err := rn.store().ScanTypes(func(t address.TypeName) bool {
 		if cur.Namespace != "" && typeLess(t, address.TypeName{Namespace: cur.Namespace, Name: cur.Type}) {
 			return true
 		}
@@ -224,51 +267,42 @@ func typeLess(a, b address.TypeName) bool {
 	return a.Name < b.Name
 }
 
-// nextPage reads the entries of the next page of ids of t after the
-// cursor: last is its last id, more whether ids may follow.
-func (rn *run) nextPage(t address.TypeName) (items []item, last string, more bool, err error) {
+// nextPage reads the next page of entries of t after the cursor: last is
+// the position of the last entry it read (nil: none was left), more
+// whether entries may follow. Entries the selection leaves out by id, and
+// expired ones, are read and not returned.
+func (rn *run) nextPage(t address.TypeName) (items []item, last *store.StateCursor, more bool, err error) {
 	sel := rn.c.spec.Select
-	after := sel.scanAfter()
-	if cur := rn.rec.Cursor; cur.Namespace == t.Namespace && cur.Type == t.Name && cur.ID > after {
-		after = cur.ID
+	var after *store.StateCursor
+	if a := sel.scanAfter(); a != "" {
+		after = &store.StateCursor{ID: a}
 	}
-	var ids []string
-	err = rn.m.cfg.Store.ScanIDs(t, sel.IDPrefix, after, func(id string) bool {
+	skipID := "" // a cursor of an earlier build names an id done whole
+	if cur := rn.rec.Cursor; cur.Namespace == t.Namespace && cur.Type == t.Name && (after == nil || cur.ID > after.ID) {
+		after = &store.StateCursor{ID: cur.ID, State: cur.State}
+		if cur.State == "" {
+			skipID = cur.ID
+		}
+	}
+	now := rn.m.cfg.Now().UnixMilli()
+	n := 0
+	err = rn.store().ScanState(t, sel.IDPrefix, after, func(id, state string, e store.Entry) bool {
 		if sel.pastEnd(id) {
 			return false
 		}
-		ids = append(ids, id)
-		return len(ids) < pageIDs
+		if n == pageSize {
+			more = true
+			return false
+		}
+		n++
+		last = &store.StateCursor{ID: id, State: state}
+		if id == skipID || !sel.keepID(id) || (e.ExpiresAt != 0 && e.ExpiresAt <= now) {
+			return true // expired: no value
+		}
+		items = append(items, item{addr: address.Address{Type: t, ID: id}, state: state, entry: e})
+		return true
 	})
-	if err != nil || len(ids) == 0 {
-		return nil, after, false, err
-	}
-	items, err = rn.m.entries(t, ids, sel)
-	return items, ids[len(ids)-1], len(ids) == pageIDs, err
-}
-
-// entries reads the durable entries of ids that the selection keeps by
-// id; the state name and the rest are the runner's to judge.
-func (m *Manager) entries(t address.TypeName, ids []string, sel Select) ([]item, error) {
-	var items []item
-	now := m.cfg.Now().UnixMilli()
-	for _, id := range ids {
-		if !sel.keepID(id) {
-			continue
-		}
-		a := address.Address{Type: t, ID: id}
-		err := m.cfg.Store.ScanAddressState(a, func(state string, e store.Entry) error {
-			if e.ExpiresAt != 0 && e.ExpiresAt <= now {
-				return nil // expired: no value
-			}
-			items = append(items, item{addr: a, state: state, entry: e})
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return items, nil
+	return items, last, more, err
 }
 
 // runPage runs fn over the items with the job's workers; it reports false
@@ -287,7 +321,11 @@ func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) boo
 		go func() {
 			defer wg.Done()
 			for it := range work {
-				if err := fn(it, replay); err != nil && !errors.Is(err, context.Canceled) {
+				err := fn(it, replay)
+				switch {
+				case errors.Is(err, context.Canceled):
+					rn.cut.Store(true)
+				case err != nil:
 					failed.CompareAndSwap(nil, &err)
 					rn.cancel()
 				}
@@ -317,6 +355,12 @@ func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) boo
 	// entries this one wrote: one applied and not yet durable would be
 	// evaluated again.
 	durable := rn.waitDurable()
+	if perr := failed.Load(); perr != nil && (errors.Is(*perr, ErrUnavailable) || errors.Is(*perr, ErrMoved)) {
+		// Not the job's failure: it goes on from its cursor at the next
+		// look (reconcile), the page done again.
+		rn.again = *perr
+		return false
+	}
 	if perr := failed.Load(); perr != nil {
 		rn.mu.Lock()
 		rn.then = StatusFailed
@@ -326,7 +370,7 @@ func (rn *run) runPage(items []item, replay bool, fn func(item, bool) error) boo
 		rn.m.mu.Unlock()
 		return false
 	}
-	return durable && !stopped && rn.ctx.Err() == nil
+	return durable && !stopped && !rn.cut.Load() && rn.ctx.Err() == nil
 }
 
 // waitDurable waits until the commits carrying the page's writes are
@@ -402,7 +446,7 @@ func (rn *run) entry(it item, replay bool) error {
 	if !rn.m.stateSelected(rn.c, it) {
 		return nil
 	}
-	if replay {
+	if replay && !rn.m.cfg.IdempotentWrites {
 		done, err := rn.wroteBefore(it)
 		if err != nil {
 			return err
@@ -441,7 +485,7 @@ func (rn *run) entry(it item, replay bool) error {
 		if attempt == 0 {
 			rn.count(func(p *pageState) { p.counts.Matched++ })
 		}
-		mu := partition.Mutation{ID: rn.mutationID(), Addr: it.addr, State: it.state,
+		mu := partition.Mutation{ID: rn.mutationID(it, attempt), Addr: it.addr, State: it.state,
 			IfMatch: it.entry.Version, Principal: rn.rec.Principal, Reason: rn.reason(), Ack: partition.AckApplied}
 		if out.delete {
 			mu.Op = partition.OpDelete
@@ -508,7 +552,7 @@ func rejectDetail(rc partition.Receipt, typename string) string {
 
 // reread returns the entry's latest applied value.
 func (rn *run) reread(it item) (store.Entry, bool, error) {
-	rep, err := rn.m.cfg.Engine.Read(rn.m.ctx, it.addr, it.state)
+	rep, err := rn.m.cfg.Engine.Read(context.WithValue(rn.m.ctx, principalKey{}, rn.rec.Principal), it.addr, it.state)
 	if err != nil {
 		return store.Entry{}, false, err
 	}
@@ -518,6 +562,17 @@ func (rn *run) reread(it item) (store.Entry, bool, error) {
 		}
 	}
 	return store.Entry{}, false, nil
+}
+
+// principalKey keys, in the context of an Engine.Read, the principal of
+// the job that reads (PrincipalOf).
+type principalKey struct{}
+
+// PrincipalOf returns the principal of the job an Engine.Read is made
+// for: in cluster mode the read may go to another node in its name.
+func PrincipalOf(ctx context.Context) string {
+	p, _ := ctx.Value(principalKey{}).(string)
+	return p
 }
 
 // mutate sends m once the pace allows (paced: an entry's first write; a
@@ -549,10 +604,22 @@ func (rn *run) mutate(m partition.Mutation, paced bool) (partition.Receipt, erro
 }
 
 // mutationID names a write of the job: time-ordered like every mutation
-// id (receipts are kept in id order), with the job's Marker.
-func (rn *run) mutationID() string {
-	ms := max(rn.m.cfg.Now().UnixMilli(), 0)
-	return strconv.FormatInt(ms, 36) + Marker(rn.rec.ID) + strconv.FormatUint(rn.seq.Add(1), 36) + "-" + newJobID()[:4]
+// id (receipts are kept in id order), with the job's Marker. With
+// Config.IdempotentWrites it is the same for the same attempt at the same
+// entry in the same page, whichever runner makes it (see the top of this
+// file); otherwise unique.
+func (rn *run) mutationID(it item, attempt int) string {
+	if !rn.m.cfg.IdempotentWrites {
+		ms := max(rn.m.cfg.Now().UnixMilli(), 0)
+		return strconv.FormatInt(ms, 36) + Marker(rn.rec.ID) + strconv.FormatUint(rn.seq.Add(1), 36) + "-" + newJobID()[:4]
+	}
+	h := sha256.New()
+	for _, s := range []string{it.addr.Type.Namespace, it.addr.Type.Name, it.addr.ID, it.state, it.audit.GetMutation()} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	sum := h.Sum(nil)
+	return strconv.FormatInt(max(rn.rec.PageAt, 0), 36) + Marker(rn.rec.ID) + hex.EncodeToString(sum[:8]) + "-" + strconv.Itoa(attempt)
 }
 
 // reason is what the audit log records with each write.
@@ -573,7 +640,7 @@ func (rn *run) wroteBefore(it item) (bool, error) {
 	marker := Marker(rn.rec.ID)
 	from := rn.rec.PageAt - replaySlack.Milliseconds()
 	found := false
-	err := rn.m.cfg.Store.ScanAuditFiltered(store.AuditFilter{From: from, To: math.MaxInt64,
+	err := rn.store().ScanAuditFiltered(store.AuditFilter{From: from, To: math.MaxInt64,
 		Namespace: it.addr.Type.Namespace, Type: it.addr.Type.Name, ID: it.addr.ID, State: it.state},
 		func(a *protocol.AuditRecord) bool {
 			found = strings.Contains(a.GetMutation(), marker)

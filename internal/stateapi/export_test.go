@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/invoker"
 	"github.com/statefun-go/statefun/internal/store"
@@ -362,10 +365,12 @@ func TestExportImportRefusals(t *testing.T) {
 		}
 	}
 	cl := serve(t, eng, Options{Cluster: &fakeCluster{}})
-	for _, c := range [][2]string{{"GET", "/export/x/y"}, {"HEAD", "/export/x/y"}, {"POST", "/import/import-x?mode=overwrite"}} {
-		if r := send(t, cl, c[0], c[1], nil); r.StatusCode != 501 {
-			t.Errorf("%s %s in cluster mode: %s %s", c[0], c[1], r.Status, r.body)
-		}
+	if r := send(t, cl, "POST", "/import/import-x?mode=overwrite", nil); r.StatusCode != 501 {
+		t.Errorf("POST /import in cluster mode: %s %s", r.Status, r.body)
+	}
+	// An export is gathered from every node: none answers here.
+	if r := send(t, cl, "GET", "/export/x/y", nil); r.StatusCode != 503 || r.Header.Get(MissingHeader) != "0,1,2,3" {
+		t.Errorf("GET /export in cluster mode with no node answering: %s %s %v", r.Status, r.body, r.Header)
 	}
 	eng.Close()
 	line := `{"address":{"namespace":"x","type":"y","id":"g"},"state":"s","typename":"x/T","value":1}`
@@ -430,4 +435,61 @@ func versionOf(p *string) string {
 		return "<nil>"
 	}
 	return *p
+}
+
+// exportNodes is a Cluster whose nodes answer an export page with the
+// pages given.
+type exportNodes struct {
+	fakeCluster
+	pages []string
+}
+
+func (c *exportNodes) Gather(r *http.Request, _ time.Duration, _ func(forward.Answer) bool) ([]forward.Answer, []int) {
+	var out []forward.Answer
+	for i, p := range c.pages {
+		out = append(out, forward.Answer{Node: fmt.Sprintf("n%d", i), Status: 200, Body: []byte(p)})
+	}
+	return out, nil
+}
+
+// TestExportGathered: in cluster mode an export page merges every node's
+// page in (id, state) order, and ends where the earliest node's page
+// ended early (its byte bound): the entries after it may still be on that
+// node, and the next page must not skip them.
+func TestExportGathered(t *testing.T) {
+	eng := startWithFunction(t, engineConfig{})
+	line := func(id, state string) string {
+		return fmt.Sprintf(`{"address":{"namespace":"x","type":"y","id":%q},"state":%q,"typename":"io.statefun.types/long","version":"1","value":1}`, id, state)
+	}
+	page := func(next *exportCursor, lines ...string) string {
+		n := "null"
+		if next != nil {
+			n = strconv.Quote(formatExportCursor(*next))
+		}
+		return `{"namespace":"x","type":"y","entries":[` + strings.Join(lines, ",") + `],"next":` + n + `}`
+	}
+	nodes := &exportNodes{pages: []string{
+		// n0 ended its page early, after b/s: c/s may follow on it.
+		page(&exportCursor{ID: "b", State: "s"}, line("a", "s"), line("b", "s")),
+		page(nil, line("a", "t"), line("b", "t"), line("d", "s")),
+	}}
+	api := serve(t, eng, Options{Cluster: nodes})
+	var got struct {
+		Entries []ExportLine `json:"entries"`
+		Next    *string      `json:"next"`
+	}
+	send(t, api, "GET", "/export/x/y", nil).json(t, &got)
+	var keys []string
+	for _, l := range got.Entries {
+		keys = append(keys, l.Address.ID+"/"+l.State)
+	}
+	if strings.Join(keys, " ") != "a/s a/t b/s" || got.Next == nil || *got.Next != formatExportCursor(exportCursor{ID: "b", State: "s"}) {
+		t.Fatalf("merged page %v, next %v; want a/s a/t b/s, next after b/s (b/t and d/s come on the next page)", keys, got.Next)
+	}
+	// A page bounded by ?limit= ends at its last entry.
+	nodes.pages = []string{page(nil, line("a", "s"), line("c", "s")), page(nil, line("b", "s"))}
+	send(t, api, "GET", "/export/x/y?limit=2", nil).json(t, &got)
+	if len(got.Entries) != 2 || got.Entries[1].Address.ID != "b" || got.Next == nil || *got.Next != formatExportCursor(exportCursor{ID: "b", State: "s"}) {
+		t.Fatalf("a page of 2: %+v, next %v", got.Entries, got.Next)
+	}
 }

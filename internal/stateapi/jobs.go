@@ -8,10 +8,12 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/jobs"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
@@ -28,13 +30,17 @@ import (
 //	POST /jobs/<id>/revert           a job undoing every write of <id> (201)
 //	GET  /jobs/<id>/writes?after=&limit=   the job's audit records
 //	GET  /orphans                    state no deployed type or registered state owns
+//
+// In cluster mode (jobscluster.go) a job lives on the node that owns its
+// home partition (jobs.Home): GET /jobs and GET /orphans gather every
+// node's; a request about one job is sent to its home's owner; a job is
+// created, and previewed, on the node asked.
 
 // maxJobBody caps the body of POST /jobs and /jobs/preview.
 const maxJobBody = 64 << 10
 
-// noJobs is the detail of every jobs route in cluster mode.
-const noJobs = "bulk jobs and orphans run in embedded mode only: a job keeps its cursor and record in the store of the one process that runs it, " +
-	"and in cluster mode a partition's store belongs to whichever node owns it now; change entries one by one (PUT, DELETE) or run the job on an embedded runtime"
+// noJobs is the detail of every jobs route of an API without jobs.
+const noJobs = "bulk jobs are not served by this runtime"
 
 func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 	segs, err := splitPath(r.URL.EscapedPath(), "/jobs")
@@ -47,11 +53,15 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusNotImplemented, noJobs)
 		return
 	}
+	if len(segs) >= 1 && segs[0] != "preview" && s.jobElsewhere(w, r, segs[0]) {
+		return
+	}
 	switch {
 	case len(segs) == 0:
 		switch r.Method {
 		case http.MethodGet, http.MethodHead:
-			if _, ok := s.authorize(w, r, ScopeRead); ok {
+			if _, ok := s.authorize(w, r, ScopeRead); ok && !s.gather(w, r, jobsListing()) {
+				s.localPart(w, r) // this node's: the jobs of its partitions
 				writeJSON(w, http.StatusOK, map[string]any{"jobs": m.List()})
 			}
 		case http.MethodPost:
@@ -171,7 +181,8 @@ func (s *Server) readSpec(w http.ResponseWriter, r *http.Request) (jobs.Spec, bo
 }
 
 func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
-	if _, ok := s.authorize(w, r, ScopeRead); !ok {
+	principal, ok := s.authorize(w, r, ScopeRead)
+	if !ok {
 		return
 	}
 	sample := 20
@@ -187,7 +198,7 @@ func (s *Server) previewJob(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, err := s.opts.Jobs.Preview(r.Context(), spec, sample)
+	p, err := s.opts.Jobs.Preview(r.Context(), spec, sample, principal)
 	if err != nil {
 		s.jobError(w, r, err)
 		return
@@ -238,6 +249,9 @@ func (s *Server) jobError(w http.ResponseWriter, r *http.Request, err error) {
 		fail(w, r, http.StatusNotFound, err.Error()+"; GET /jobs lists them")
 	case errors.Is(err, jobs.ErrState), errors.Is(err, jobs.ErrTooMany):
 		fail(w, r, http.StatusConflict, err.Error())
+	case errors.Is(err, jobs.ErrMoved), errors.Is(err, jobs.ErrUnavailable):
+		w.Header().Set("Retry-After", "1")
+		fail(w, r, http.StatusServiceUnavailable, err.Error())
 	default:
 		s.engineError(w, r, err)
 	}
@@ -279,7 +293,15 @@ func (s *Server) jobWrites(w http.ResponseWriter, r *http.Request, id string) {
 	out := []auditJSON{}
 	var last *protocol.AuditRecord
 	more := false
-	err = s.st.ScanAuditFiltered(store.AuditFilter{From: from, To: math.MaxInt64, Principal: rec.Principal}, func(a *protocol.AuditRecord) bool {
+	var audit interface {
+		ScanAuditFiltered(store.AuditFilter, func(*protocol.AuditRecord) bool) error
+	} = s.st
+	if s.clusterJobs != nil {
+		// The job's writes are in the audit logs of their entries'
+		// partitions: gathered from every node.
+		audit = s.clusterJobs.StoreAs(s.Caller(r).Principal)
+	}
+	err = audit.ScanAuditFiltered(store.AuditFilter{From: from, To: math.MaxInt64, Principal: rec.Principal}, func(a *protocol.AuditRecord) bool {
 		if r.Context().Err() != nil {
 			return false
 		}
@@ -298,7 +320,7 @@ func (s *Server) jobWrites(w http.ResponseWriter, r *http.Request, id string) {
 		err = r.Context().Err()
 	}
 	if err != nil {
-		s.engineError(w, r, err)
+		s.jobError(w, r, err)
 		return
 	}
 	var next *string
@@ -326,6 +348,11 @@ func (s *Server) serveOrphans(w http.ResponseWriter, r *http.Request) {
 		fail(w, r, http.StatusBadRequest, "GET /orphans takes no parameters")
 		return
 	}
+	if s.opts.Cluster != nil && !forward.Forwarded(r) && r.Method != http.MethodHead {
+		s.gatherOrphans(w, r)
+		return
+	}
+	s.localPart(w, r)
 	ctx, cancel := context.WithTimeout(r.Context(), s.opts.MaxWait)
 	defer cancel()
 	o, err := s.opts.Jobs.ListOrphans(ctx)
@@ -334,4 +361,111 @@ func (s *Server) serveOrphans(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, o)
+}
+
+// jobElsewhere answers, in cluster mode, a request about job id whose home
+// partition another node owns, from that node, and reports whether it
+// answered: a read is forwarded; a change is sent once, with a mutation id
+// the owner applies once.
+func (s *Server) jobElsewhere(w http.ResponseWriter, r *http.Request, id string) bool {
+	if s.opts.Cluster == nil {
+		return false
+	}
+	p := jobs.Home(id, s.eng.Partitions())
+	if ownedNow(s, p) {
+		return false
+	}
+	switch {
+	case forward.Forwarded(r):
+		s.notOwned(w, r, p)
+	case r.Method == http.MethodGet || r.Method == http.MethodHead:
+		if !s.opts.Cluster.Forward(w, r, p) {
+			s.notOwned(w, r, p)
+		}
+	default:
+		s.sendOnce(w, r, r, p)
+	}
+	return true
+}
+
+// jobsListing merges GET /jobs: newest first, as each node lists its own.
+func jobsListing() listing {
+	return listing{field: "jobs", desc: true, key: func(item json.RawMessage) (string, error) {
+		var j struct {
+			ID        string    `json:"id"`
+			CreatedAt time.Time `json:"createdAt"`
+		}
+		err := json.Unmarshal(item, &j)
+		return fmt.Sprintf("%020d\x00%s", uint64(j.CreatedAt.UnixNano())^(1<<63), j.ID), err
+	}}
+}
+
+// gatherOrphans answers GET /orphans in cluster mode: every node counts
+// the orphans of the partitions it owns, and the counts add up.
+func (s *Server) gatherOrphans(w http.ResponseWriter, r *http.Request) {
+	answers, missing := s.opts.Cluster.Gather(r, 0, nil)
+	type key struct{ ns, typ, state, reason string }
+	by := map[key]*jobs.Orphan{}
+	var order []key
+	complete, answered := len(missing) == 0, false
+	for _, a := range answers {
+		switch {
+		case a.Status != http.StatusOK && a.Status < 500:
+			for k, vs := range passHeader(a.Header) {
+				w.Header()[k] = vs
+			}
+			w.WriteHeader(a.Status)
+			w.Write(a.Body)
+			return
+		case a.Status != http.StatusOK:
+			continue
+		}
+		var page jobs.Orphans
+		if err := json.Unmarshal(a.Body, &page); err != nil {
+			fail(w, r, http.StatusBadGateway, fmt.Sprintf("node %s answered an orphans listing this node cannot read: %v", a.Node, err))
+			return
+		}
+		answered = true
+		complete = complete && page.Complete
+		for _, o := range page.Orphans {
+			k := key{o.Namespace, o.Type, o.State, o.Reason}
+			if t := by[k]; t != nil {
+				t.IDs, t.Entries, t.Bytes = t.IDs+o.IDs, t.Entries+o.Entries, t.Bytes+o.Bytes
+				continue
+			}
+			o := o
+			by[k] = &o
+			order = append(order, k)
+		}
+	}
+	if !answered {
+		status, h, b := unavailable(missing)
+		for k, vs := range h {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(status)
+		w.Write(b)
+		return
+	}
+	sort.Slice(order, func(i, j int) bool {
+		a, b := order[i], order[j]
+		if a.ns != b.ns {
+			return a.ns < b.ns
+		}
+		if a.typ != b.typ {
+			return a.typ < b.typ
+		}
+		return a.state < b.state
+	})
+	out := struct {
+		jobs.Orphans
+		MissingPartitions []int `json:"missingPartitions,omitempty"`
+	}{Orphans: jobs.Orphans{Orphans: []jobs.Orphan{}, Complete: complete}, MissingPartitions: missing}
+	for _, k := range order {
+		out.Orphans.Orphans = append(out.Orphans.Orphans, *by[k])
+	}
+	if len(missing) > 0 {
+		w.Header().Set(MissingHeader, forward.FormatPartitions(missing))
+	}
+	writeJSON(w, http.StatusOK, out)
 }

@@ -3,6 +3,8 @@ package stateapi
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -295,13 +297,13 @@ func TestJobStatusCodes(t *testing.T) {
 	}
 	send(t, api, "GET", "/jobs/"+paused, nil)
 
-	// Cluster mode: every jobs route is a 501 saying why.
+	// An API without a jobs manager answers every jobs route 501.
 	for _, op := range theSpec(t).ops {
 		if !strings.HasPrefix(op.template, "/jobs") && op.template != "/orphans" {
 			continue
 		}
 		r := send(t, apis["none"], op.method, fillTemplate(op.template, exampleVals), []byte(spec))
-		if r.StatusCode != 501 || (op.method != "HEAD" && !strings.Contains(string(r.body), "embedded mode only")) {
+		if r.StatusCode != 501 || (op.method != "HEAD" && !strings.Contains(string(r.body), "not served by this runtime")) {
 			t.Errorf("%s without jobs: %s %s, want 501", op.key, r.Status, r.body)
 		}
 	}
@@ -315,4 +317,44 @@ func mustDB(t testing.TB, eng *engine.Engine) *store.DB {
 		t.Fatal("no store for this engine: start it with startEngine")
 	}
 	return db.(*store.DB)
+}
+
+// TestJobsClusterUnavailable: in cluster mode a node that owns no
+// partition and reaches no other node answers every jobs route with a 503
+// and Retry-After (the job's home partition, or the partitions a preview
+// or a new job reads, have no owner that answers), but HEAD /jobs and
+// HEAD /orphans, which a node answers alone.
+func TestJobsClusterUnavailable(t *testing.T) {
+	eng := startWithFunction(t, engineConfig{})
+	db := mustDB(t, eng)
+	s := New(eng, eng.Reads(), Options{Cluster: &fakeCluster{}})
+	cj := NewClusterJobs(s, db, nil)
+	cj.missingWait = 20 * time.Millisecond
+	t.Cleanup(cj.Close)
+	m, err := jobs.New(jobs.Config{Engine: cj.Engine(), Store: cj.Store(), StoreAs: cj.StoreAs, Local: db,
+		Owned: func() []int { return nil }, IdempotentWrites: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Start()
+	t.Cleanup(m.Close)
+	s.UseJobs(m, cj)
+	srv := httptest.NewServer(s.Handler(http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	spec := []byte(`{"select":{"type":"test/fn"},"action":{"op":"delete"}}`)
+	for _, op := range theSpec(t).ops {
+		if !strings.HasPrefix(op.template, "/jobs") && op.template != "/orphans" {
+			continue
+		}
+		r := send(t, srv.URL, op.method, fillTemplate(op.template, exampleVals), spec, "Content-Type", "application/json")
+		if op.method == "HEAD" && (op.template == "/jobs" || op.template == "/orphans") {
+			if r.StatusCode != 200 {
+				t.Errorf("%s: %s, want 200 (answered by the node alone)", op.key, r.Status)
+			}
+			continue
+		}
+		if r.StatusCode != 503 || r.Header.Get("Retry-After") == "" {
+			t.Errorf("%s on a node that reaches no partition: %s %s, want 503 with Retry-After", op.key, r.Status, r.body)
+		}
+	}
 }

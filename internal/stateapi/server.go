@@ -95,8 +95,8 @@ type Options struct {
 	// method but GET, HEAD and OPTIONS) with a 409 naming read-only mode
 	// (statefun run --read-only).
 	ReadOnly bool
-	// Jobs runs the bulk jobs (jobs.go). Nil in cluster mode: /jobs and
-	// /orphans answer 501 saying why.
+	// Jobs runs the bulk jobs (jobs.go); in cluster mode UseJobs sets it,
+	// with its backend. Nil: /jobs and /orphans answer 501.
 	Jobs *jobs.Manager
 }
 
@@ -108,8 +108,10 @@ type Server struct {
 	opts   Options
 	// browsers refuses what a web page makes a browser send (guard.go).
 	browsers *browserguard.Guard
-	onces    onceCalls   // changes other nodes sent once (once.go)
-	imports  importCalls // import lines being applied (import.go)
+	onces    onceCalls // changes other nodes sent once (once.go)
+	// clusterJobs is the jobs' backend in cluster mode (jobscluster.go).
+	clusterJobs *ClusterJobs
+	imports     importCalls // import lines being applied (import.go)
 	// seq numbers the mutation ids this server makes (newMutationID).
 	seq atomic.Uint32
 }

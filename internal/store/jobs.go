@@ -3,9 +3,12 @@ package store
 import "fmt"
 
 // spaceJob holds the bulk jobs of the state API (internal/jobs): each
-// job's definition, status, counters and cursor, by job id. No partition
-// commit writes it: the job runner writes a record on its own, synced,
-// each time its cursor moves (docs/reference/storage.md, "0x20 bulk jobs").
+// job's definition, status, counters and cursor, by job id. In embedded
+// mode no partition commit writes it: the job runner writes a record on
+// its own, synced, each time its cursor moves (PutJob). In cluster mode
+// the record is written by a commit of the job's home partition
+// (Batch.PutJob), so it travels in that partition's changelog and moves
+// with it (docs/reference/storage.md, "0x20 bulk jobs").
 const spaceJob byte = 0x20
 
 // jobKey appends the key of one job's record.
@@ -27,6 +30,18 @@ func (db *DB) PutJob(id string, record []byte) error {
 	b := db.NewBatch()
 	b.set(jobKey(b.key[:0], id), record)
 	return b.Commit(true)
+}
+
+// PutJob writes the record of job id into the batch: in cluster mode, the
+// commit of the job's home partition, whose changelog then carries it.
+func (b *Batch) PutJob(id string, record []byte) {
+	b.set(jobKey(b.key[:0], id), record)
+}
+
+// DeleteJob deletes the record of job id in the batch (a tombstone in the
+// home partition's changelog, in cluster mode).
+func (b *Batch) DeleteJob(id string) {
+	b.delete(jobKey(b.key[:0], id))
 }
 
 // DeleteJob removes the record of job id, synced.

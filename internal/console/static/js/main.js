@@ -31,7 +31,7 @@ async function whoami() {
   // The cluster's page exists in cluster mode only (GET /cluster is a 404
   // in embedded mode).
   request('/cluster', {method: 'HEAD'}).then(() => { document.getElementById('nav-cluster').hidden = false; }, () => {});
-  // Jobs run in embedded mode only (GET /jobs is a 501 in cluster mode).
+  // The Jobs link shows when the API serves jobs (both engines do).
   request('/jobs', {method: 'HEAD'}).then(() => { document.getElementById('nav-jobs').hidden = false; }, () => {});
 }
 

@@ -29,6 +29,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/store"
 	"github.com/statefun-go/statefun/internal/types"
 )
@@ -133,10 +134,6 @@ func (s *Server) serveExport(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.authorize(w, r, ScopeRead); !ok {
 		return
 	}
-	if s.opts.Cluster != nil {
-		fail(w, r, http.StatusNotImplemented, "export is served in embedded mode only: in cluster mode each node holds only the partitions it owns; read the entries with GET /state/<ns>/<type> and GET /state/<ns>/<type>/<id>")
-		return
-	}
 	t := address.TypeName{Namespace: segs[0], Name: segs[1]}
 	q := r.URL.Query()
 	limit := DefaultExportLimit
@@ -167,6 +164,13 @@ func (s *Server) serveExport(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if s.gatherExport(w, r, t, limit) {
+		return
+	}
+	// In cluster mode, asked by the node gathering the page: the entries
+	// of the partitions this node owns, never a stale copy of one that
+	// moved away.
+	own := s.localPart(w, r)
 	now := s.opts.Now().UnixMilli()
 	var (
 		page    []ExportLine
@@ -184,7 +188,8 @@ func (s *Server) serveExport(w http.ResponseWriter, r *http.Request) {
 		// a page of skipped entries still moves the cursor on.
 		last = exportCursor{ID: id, State: st}
 		scanned++
-		if (state != "" && st != state) || (e.ExpiresAt != 0 && e.ExpiresAt <= now) {
+		if (state != "" && st != state) || (e.ExpiresAt != 0 && e.ExpiresAt <= now) ||
+			(own != nil && !own[address.Partition(id, s.eng.Partitions())]) {
 			return r.Context().Err() == nil
 		}
 		page = append(page, exportLineOf(t, id, st, e))
@@ -196,6 +201,15 @@ func (s *Server) serveExport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Context().Err() != nil {
+		return
+	}
+	if own != nil && !s.stillOwned(own) {
+		// A partition moved while the page was read: what it read of it
+		// may be older than its new owner's. The gathering node asks
+		// again (a 503 covers no partition).
+		w.Header().Del(forward.Partitions)
+		w.Header().Set("Retry-After", "1")
+		fail(w, r, http.StatusServiceUnavailable, "a partition this node read moved away during the read; ask again")
 		return
 	}
 	out := struct {

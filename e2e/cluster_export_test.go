@@ -208,6 +208,9 @@ func TestClusterExportImportRoundTrip(t *testing.T) {
 // run again with --resume through another node, every line is written,
 // each applied exactly once (one audit record per line, under the
 // import's id), and the resumed run reports the lines applied before.
+// Then another node is SIGKILLed: an export page asked then is whole, or
+// (until the partitions have a new owner) a 503 naming them, never a short
+// page, and an export started then holds every entry once.
 func TestClusterImportResumeAfterNodeSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test skipped in -short mode")
@@ -329,5 +332,53 @@ func TestClusterImportResumeAfterNodeSIGKILL(t *testing.T) {
 				t.Errorf("line %d applied %d times", i, perLine[i])
 			}
 		}
+	}
+
+	// Export while a node's partitions have no owner.
+	victim := nodes[2]
+	lost := map[int]bool{}
+	for p, n := range owners(t, dk.brokers, "cimport") {
+		if n == victim.id {
+			lost[int(p)] = true
+		}
+	}
+	victim.kill()
+	t.Logf("killed %s, owner of partitions %v", victim.id, lost)
+	got := make(chan exCLI, 1)
+	go func() { got <- exState(t, other.runtime, nil, "export", "--page-size", "100") }()
+	r := other.api(t, http.MethodGet, "/export/kc/counter?limit=10000", "")
+	if r.status == 200 {
+		// The partitions moved within the budget: the page is whole.
+		var page struct {
+			Entries []json.RawMessage
+			Next    *string
+		}
+		if err := json.Unmarshal(r.body, &page); err != nil || len(page.Entries) != lines || page.Next != nil {
+			t.Errorf("an export page of %d entries answered 200 across the move with %d entries (next %v): a short page", lines, len(page.Entries), page.Next)
+		}
+		t.Logf("the export page was whole (the partitions moved within the budget)")
+	} else if missing := r.header.Get("Statefun-Missing-Partitions"); r.status != 503 || missing == "" || r.header.Get("Retry-After") == "" {
+		t.Errorf("an export page while partitions %v have no owner: %d %v %s; want 503 naming them", lost, r.status, r.header, r.body)
+	} else {
+		t.Logf("an export page while partitions %v have no owner: 503, missing %s", lost, missing)
+	}
+	res := <-got
+	if res.code != 0 {
+		t.Fatalf("the export across the move: exit %d\n%s", res.code, res.stderr)
+	}
+	seen := map[string]int{}
+	for _, l := range exLines(t, res.stdout) {
+		seen[l.Address.ID]++
+		if want := l.Address.ID[1:]; string(l.Value) != want {
+			t.Errorf("%s exported with %s, want %s", l.Address.ID, l.Value, want)
+		}
+	}
+	for i := 1; i <= lines; i++ {
+		if n := seen[fmt.Sprintf("r%d", i)]; n != 1 {
+			t.Errorf("r%d exported %d times across the move", i, n)
+		}
+	}
+	if len(seen) != lines {
+		t.Errorf("%d ids exported, want %d", len(seen), lines)
 	}
 }

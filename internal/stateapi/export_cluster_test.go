@@ -203,7 +203,7 @@ func (g *garbled) Gather(r *http.Request, _ time.Duration, _ func(forward.Answer
 	return []forward.Answer{{Node: "node-z", Status: 200, Body: []byte("nope"), Partitions: []int{0, 1, 2, 3}}}, nil
 }
 
-func (g *garbled) Spread(r *http.Request, _ []byte, parts []int) ([]forward.Answer, *forward.Answer, []int) {
+func (g *garbled) Spread(r *http.Request, _ []byte, parts []int, _ time.Duration) ([]forward.Answer, *forward.Answer, []int) {
 	return []forward.Answer{{Node: "node-z", Status: 200, Body: []byte(`{"results":[]}`), Partitions: parts}}, nil, nil
 }
 

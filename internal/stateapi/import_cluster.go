@@ -43,7 +43,9 @@ func (s *Server) spreadImport(w http.ResponseWriter, r *http.Request, id, mode s
 	slices.Sort(parts)
 	fw := r.Clone(r.Context())
 	fw.Header.Del("Content-Length")
-	answers, refusal, missing := s.opts.Cluster.Spread(fw, body, parts)
+	// An owner answers once its lines are committed: it has as long as a
+	// receipt is waited for (?wait=) before its share is sent again.
+	answers, refusal, missing := s.opts.Cluster.Spread(fw, body, parts, s.opts.MaxWait)
 	if refusal != nil {
 		s.passAnswer(w, *refusal)
 		return

@@ -128,9 +128,16 @@ func idsOwnedBy(own map[int32]string, node, prefix string, n int) []string {
 func startWriteCluster(t *testing.T, app string) (string, []*clusterNode) {
 	dk := startDevkafka(t, "-port", "0", "-brokers", "3", "-topic", "counts:3")
 	fn := kafkaCounterFn(t, "kc/out")
+	return dk.brokers, startApp(t, dk.brokers, fn, app, "node-a", "node-b", "node-c")
+}
+
+// startApp starts nodes ids of application app on brokers, serving the
+// functions at fn, and waits until each serves partitions and the
+// assignment holds.
+func startApp(t *testing.T, brokers, fn, app string, ids ...string) []*clusterNode {
 	var nodes []*clusterNode
-	for _, id := range []string{"node-a", "node-b", "node-c"} {
-		n := newClusterNode(t, dk.brokers, app, id, fn)
+	for _, id := range ids {
+		n := newClusterNode(t, brokers, app, id, fn)
 		n.launch()
 		nodes = append(nodes, n)
 	}
@@ -141,7 +148,7 @@ func startWriteCluster(t *testing.T, app string) (string, []*clusterNode) {
 	// cooperative rebalance moves partitions in more than one round.
 	var last string
 	waitFor(t, 60*time.Second, "every node owns partitions and serves them, and the assignment holds", func() bool {
-		own, state := ownership(t, dk.brokers, app)
+		own, state := ownership(t, brokers, app)
 		if len(own) != 8 || state != "Stable" {
 			return false
 		}
@@ -160,7 +167,7 @@ func startWriteCluster(t *testing.T, app string) (string, []*clusterNode) {
 		}
 		return true
 	})
-	return dk.brokers, nodes
+	return nodes
 }
 
 func byID(nodes []*clusterNode, id string) *clusterNode {

@@ -34,12 +34,14 @@ count goes to stderr at the end. "statefun state import" writes the lines back.`
 	var (
 		typeName, prefix, state string
 		pageSize                int
+		retryFor                time.Duration
 	)
 	fs := cmd.Flags()
 	fs.StringVar(&typeName, "type", "", "only this function type <namespace>/<type> (default: every type holding state)")
 	fs.StringVar(&prefix, "prefix", "", "only ids that start with this")
 	fs.StringVar(&state, "state", "", "only this state name")
 	fs.IntVar(&pageSize, "page-size", 1000, "entries per request (at most 10000; a page also ends after 4 MiB of values)")
+	fs.DurationVar(&retryFor, "retry-for", time.Minute, "keep asking for a page the runtime could not answer whole (unreachable, restarting; in cluster mode a partition moving) for this long")
 	return c.stateCommand(cmd, func(_ *cobra.Command, pos []string) error {
 		if len(pos) != 0 {
 			return usagef("export takes no arguments (select with --type, --prefix, --state)")
@@ -47,11 +49,35 @@ count goes to stderr at the end. "statefun state import" writes the lines back.`
 		if pageSize < 1 || pageSize > 10000 {
 			return usagef("--page-size must be from 1 to 10000")
 		}
-		return c.export(typeName, prefix, state, pageSize)
+		return c.export(typeName, prefix, state, pageSize, retryFor)
 	})
 }
 
-func (c *stateCLI) export(typeName, prefix, state string, pageSize int) error {
+// retrying calls fn again while the runtime cannot answer (no connection,
+// a 502, 503 or 504: restarting, or in cluster mode a partition without an
+// owner that answers), for up to retryFor; a read asked again is harmless.
+func (c *stateCLI) retrying(retryFor time.Duration, fn func() error) error {
+	deadline := time.Now().Add(retryFor)
+	wait := 100 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		var p *stateclient.ProblemError
+		retry := !errors.As(err, &p) || p.Status == 503 || p.Status == 502 || p.Status == 504
+		if !retry || c.ctx().Err() != nil || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		if p != nil && p.RetryAfter > wait {
+			wait = p.RetryAfter
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func (c *stateCLI) export(typeName, prefix, state string, pageSize int, retryFor time.Duration) error {
 	cl, err := c.client()
 	if err != nil {
 		return err
@@ -64,7 +90,17 @@ func (c *stateCLI) export(typeName, prefix, state string, pageSize int) error {
 		}
 		types = append(types, t)
 	} else {
-		all, err := cl.ListTypes(c.ctx(), "")
+		var all *stateclient.Types
+		err := c.retrying(retryFor, func() error {
+			var err error
+			all, err = cl.ListTypes(c.ctx(), "")
+			if err == nil && len(all.MissingPartitions) > 0 {
+				// In cluster mode a type held only in those partitions
+				// would be left out without a word.
+				return &stateclient.ProblemError{Status: 503, Detail: fmt.Sprintf("listing the types holding state: no node answered for partitions %v", all.MissingPartitions)}
+			}
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -80,7 +116,12 @@ func (c *stateCLI) export(typeName, prefix, state string, pageSize int) error {
 	for _, t := range types {
 		after := ""
 		for {
-			p, err := cl.ExportPage(c.ctx(), t, stateclient.ExportOptions{Prefix: prefix, State: state, After: after, Limit: pageSize})
+			var p *stateclient.ExportPage
+			err := c.retrying(retryFor, func() error {
+				var err error
+				p, err = cl.ExportPage(c.ctx(), t, stateclient.ExportOptions{Prefix: prefix, State: state, After: after, Limit: pageSize})
+				return err
+			})
 			if err != nil {
 				out.Flush()
 				return fmt.Errorf("export of %s after %d entries: %w", t, n, err)

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -165,10 +164,12 @@ func (s *Server) serveExport(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	if s.opts.Cluster != nil && !forward.Forwarded(r) {
-		s.gatherExport(w, r, limit)
+	if s.gatherExport(w, r, t, limit) {
 		return
 	}
+	// In cluster mode, asked by the node gathering the page: the entries
+	// of the partitions this node owns, never a stale copy of one that
+	// moved away.
 	own := s.localPart(w, r)
 	now := s.opts.Now().UnixMilli()
 	var (
@@ -188,7 +189,7 @@ func (s *Server) serveExport(w http.ResponseWriter, r *http.Request) {
 		last = exportCursor{ID: id, State: st}
 		scanned++
 		if (state != "" && st != state) || (e.ExpiresAt != 0 && e.ExpiresAt <= now) ||
-			(own != nil && !own[s.partitionOf(address.Address{Type: t, ID: id})]) {
+			(own != nil && !own[address.Partition(id, s.eng.Partitions())]) {
 			return r.Context().Err() == nil
 		}
 		page = append(page, exportLineOf(t, id, st, e))
@@ -200,6 +201,15 @@ func (s *Server) serveExport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Context().Err() != nil {
+		return
+	}
+	if own != nil && !s.stillOwned(own) {
+		// A partition moved while the page was read: what it read of it
+		// may be older than its new owner's. The gathering node asks
+		// again (a 503 covers no partition).
+		w.Header().Del(forward.Partitions)
+		w.Header().Set("Retry-After", "1")
+		fail(w, r, http.StatusServiceUnavailable, "a partition this node read moved away during the read; ask again")
 		return
 	}
 	out := struct {
@@ -216,104 +226,4 @@ func (s *Server) serveExport(w http.ResponseWriter, r *http.Request) {
 		out.Next = &c
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// gatherExport answers an export page in cluster mode from every node,
-// each answering for the partitions it owns: the entries of every answer
-// in (id, state) order, up to the page's limit. A node's page may end
-// early (its byte or scan bound): the merged page then ends at the
-// earliest such end, since entries past it may still be on that node, so
-// no entry is skipped by the next page.
-func (s *Server) gatherExport(w http.ResponseWriter, r *http.Request, limit int) {
-	answers, missing := s.opts.Cluster.Gather(r, 0, nil)
-	type line struct {
-		c   exportCursor
-		raw json.RawMessage
-	}
-	less := func(a, b exportCursor) bool { return a.ID < b.ID || (a.ID == b.ID && a.State < b.State) }
-	var (
-		lines []line
-		cut   *exportCursor
-		body  map[string]json.RawMessage
-		seen  = map[exportCursor]bool{}
-	)
-	for _, a := range answers {
-		switch {
-		case a.Status != http.StatusOK && a.Status < 500:
-			for k, vs := range passHeader(a.Header) {
-				w.Header()[k] = vs
-			}
-			w.WriteHeader(a.Status)
-			w.Write(a.Body)
-			return
-		case a.Status != http.StatusOK:
-			continue
-		}
-		var page struct {
-			Entries []json.RawMessage `json:"entries"`
-			Next    *string           `json:"next"`
-		}
-		if err := json.Unmarshal(a.Body, &page); err != nil {
-			fail(w, r, http.StatusBadGateway, fmt.Sprintf("node %s answered an export page this node cannot read: %v", a.Node, err))
-			return
-		}
-		if body == nil {
-			json.Unmarshal(a.Body, &body)
-		}
-		if page.Next != nil {
-			c, err := parseExportCursor(*page.Next)
-			if err != nil {
-				fail(w, r, http.StatusBadGateway, fmt.Sprintf("node %s answered an export cursor this node cannot read: %v", a.Node, err))
-				return
-			}
-			if cut == nil || less(*c, *cut) {
-				cut = c
-			}
-		}
-		for _, raw := range page.Entries {
-			var l ExportLine
-			if err := json.Unmarshal(raw, &l); err != nil {
-				fail(w, r, http.StatusBadGateway, fmt.Sprintf("node %s answered an export line this node cannot read: %v", a.Node, err))
-				return
-			}
-			c := exportCursor{ID: l.Address.ID, State: l.State}
-			if !seen[c] {
-				seen[c] = true
-				lines = append(lines, line{c, raw})
-			}
-		}
-	}
-	if body == nil {
-		status, h, b := unavailable(missing)
-		for k, vs := range h {
-			w.Header()[k] = vs
-		}
-		w.WriteHeader(status)
-		w.Write(b)
-		return
-	}
-	sort.Slice(lines, func(i, j int) bool { return less(lines[i].c, lines[j].c) })
-	if cut != nil {
-		n := sort.Search(len(lines), func(i int) bool { return less(*cut, lines[i].c) })
-		lines = lines[:n]
-	}
-	next := cut
-	if len(lines) > limit {
-		lines = lines[:limit]
-		next = &lines[limit-1].c
-	}
-	out := make([]json.RawMessage, len(lines))
-	for i, l := range lines {
-		out[i] = l.raw
-	}
-	body["entries"], _ = json.Marshal(out)
-	body["next"] = json.RawMessage("null")
-	if next != nil {
-		body["next"], _ = json.Marshal(formatExportCursor(*next))
-	}
-	if len(missing) > 0 {
-		body["missingPartitions"], _ = json.Marshal(missing)
-		w.Header().Set(MissingHeader, forward.FormatPartitions(missing))
-	}
-	writeJSON(w, http.StatusOK, body)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/invoker"
@@ -364,13 +366,24 @@ func TestExportImportRefusals(t *testing.T) {
 			t.Errorf("%s %s: %s, want %d\n%s", c.method, c.target, r.Status, c.status, r.body)
 		}
 	}
-	cl := serve(t, eng, Options{Cluster: &fakeCluster{}})
-	if r := send(t, cl, "POST", "/import/import-x?mode=overwrite", nil); r.StatusCode != 501 {
-		t.Errorf("POST /import in cluster mode: %s %s", r.Status, r.body)
+	// Cluster mode, no node answering: a 503 naming the partitions, never
+	// a short page or a batch taken in part.
+	fc := &fakeCluster{}
+	cl := serve(t, eng, Options{Cluster: fc})
+	if r := send(t, cl, "GET", "/export/x/y", nil); r.StatusCode != 503 || r.Header.Get(MissingHeader) != "0,1,2,3" || r.Header.Get("Retry-After") == "" {
+		t.Errorf("GET /export in cluster mode, no node answering: %s %v %s; want 503 naming partitions 0-3", r.Status, r.Header, r.body)
 	}
-	// An export is gathered from every node: none answers here.
-	if r := send(t, cl, "GET", "/export/x/y", nil); r.StatusCode != 503 || r.Header.Get(MissingHeader) != "0,1,2,3" {
-		t.Errorf("GET /export in cluster mode with no node answering: %s %s %v", r.Status, r.body, r.Header)
+	if r := send(t, cl, "HEAD", "/export/x/y", nil); r.StatusCode != 200 {
+		t.Errorf("HEAD /export in cluster mode: %s", r.Status)
+	}
+	one := `{"address":{"namespace":"x","type":"y","id":"g"},"state":"s","typename":"x/T","value":1}`
+	p := partitionOf(eng, address.Address{Type: address.TypeName{Namespace: "x", Name: "y"}, ID: "g"})
+	if r := send(t, cl, "POST", "/import/import-x?mode=overwrite", importBody(1, one)); r.StatusCode != 503 || r.Header.Get(MissingHeader) != fmt.Sprint(p) ||
+		!slices.Equal(fc.spread, []string{fmt.Sprintf("POST /import/import-x %d", p)}) {
+		t.Errorf("POST /import in cluster mode, no owner answering: %s %s, spread %v; want 503 naming partition %d", r.Status, r.body, fc.spread, p)
+	}
+	if r := send(t, cl, "POST", "/import/import-x?mode=overwrite", importBody(1, `{"address":1}`)); r.StatusCode != 400 || len(fc.spread) != 1 {
+		t.Errorf("a bad batch in cluster mode: %s, spread %v; want 400, validated before it is sent on", r.Status, fc.spread)
 	}
 	eng.Close()
 	line := `{"address":{"namespace":"x","type":"y","id":"g"},"state":"s","typename":"x/T","value":1}`

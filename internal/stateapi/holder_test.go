@@ -38,7 +38,7 @@ func (c *toHolder) Owned() []int { return c.owned }
 func (c *toHolder) Forward(http.ResponseWriter, *http.Request, int) bool { return false }
 
 // Spread is not what these tests use: every partition is missing.
-func (c *toHolder) Spread(_ *http.Request, _ []byte, parts []int) ([]forward.Answer, *forward.Answer, []int) {
+func (c *toHolder) Spread(_ *http.Request, _ []byte, parts []int, _ time.Duration) ([]forward.Answer, *forward.Answer, []int) {
 	return nil, nil, parts
 }
 

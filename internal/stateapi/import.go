@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/statefun-go/statefun/internal/address"
+	"github.com/statefun-go/statefun/internal/cluster/forward"
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
@@ -176,10 +177,6 @@ func (s *Server) serveImport(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if s.opts.Cluster != nil {
-		fail(w, r, http.StatusNotImplemented, "import is served in embedded mode only: in cluster mode write the entries with PUT /state/<ns>/<type>/<id>/<state>")
-		return
-	}
 	id := segs[0]
 	if !importIDPattern.MatchString(id) {
 		fail(w, r, http.StatusBadRequest, fmt.Sprintf("import id %q: want import- and 1 to 40 of [0-9a-z] (statefun state import makes one)", id))
@@ -247,6 +244,16 @@ func (s *Server) serveImport(w http.ResponseWriter, r *http.Request) {
 		m.Principal, m.Reason, m.Ack = principal, reason, partition.AckCommitted
 		lines = append(lines, importLine{line: l.Line, m: m})
 	}
+	var covered []int // a share another node sent: the partitions answered for
+	if s.opts.Cluster != nil {
+		if !forward.Forwarded(r) {
+			s.spreadImport(w, r, id, mode, body, lines)
+			return
+		}
+		if lines, covered, ok = s.importShare(w, r, lines); !ok {
+			return
+		}
+	}
 	// Nothing below depends on the request's context: a line handed on is
 	// waited for (see the top of this file).
 	ctx := context.WithoutCancel(r.Context())
@@ -286,6 +293,10 @@ func (s *Server) serveImport(w http.ResponseWriter, r *http.Request) {
 			s.engineError(w, r, res.err)
 			return
 		}
+	}
+	if covered != nil {
+		results, covered = s.shareResults(lines, results, covered)
+		w.Header().Set(forward.Partitions, forward.FormatPartitions(covered))
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Import  string         `json:"import"`

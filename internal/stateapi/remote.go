@@ -34,10 +34,10 @@ type Cluster interface {
 	// partitions none of them covered.
 	Gather(r *http.Request, wait time.Duration, stop func(forward.Answer) bool) ([]forward.Answer, []int)
 	// Spread sends r with body, a change each of parts applies in its own
-	// partition, to their owners, each owner its share; it returns their
-	// 200 answers, a refusal (4xx) that stopped it, and the partitions
-	// none applied.
-	Spread(r *http.Request, body []byte, parts []int) ([]forward.Answer, *forward.Answer, []int)
+	// partition, to their owners, each owner its share, each having wait
+	// beyond the retry budget to answer; it returns their 200 answers, a
+	// refusal (4xx) that stopped it, and the partitions none applied.
+	Spread(r *http.Request, body []byte, parts []int, wait time.Duration) ([]forward.Answer, *forward.Answer, []int)
 }
 
 // MissingHeader names, on a listing gathered from every node, the

@@ -201,7 +201,7 @@ func (c *fakeCluster) ForwardOnce(w http.ResponseWriter, r *http.Request, p int)
 
 func (c *fakeCluster) Owned() []int { return c.owned }
 
-func (c *fakeCluster) Spread(r *http.Request, _ []byte, parts []int) ([]forward.Answer, *forward.Answer, []int) {
+func (c *fakeCluster) Spread(r *http.Request, _ []byte, parts []int, _ time.Duration) ([]forward.Answer, *forward.Answer, []int) {
 	c.spread = append(c.spread, r.Method+" "+r.URL.Path+" "+forward.FormatPartitions(parts))
 	return nil, nil, parts // no owner answered
 }

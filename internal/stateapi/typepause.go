@@ -128,7 +128,7 @@ func (s *Server) spreadTypePause(w http.ResponseWriter, r *http.Request, req eng
 	// spread sends the change to parts, and answers the request itself
 	// when some refused it or were not reached (ok false).
 	spread := func(parts []int) (answers []forward.Answer, ok bool) {
-		answers, refusal, missing := c.Spread(fw, body, parts)
+		answers, refusal, missing := c.Spread(fw, body, parts, 0)
 		switch {
 		case refusal != nil:
 			s.passAnswer(w, *refusal)

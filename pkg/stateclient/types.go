@@ -207,6 +207,9 @@ type IDPage struct {
 type Types struct {
 	Namespaces []string   `json:"namespaces"`
 	Types      []TypeInfo `json:"types"`
+	// MissingPartitions, in cluster mode, are the partitions no node
+	// answered for in time: a type held only there may be missing.
+	MissingPartitions []int `json:"missingPartitions,omitempty"`
 }
 
 // TypeInfo is one function type of a listing.

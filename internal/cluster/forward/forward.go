@@ -553,15 +553,18 @@ func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *ht
 // owner as the group's assignment says then, with backoff, within the
 // budget. Unlike ForwardOnce it may send a partition's share twice: the
 // change must be idempotent (a type-level pause carries its mutation id,
-// and each partition applies an id once). It returns the 200 answers, the
-// first other answer below 500 (a refusal: 4xx; then it stops, and that is
-// the answer), and the partitions no answer applied.
-func (f *Forwarder) Spread(r *http.Request, body []byte, parts []int) (answers []Answer, refusal *Answer, missing []int) {
+// and each partition applies an id once; an import line likewise). It
+// returns the 200 answers, the first other answer below 500 (a refusal:
+// 4xx; then it stops, and that is the answer), and the partitions no answer
+// applied. An owner has the budget plus wait to answer: a change whose
+// owners answer once it is committed (an import batch) waits that long
+// rather than be sent again while it commits.
+func (f *Forwarder) Spread(r *http.Request, body []byte, parts []int, wait time.Duration) (answers []Answer, refusal *Answer, missing []int) {
 	todo := map[int]bool{}
 	for _, p := range parts {
 		todo[p] = true
 	}
-	missing, ended := f.rounds(r, sweep{kind: "spread", timeout: f.cfg.Budget, shares: true, body: body}, todo,
+	missing, ended := f.rounds(r, sweep{kind: "spread", timeout: f.cfg.Budget + wait, shares: true, body: body}, todo,
 		func(got []Answer, _ bool) (covered []int, end bool) {
 			for _, a := range got {
 				switch {

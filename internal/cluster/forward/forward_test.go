@@ -224,7 +224,7 @@ func TestSpreadSendsEachOwnerItsShare(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		moved.Store(true)
 	}()
-	answers, refusal, missing := f.Spread(req, []byte(`{"reason":"r"}`), []int{0, 1, 2, 3})
+	answers, refusal, missing := f.Spread(req, []byte(`{"reason":"r"}`), []int{0, 1, 2, 3}, 0)
 	if refusal != nil || !slices.Equal(missing, []int{3}) {
 		t.Fatalf("Spread: refusal %v, missing %v; want none, [3]", refusal, missing)
 	}
@@ -250,8 +250,23 @@ func TestSpreadSendsEachOwnerItsShare(t *testing.T) {
 	c := node("c", func(string) (int, string) { return 401, "" })
 	defer c.Close()
 	f = newForwarder(t, Config{Assignment: fixed(map[int]string{0: "c"}, map[string]string{"c": c.URL})})
-	if _, refusal, _ := f.Spread(req, nil, []int{0}); refusal == nil || refusal.Status != 401 {
+	if _, refusal, _ := f.Spread(req, nil, []int{0}, 0); refusal == nil || refusal.Status != 401 {
 		t.Errorf("a 401 share: %v", refusal)
+	}
+
+	// An owner that answers once its share is committed, after the
+	// budget: with wait it is waited for, without it its share is missing.
+	slow := node("slow", func(parts string) (int, string) {
+		time.Sleep(400 * time.Millisecond)
+		return 200, parts
+	})
+	defer slow.Close()
+	f = newForwarder(t, Config{Assignment: fixed(map[int]string{0: "slow"}, map[string]string{"slow": slow.URL}), Budget: 200 * time.Millisecond})
+	if answers, _, missing := f.Spread(req, nil, []int{0}, time.Second); len(answers) != 1 || len(missing) != 0 {
+		t.Errorf("a share answered after the budget, within the wait: %d answers, missing %v", len(answers), missing)
+	}
+	if answers, _, missing := f.Spread(req, nil, []int{0}, 0); len(answers) != 0 || !slices.Equal(missing, []int{0}) {
+		t.Errorf("a share answered after the budget, no wait: %d answers, missing %v; want none, [0]", len(answers), missing)
 	}
 }
 
@@ -304,7 +319,7 @@ func TestForwardSigns(t *testing.T) {
 	if answers, missing := f.Gather(req(http.MethodGet, ""), 0, nil); len(answers) != 1 || len(missing) != 0 {
 		t.Fatalf("Gather: %v, missing %v", answers, missing)
 	}
-	if answers, refusal, missing := f.Spread(req(http.MethodPost, ""), []byte(`{"pause":true}`), []int{0, 1}); len(answers) != 1 || refusal != nil || len(missing) != 0 {
+	if answers, refusal, missing := f.Spread(req(http.MethodPost, ""), []byte(`{"pause":true}`), []int{0, 1}, 0); len(answers) != 1 || refusal != nil || len(missing) != 0 {
 		t.Fatalf("Spread: %v %v %v", answers, refusal, missing)
 	}
 	mu.Lock()

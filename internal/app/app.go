@@ -474,6 +474,9 @@ func Start(cfg Config) (*App, error) {
 	}
 	apiOpts.ReadOnly = cfg.ReadOnly
 	apiOpts.Backup = a.backup
+	if cn != nil {
+		apiOpts.BackupPart = a.backupPart
+	}
 	if cn == nil {
 		// Bulk jobs keep their records in this process's store, which in
 		// cluster mode no single node owns: there they are refused

@@ -557,11 +557,17 @@ func (f *Forwarder) fanOut(ctx context.Context, cancel context.CancelFunc, r *ht
 // first other answer below 500 (a refusal: 4xx; then it stops, and that is
 // the answer), and the partitions no answer applied.
 func (f *Forwarder) Spread(r *http.Request, body []byte, parts []int) (answers []Answer, refusal *Answer, missing []int) {
+	return f.SpreadWait(r, body, parts, 0)
+}
+
+// SpreadWait is Spread for a change that takes its owners time (a
+// backup): each round gives the nodes wait beyond the budget to answer.
+func (f *Forwarder) SpreadWait(r *http.Request, body []byte, parts []int, wait time.Duration) (answers []Answer, refusal *Answer, missing []int) {
 	todo := map[int]bool{}
 	for _, p := range parts {
 		todo[p] = true
 	}
-	missing, ended := f.rounds(r, sweep{kind: "spread", timeout: f.cfg.Budget, shares: true, body: body}, todo,
+	missing, ended := f.rounds(r, sweep{kind: "spread", timeout: f.cfg.Budget + wait, shares: true, body: body}, todo,
 		func(got []Answer, _ bool) (covered []int, end bool) {
 			for _, a := range got {
 				switch {

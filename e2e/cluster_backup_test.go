@@ -1,0 +1,273 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// Backups in cluster mode (docs/how-to/backup.md, "Cluster mode"): the
+// real binary, two nodes on devkafka, traffic through both.
+
+// cbBackup asks node n for a cluster backup into dir and returns its
+// manifest; it fails the test unless the answer is a 201.
+func cbBackup(t *testing.T, n *clusterNode, dir string) store.ClusterBackupManifest {
+	t.Helper()
+	r := n.api(t, "POST", "/backups", `{"to":"`+dir+`"}`, "Content-Type", "application/json")
+	if r.status != http.StatusCreated {
+		t.Fatalf("POST /backups on %s: %d %s", n.id, r.status, r.body)
+	}
+	var m store.ClusterBackupManifest
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("the cluster backup's manifest: %v\n%s", err, r.body)
+	}
+	return m
+}
+
+// cbChangelogAt folds partition p of topic, read read_committed as a
+// restore reads it, up to offset next (exclusive): each key's last value,
+// keys whose last record is a tombstone left out. It is what the cluster
+// held of the partition at that position.
+func cbChangelogAt(t *testing.T, brokers, topic string, p int32, next int64) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	if next <= 0 {
+		return out
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().At(0)}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for done := false; !done; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s partition %d up to %d: %v", topic, p, next, ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= next {
+				done = true
+				return
+			}
+			if r.Offset == next-1 {
+				done = true
+			}
+			if r.Attrs.IsControl() {
+				return
+			}
+			switch {
+			case r.Value == nil:
+				delete(out, string(r.Key))
+			case len(r.Value) > 0 && r.Value[0] == 0x01:
+				out[string(r.Key)] = string(r.Value[1:])
+			default:
+				t.Fatalf("%s partition %d offset %d: not a changelog record", topic, p, r.Offset)
+			}
+		})
+	}
+	return out
+}
+
+// cbRead reads kc/counter/<id>'s count and how many messages its inbox
+// holds from runtime r (a read-only one): -1 for no count.
+func cbRead(t *testing.T, admin, id string) (count int64, inbox int) {
+	t.Helper()
+	status, body := bkDo(t, "GET", "http://"+admin+"/state/kc/counter/"+id+"/count", "", "")
+	switch status {
+	case http.StatusOK:
+		v, err := strconv.ParseInt(strings.TrimSpace(body), 10, 64)
+		if err != nil {
+			t.Fatalf("the count of %s: %q", id, body)
+		}
+		count = v
+	case http.StatusNotFound:
+		count = -1
+	default:
+		t.Fatalf("GET the count of %s: %d %s", id, status, body)
+	}
+	status, body = bkDo(t, "GET", "http://"+admin+"/inbox/kc/counter/"+id, "", "")
+	if status != http.StatusOK {
+		t.Fatalf("GET the inbox of %s: %d %s", id, status, body)
+	}
+	return count, strings.Count(body, `"key"`)
+}
+
+// A cluster backup taken under load holds every partition, each exactly
+// as the changelog held it at the position the manifest names (compared
+// key by key with the changelog read from Kafka); `statefun backup verify`
+// passes it and names the partitions of a missing node part; a read-only
+// runtime over it serves every counter and refuses every write without
+// changing a byte of it; and a new application seeded from it (`statefun
+// backup seed`) restores every partition on two new nodes, which then run
+// what the backup's inboxes held: each counter ends at its count in the
+// backup plus its inbox there.
+func TestClusterBackup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test skipped in -short mode")
+	}
+	t.Parallel()
+	dk := startDevkafka(t, "-port", "0", "-brokers", "3", "-topic", "counts:3")
+	fn := kafkaCounterFn(t, "kc/out")
+	nodes := newClusterNodes(t, dk, "cbk", fn, "node-a", "node-b")
+	launchAll(t, nodes...)
+	tr := startTraffic(t, "kc/counter", 40, nodes...)
+	tr.waitAcked(2*time.Second, 30*time.Second)
+
+	dir := filepath.Join(t.TempDir(), "cluster-backup")
+	m := cbBackup(t, nodes[1], dir)
+	tr.waitAcked(time.Second, 30*time.Second) // the traffic goes on
+	tr.halt()
+
+	// Every partition once, each with the node that wrote it; both nodes
+	// wrote a part.
+	var ps []int
+	writers := map[string]bool{}
+	for _, pb := range m.Parts {
+		ps = append(ps, pb.Partition)
+		writers[pb.Node] = true
+		if pb.ChangelogNext <= 0 {
+			t.Errorf("partition %d at changelog offset %d: the traffic wrote every partition", pb.Partition, pb.ChangelogNext)
+		}
+	}
+	if !slices.Equal(ps, []int{0, 1, 2, 3, 4, 5, 6, 7}) || len(writers) != 2 || len(m.Nodes) != 2 || m.App != "cbk" {
+		t.Fatalf("the manifest lists partitions %v written by %v (%d node parts) of %q", ps, writers, len(m.Nodes), m.App)
+	}
+	// A second backup into the same directory is refused.
+	if r := nodes[0].api(t, "POST", "/backups", `{"to":"`+dir+`"}`, "Content-Type", "application/json"); r.status != http.StatusBadRequest {
+		t.Errorf("a second backup into %s: %d %s", dir, r.status, r.body)
+	}
+
+	// Entry by entry: each partition of the backup is its changelog at
+	// the backup's position.
+	for _, pb := range m.Parts {
+		want := cbChangelogAt(t, dk.brokers, "cbk-changelog", int32(pb.Partition), pb.ChangelogNext)
+		got := map[string]string{}
+		err := store.ClusterBackupRecords(dir, &m, pb.Partition, nil, func(k, v []byte) error {
+			got[string(k)] = string(v)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var diffs []string
+		for k, v := range want {
+			if g, ok := got[k]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%x missing", k))
+			} else if g != v {
+				diffs = append(diffs, fmt.Sprintf("%x differs", k))
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%x not in the changelog", k))
+			}
+		}
+		if len(diffs) > 0 || len(want) == 0 {
+			t.Errorf("partition %d (node %s, changelog up to %d): %d keys in the changelog, %d in the backup; %d differences: %s",
+				pb.Partition, pb.Node, pb.ChangelogNext, len(want), len(got), len(diffs), strings.Join(first(diffs, 10), ", "))
+		}
+	}
+
+	if out, code := bkCLI(t, "backup", "verify", dir); code != 0 || !strings.Contains(out, "every one present") {
+		t.Fatalf("statefun backup verify: exit %d\n%s", code, out)
+	}
+	// Without one node's part (not copied from its host), verify names
+	// the part, its node and its partitions.
+	partial := filepath.Join(t.TempDir(), "partial")
+	bkCopy(t, dir, partial)
+	var gone store.ClusterBackupNode
+	for _, n := range m.Nodes {
+		if n.Node == "node-a" {
+			gone = n
+		}
+	}
+	if err := os.RemoveAll(filepath.Join(partial, gone.Dir)); err != nil {
+		t.Fatal(err)
+	}
+	out, code := bkCLI(t, "backup", "verify", partial)
+	if code != 1 || !strings.Contains(out, "node-a") || !strings.Contains(out, fmt.Sprint(gone.Partitions)) || !strings.Contains(out, "is missing") {
+		t.Errorf("statefun backup verify without node-a's part (partitions %v): exit %d\n%s", gone.Partitions, code, out)
+	}
+
+	// A read-only runtime over the backup: every counter and inbox, and
+	// every write refused.
+	files := bkFiles(t, dir)
+	ro := newRuntimeWith(t, func(in, _ int) string { return clusterModule(fn, dk.brokers, in) })
+	saStart(ro, "http", http.DefaultClient, "--read-only", "--data-dir", dir)
+	counts, inboxes := map[string]int{}, map[string]int{}
+	pending := 0
+	for i := range 40 {
+		id := "k" + strconv.Itoa(i)
+		c, in := cbRead(t, ro.admin, id)
+		counts[id], inboxes[id] = int(c), in
+		pending += in
+	}
+	api := "http://" + ro.admin
+	for _, w := range []struct{ method, url, ct, body string }{
+		{"PUT", api + "/state/kc/counter/k1/count", "text/plain", "42"},
+		{"DELETE", api + "/state/kc/counter/k1", "", ""},
+		{"POST", api + "/pause/kc/counter/k1", "", ""},
+		{"POST", api + "/backups", "application/json", `{"to":"/tmp/x"}`},
+		{"PUT", ro.ingress + "/kc/counter/k1", "application/vnd.kc/text", "x"},
+	} {
+		status, body := bkDo(t, w.method, w.url, w.ct, w.body)
+		if status != http.StatusConflict || !strings.Contains(body, "read-only mode") {
+			t.Errorf("%s %s in read-only mode: %d %s, want 409 naming read-only mode", w.method, w.url, status, body)
+		}
+	}
+	if err := ro.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if after := bkFiles(t, dir); !mapsEqual(files, after) {
+		t.Errorf("read-only mode changed the backup")
+	}
+	t.Logf("the backup holds %d messages in inboxes", pending)
+
+	// Restore: a new application seeded from the backup, on two new
+	// nodes with empty data directories.
+	out, code = bkCLI(t, "backup", "seed", dir, "--cluster-brokers", dk.brokers, "--cluster-app-id", "cbk2")
+	if code != 0 {
+		t.Fatalf("statefun backup seed: exit %d\n%s", code, out)
+	}
+	if out, code := bkCLI(t, "backup", "seed", dir, "--cluster-brokers", dk.brokers, "--cluster-app-id", "cbk2"); code != 1 || !strings.Contains(out, "not empty") {
+		t.Errorf("a second seed of cbk2: exit %d\n%s", code, out)
+	}
+	restored := newClusterNodes(t, dk, "cbk2", fn, "node-c", "node-d")
+	launchAll(t, restored...)
+	want := map[string]int{}
+	for id, c := range counts {
+		want[id] = c
+		if inboxes[id] > 0 {
+			want[id] = max(c, 0) + inboxes[id]
+		}
+	}
+	waitCounts(t, restored, want, 60*time.Second)
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

@@ -3,9 +3,11 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -153,36 +155,61 @@ func TestClusterBackup(t *testing.T) {
 		t.Errorf("a second backup into %s: %d %s", dir, r.status, r.body)
 	}
 
-	// Entry by entry: each partition of the backup is its changelog at
-	// the backup's position.
+	// Entry by entry: each partition of the backup, as the seed reads it
+	// and as read-only mode assembles it, is its changelog at the
+	// backup's position. The changelog's partitions are gathered into a
+	// store of their own, for the exports compared below.
+	assembled := filepath.Join(t.TempDir(), "assembled")
+	if _, err := store.AssembleClusterBackup(dir, assembled, nil); err != nil {
+		t.Fatal(err)
+	}
+	adb, err := store.Open(assembled, store.Options{ReadOnly: true, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromLog := filepath.Join(t.TempDir(), "from-changelog")
+	ldb, err := store.Open(fromLog, store.Options{Partitions: 8, SweepInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := 0
 	for _, pb := range m.Parts {
 		want := cbChangelogAt(t, dk.brokers, "cbk-changelog", int32(pb.Partition), pb.ChangelogNext)
-		got := map[string]string{}
+		seeded, inStore := map[string]string{}, map[string]string{}
 		err := store.ClusterBackupRecords(dir, &m, pb.Partition, nil, func(k, v []byte) error {
-			got[string(k)] = string(v)
+			seeded[string(k)] = string(v)
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var diffs []string
+		err = adb.ChangelogKeys(pb.Partition, func(k []byte) error {
+			v, _, err := adb.RawGet(k)
+			inStore[string(k)] = string(v)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for what, got := range map[string]map[string]string{"the backup's records": seeded, "the assembled store": inStore} {
+			if diffs := cbDiff(want, got); len(diffs) > 0 || len(want) == 0 {
+				t.Errorf("partition %d (node %s, changelog up to %d), %s: %d keys in the changelog, %d here; %d differences: %s",
+					pb.Partition, pb.Node, pb.ChangelogNext, what, len(want), len(got), len(diffs), strings.Join(first(diffs, 10), ", "))
+			}
+		}
+		keys += len(want)
+		var ops []store.Op
 		for k, v := range want {
-			if g, ok := got[k]; !ok {
-				diffs = append(diffs, fmt.Sprintf("%x missing", k))
-			} else if g != v {
-				diffs = append(diffs, fmt.Sprintf("%x differs", k))
-			}
+			ops = append(ops, store.Op{Key: []byte(k), Value: []byte(v)})
 		}
-		for k := range got {
-			if _, ok := want[k]; !ok {
-				diffs = append(diffs, fmt.Sprintf("%x not in the changelog", k))
-			}
-		}
-		if len(diffs) > 0 || len(want) == 0 {
-			t.Errorf("partition %d (node %s, changelog up to %d): %d keys in the changelog, %d in the backup; %d differences: %s",
-				pb.Partition, pb.Node, pb.ChangelogNext, len(want), len(got), len(diffs), strings.Join(first(diffs, 10), ", "))
+		if err := ldb.ApplyChangelog(pb.Partition, ops, store.ChangelogPosition{Next: pb.ChangelogNext}); err != nil {
+			t.Fatal(err)
 		}
 	}
+	if err := errors.Join(adb.Close(), ldb.Close()); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d keys in 8 partitions compared with the changelog", keys)
 
 	if out, code := bkCLI(t, "backup", "verify", dir); code != 0 || !strings.Contains(out, "every one present") {
 		t.Fatalf("statefun backup verify: exit %d\n%s", code, out)
@@ -231,8 +258,16 @@ func TestClusterBackup(t *testing.T) {
 			t.Errorf("%s %s in read-only mode: %d %s, want 409 naming read-only mode", w.method, w.url, status, body)
 		}
 	}
+	// An export of the read-only runtime is an export of the changelog at
+	// the backup's positions, served the same way.
+	exported := cbExport(t, ro.admin)
 	if err := ro.stop(); err != nil {
 		t.Fatal(err)
+	}
+	logRT := newRuntimeWith(t, func(in, _ int) string { return clusterModule(fn, dk.brokers, in) })
+	saStart(logRT, "http", http.DefaultClient, "--read-only", "--data-dir", fromLog)
+	if want := cbExport(t, logRT.admin); !slices.Equal(exported, want) || len(want) < 10 {
+		t.Errorf("the export of the backup (%d entries) is not the export of the changelog at its positions (%d entries)", len(exported), len(want))
 	}
 	if after := bkFiles(t, dir); !mapsEqual(files, after) {
 		t.Errorf("read-only mode changed the backup")
@@ -258,6 +293,38 @@ func TestClusterBackup(t *testing.T) {
 		}
 	}
 	waitCounts(t, restored, want, 60*time.Second)
+}
+
+// cbDiff lists the keys where got differs from want.
+func cbDiff(want, got map[string]string) []string {
+	var diffs []string
+	for k, v := range want {
+		if g, ok := got[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%x missing", k))
+		} else if g != v {
+			diffs = append(diffs, fmt.Sprintf("%x differs", k))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			diffs = append(diffs, fmt.Sprintf("%x not in the changelog", k))
+		}
+	}
+	return diffs
+}
+
+// cbExport is `statefun state export` of the runtime at admin, its lines
+// sorted.
+func cbExport(t *testing.T, admin string) []string {
+	t.Helper()
+	cmd := exec.Command(binary, "state", "export", "--server", "http://"+admin)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("statefun state export: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	slices.Sort(lines)
+	return lines
 }
 
 func mapsEqual(a, b map[string]string) bool {

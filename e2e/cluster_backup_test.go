@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +15,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,4 +342,179 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// cbTxnBuckets scrapes the cumulative buckets of
+// statefun_cluster_txn_seconds from nodes, summed: upper bound → count.
+func cbTxnBuckets(t *testing.T, nodes []*clusterNode) map[float64]float64 {
+	t.Helper()
+	out := map[float64]float64{}
+	for _, n := range nodes {
+		resp, err := http.Get("http://" + n.admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.HasPrefix(line, "statefun_cluster_txn_seconds_bucket{") {
+				continue
+			}
+			i := strings.Index(line, `le="`)
+			j := strings.Index(line[i+4:], `"`)
+			le, err := strconv.ParseFloat(line[i+4:i+4+j], 64)
+			if err != nil {
+				le = math.Inf(1)
+			}
+			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			out[le] += v
+		}
+	}
+	return out
+}
+
+// cbQuantile is the upper bound of the bucket holding quantile q of the
+// transactions counted between two scrapes, and their count.
+func cbQuantile(before, after map[float64]float64, q float64) (float64, float64) {
+	les := slices.Sorted(maps.Keys(after))
+	total := after[math.Inf(1)] - before[math.Inf(1)]
+	for _, le := range les {
+		if after[le]-before[le] >= q*total {
+			return le, total
+		}
+	}
+	return math.Inf(1), total
+}
+
+// TestClusterBackupImpact measures what cluster backups cost (the figures
+// in docs/benchmarks.md, "Backups in cluster mode"): two nodes, 8
+// partitions, CB_KEYS state entries imported, traffic through both
+// nodes; the transactions' latency over CB_WINDOW without backups, then
+// over CB_WINDOW of cluster backups taken back to back, and each
+// backup's checkpoint and whole time per node. Run it with
+// STATEFUN_BENCH_CLUSTER_BACKUP=1.
+func TestClusterBackupImpact(t *testing.T) {
+	if os.Getenv("STATEFUN_BENCH_CLUSTER_BACKUP") == "" {
+		t.Skip("a measurement: set STATEFUN_BENCH_CLUSTER_BACKUP=1")
+	}
+	keys, window := 100000, 20*time.Second
+	if v, err := strconv.Atoi(os.Getenv("CB_KEYS")); err == nil {
+		keys = v
+	}
+	if v, err := time.ParseDuration(os.Getenv("CB_WINDOW")); err == nil {
+		window = v
+	}
+	dk := startDevkafka(t, "-port", "0", "-brokers", "3", "-topic", "counts:3")
+	fn := kafkaCounterFn(t, "kc/out")
+	nodes := newClusterNodes(t, dk, "cbb", fn, "node-a", "node-b")
+	launchAll(t, nodes...)
+
+	// The state: keys entries of 100 bytes, written through both nodes
+	// (import is embedded mode's).
+	value := strings.Repeat("v", 100)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < keys; i += 16 {
+				req, _ := http.NewRequest("PUT", "http://"+nodes[i%2].admin+"/state/kc/bulk/b"+strconv.Itoa(i)+"/v?ack=accepted", strings.NewReader(value))
+				req.Header.Set("Content-Type", "text/plain")
+				req.Header.Set("Statefun-Type", "io.statefun.types/string")
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil || resp.StatusCode >= 300 {
+					failed.Add(1)
+				}
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d PUTs failed", n, keys)
+	}
+	t.Logf("wrote %d entries in %v", keys, time.Since(start).Round(time.Millisecond))
+
+	tr := startTraffic(t, "kc/counter", 200, nodes...)
+	tr.waitAcked(3*time.Second, 30*time.Second)
+
+	before := cbTxnBuckets(t, nodes)
+	acked := tr.ackedTotal()
+	time.Sleep(window)
+	quiet := cbTxnBuckets(t, nodes)
+	quietAcked := tr.ackedTotal() - acked
+	var checkpoints, totals, requests []time.Duration
+	var parts []int
+	var bytes int64
+	root := t.TempDir()
+	deadline := time.Now().Add(window)
+	for i := 0; time.Now().Before(deadline); i++ {
+		s := time.Now()
+		m := cbBackup(t, nodes[i%2], filepath.Join(root, strconv.Itoa(i)))
+		requests = append(requests, time.Since(s))
+		for _, n := range m.Nodes {
+			checkpoints = append(checkpoints, time.Duration(n.CheckpointMillis)*time.Millisecond)
+			totals = append(totals, time.Duration(n.TotalMillis)*time.Millisecond)
+			parts = append(parts, len(n.Partitions))
+			bytes = max(bytes, n.Bytes)
+		}
+		if i == 0 {
+			if out, code := bkCLI(t, "backup", "verify", filepath.Join(root, "0")); code != 0 {
+				t.Fatalf("verify: %s", out)
+			}
+		}
+	}
+	busy := cbTxnBuckets(t, nodes)
+	busyAcked := tr.ackedTotal() - acked - quietAcked
+	tr.halt()
+
+	med := func(ds []time.Duration) (time.Duration, time.Duration) {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2], s[len(s)-1]
+	}
+	q50a, na := cbQuantile(before, quiet, 0.5)
+	q99a, _ := cbQuantile(before, quiet, 0.99)
+	q50b, nb := cbQuantile(quiet, busy, 0.5)
+	q99b, _ := cbQuantile(quiet, busy, 0.99)
+	cm, cx := med(checkpoints)
+	tm, tx := med(totals)
+	rm, rx := med(requests)
+	t.Logf("%d keys; node parts of up to %.1f MiB, %v partitions each", keys, float64(bytes)/(1<<20), slices.Compact(slices.Sorted(slices.Values(parts))))
+	t.Logf("%d cluster backups back to back in %v: request median %v (max %v); per node part: checkpoint median %v (max %v), whole part median %v (max %v)",
+		len(requests), window, rm, rx, cm, cx, tm, tx)
+	// What the backup's restores cost, the nodes stopped: read-only mode
+	// assembling it, the seed of a new application.
+	for _, n := range nodes {
+		n.kill()
+	}
+	first := filepath.Join(root, "0")
+	ro := newRuntimeWith(t, func(in, _ int) string { return clusterModule(fn, dk.brokers, in) })
+	s := time.Now()
+	ro.cmd = exec.Command(binary, ro.runArgs("--read-only", "--data-dir", first)...)
+	ro.cmd.Env = append(os.Environ(), "STATEFUN_LISTEN_HOST=127.0.0.1")
+	ro.cmd.Stdout, ro.cmd.Stderr = ro, ro
+	if err := ro.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Minute, "read-only mode over the backup ready", func() bool {
+		status, _, err := ro.readyz()
+		return err == nil && status == http.StatusOK
+	})
+	t.Logf("read-only mode over the first backup: ready in %v (assembling included)", time.Since(s).Round(time.Millisecond))
+	_ = ro.cmd.Process.Kill()
+	_ = ro.cmd.Wait()
+	s = time.Now()
+	if out, code := bkCLI(t, "backup", "seed", first, "--cluster-brokers", dk.brokers, "--cluster-app-id", "cbb2"); code != 0 {
+		t.Fatalf("seed: %s", out)
+	} else {
+		t.Logf("statefun backup seed: %v\n%s", time.Since(s).Round(time.Millisecond), out)
+	}
+	t.Logf("without backups: %.0f transactions, %.0f/s, %d messages acknowledged; transaction latency p50 ≤ %gs, p99 ≤ %gs", na, na/window.Seconds(), quietAcked, q50a, q99a)
+	t.Logf("during backups:  %.0f transactions, %.0f/s, %d messages acknowledged; transaction latency p50 ≤ %gs, p99 ≤ %gs", nb, nb/window.Seconds(), busyAcked, q50b, q99b)
 }

@@ -37,7 +37,16 @@ sizes and each file's SHA-256. One backup runs at a time.
 To restore, start statefun on a copy of the directory (--data-dir); to look
 into one without changing it, statefun run --read-only --data-dir DIR.
 docs/how-to/backup.md says what a restore does to Kafka positions and
-exactly-once egress markers.`
+exactly-once egress markers.
+
+Asked of a cluster node (--server any node), every partition's owner writes
+its part, the backup of its store naming the partitions it serves with their
+changelog and messages positions, to DIR/node-<node id> on its own host, and
+the node asked writes statefun-cluster-backup.json in DIR on its host, listing
+every partition and its part; a partition no owner backed up fails the backup,
+naming it. Copy the parts next to that manifest, then check it with backup
+verify DIR, look into it with statefun run --read-only --data-dir DIR (no
+cluster flags), or restore it into a new application with backup seed DIR.`
 
 // newBackupCmd builds `statefun backup` and `statefun backup verify`.
 func newBackupCmd(cl *cli) *cobra.Command {
@@ -48,7 +57,8 @@ func newBackupCmd(cl *cli) *cobra.Command {
 		Short: "Back up a running runtime's store (and verify a backup: backup verify DIR)",
 		Long:  backupLong,
 		Annotations: map[string]string{synopsisAnnotation: `backup --to DIR [--server URL] [flags]
-backup verify DIR`},
+backup verify DIR
+backup seed DIR --cluster-brokers HOSTS --cluster-app-id NEW`},
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("unknown command %q%s", args[0], suggest(cmd, args[0]))
@@ -121,8 +131,11 @@ func newBackupVerifyCmd(c *cli) *cobra.Command {
 there with its size and SHA-256 and no other is, then opens the store
 read-only (nothing in DIR is written) and checks its identity, format version,
 partitions and positions against the manifest and that every key and value
-reads (Pebble checks each block's checksum). Exit status 1 lists every problem
-found.`,
+reads (Pebble checks each block's checksum). A cluster backup (DIR holds
+statefun-cluster-backup.json) is checked part by part so, and for every
+partition of the application being in the part the manifest names, at its
+position; a part not copied into DIR is named with its node and partitions.
+Exit status 1 lists every problem found.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("want one argument, the backup's directory")

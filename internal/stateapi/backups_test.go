@@ -43,6 +43,7 @@ func TestBackupsRoute(t *testing.T) {
 		{`{"to":"relative"}`, "not a clean absolute path", 400},
 		{`{"to":""}`, "is required", 400},
 		{`{"dir":"/x"}`, "unknown field", 400},
+		{`{"to":"/backup-two","backup":"x"}`, "sent only by the node that coordinates", 400},
 		{`not json`, "must be a JSON object", 400},
 		{`{"to":"` + strings.Repeat("x", maxBackupBody) + `"}`, "over", 413},
 	} {

@@ -372,21 +372,68 @@ func VerifyClusterBackup(dir string, logger pebble.Logger) (*ClusterVerified, er
 	return out, nil
 }
 
-// ClusterBackupRecords calls fn with every key and value partition p holds
-// in the cluster backup in dir, in key order: the partition's changelog as
-// compaction would leave it at the backup's position. The slices are
-// valid only during the call.
-func ClusterBackupRecords(dir string, m *ClusterBackupManifest, p int, logger pebble.Logger, fn func(key, value []byte) error) error {
-	i := slices.IndexFunc(m.Parts, func(pb PartitionBackup) bool { return pb.Partition == p })
-	if i < 0 {
-		return fmt.Errorf("%w: %s holds no partition %d", ErrBackupInvalid, dir, p)
-	}
-	rdb, err := Open(filepath.Join(dir, m.Parts[i].Dir), Options{ReadOnly: true, Logger: logger, CacheSize: 8 << 20, SweepInterval: -1, DirCheckInterval: -1})
+// ClusterBackupReader reads the partitions of a cluster backup out of its
+// node parts, each part opened read-only once.
+type ClusterBackupReader struct {
+	dir    string
+	m      *ClusterBackupManifest
+	logger pebble.Logger
+	open   map[string]*DB
+}
+
+// NewClusterBackupReader reads the cluster backup in dir, whose manifest
+// is m. Close it when done.
+func NewClusterBackupReader(dir string, m *ClusterBackupManifest, logger pebble.Logger) *ClusterBackupReader {
+	return &ClusterBackupReader{dir: dir, m: m, logger: logger, open: map[string]*DB{}}
+}
+
+// Records calls fn with every key and value partition p holds in the
+// backup, in key order: the partition's changelog as compaction would
+// leave it at the backup's position. The slices are valid only during
+// the call.
+func (r *ClusterBackupReader) Records(p int, fn func(key, value []byte) error) error {
+	db, _, err := r.part(p)
 	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-	return rdb.partitionRecords(p, fn)
+	return db.partitionRecords(p, fn)
+}
+
+// part returns the open store of the part holding p, and p's entry.
+func (r *ClusterBackupReader) part(p int) (*DB, PartitionBackup, error) {
+	i := slices.IndexFunc(r.m.Parts, func(pb PartitionBackup) bool { return pb.Partition == p })
+	if i < 0 {
+		return nil, PartitionBackup{}, fmt.Errorf("%w: %s holds no partition %d", ErrBackupInvalid, r.dir, p)
+	}
+	pb := r.m.Parts[i]
+	if db := r.open[pb.Dir]; db != nil {
+		return db, pb, nil
+	}
+	sub := filepath.Join(r.dir, pb.Dir)
+	db, err := Open(sub, Options{ReadOnly: true, Logger: r.logger, CacheSize: 8 << 20, SweepInterval: -1, DirCheckInterval: -1})
+	if err != nil {
+		return nil, pb, fmt.Errorf("store: the part %s of node %s (partition %d): %w", sub, pb.Node, p, err)
+	}
+	r.open[pb.Dir] = db
+	return db, pb, nil
+}
+
+// Close closes the parts opened.
+func (r *ClusterBackupReader) Close() error {
+	var errs []error
+	for _, db := range r.open {
+		errs = append(errs, db.Close())
+	}
+	r.open = map[string]*DB{}
+	return errors.Join(errs...)
+}
+
+// ClusterBackupRecords is Records of one partition, the part opened for
+// the call.
+func ClusterBackupRecords(dir string, m *ClusterBackupManifest, p int, logger pebble.Logger, fn func(key, value []byte) error) error {
+	r := NewClusterBackupReader(dir, m, logger)
+	defer r.Close()
+	return r.Records(p, fn)
 }
 
 // partitionRecords calls fn with each key partition p's changelog wrote
@@ -420,23 +467,14 @@ func AssembleClusterBackup(dir, dest string, logger pebble.Logger) (*ClusterBack
 	if err != nil {
 		return nil, err
 	}
-	open := map[string]*DB{}
-	defer func() {
-		for _, r := range open {
-			_ = r.Close()
-		}
-	}()
+	r := NewClusterBackupReader(dir, m, logger)
+	defer r.Close()
 	for _, pb := range m.Parts {
-		src := open[pb.Dir]
-		if src == nil {
-			sub := filepath.Join(dir, pb.Dir)
-			if src, err = Open(sub, Options{ReadOnly: true, Logger: logger, CacheSize: 8 << 20, SweepInterval: -1, DirCheckInterval: -1}); err != nil {
-				_ = db.Close()
-				return nil, fmt.Errorf("store: the part %s of node %s (partition %d): %w", sub, pb.Node, pb.Partition, err)
-			}
-			open[pb.Dir] = src
+		src, _, err := r.part(pb.Partition)
+		if err == nil {
+			err = assemblePartition(db, src, pb)
 		}
-		if err := assemblePartition(db, src, pb); err != nil {
+		if err != nil {
 			_ = db.Close()
 			return nil, err
 		}

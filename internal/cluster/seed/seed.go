@@ -102,8 +102,10 @@ func Seed(ctx context.Context, cfg *clusterconfig.Config, dir string, logger peb
 			produceErr = err
 		}
 	}
+	parts := store.NewClusterBackupReader(dir, m, logger)
+	defer parts.Close()
 	for p := range m.Partitions {
-		err := store.ClusterBackupRecords(dir, m, p, logger, func(key, value []byte) error {
+		err := parts.Records(p, func(key, value []byte) error {
 			if _, rp, ok := store.ReadPositionOf(key, value); ok {
 				if rp.Topic == store.MessagesTopic {
 					// An offset of the old messages topic: the new one

@@ -272,6 +272,7 @@ changelog. docs/how-to/backup.md says what is restored and what is not.`,
 			{"partitions", fmt.Sprint(res.App.Partitions)},
 			{"changelog records", fmt.Sprint(total)},
 			{"ingress offsets", fmt.Sprint(res.IngressOffsets)},
+			{"ingress topics missing", fmt.Sprintf("%v (no offset committed: they start at their startupPosition)", res.MissingTopics)},
 			{"took", res.Took.Round(time.Millisecond).String()},
 			{"next", "start the nodes with --cluster-app-id " + res.App.AppID},
 		})

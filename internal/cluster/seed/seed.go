@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -39,6 +40,9 @@ type Result struct {
 	// IngressOffsets are the consumer group offsets committed for the
 	// Kafka ingress topics, by topic and partition.
 	IngressOffsets map[string]map[int32]int64
+	// MissingTopics are Kafka ingress topics the backup holds positions
+	// of that this Kafka does not have: no offset was committed for them.
+	MissingTopics []string
 	// Took is how long the seed took.
 	Took time.Duration
 }
@@ -140,6 +144,26 @@ func Seed(ctx context.Context, cfg *clusterconfig.Config, dir string, logger peb
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return nil, fmt.Errorf("seed: committing the changelog's transaction: %w", err)
+	}
+	if len(res.IngressOffsets) > 0 {
+		// Offsets of topics this Kafka does not have (a restore into
+		// another Kafka cluster) mean nothing here: reported, not
+		// committed.
+		var names []string
+		for t := range res.IngressOffsets {
+			names = append(names, t)
+		}
+		listed, err := adm.ListTopics(ctx, names...)
+		if err != nil {
+			return nil, fmt.Errorf("seed: the changelog is written, but the Kafka ingress topics could not be listed (%v): commit group %s's offsets with Kafka's tools: %v", err, c.Group(), res.IngressOffsets)
+		}
+		for _, t := range names {
+			if d, ok := listed[t]; !ok || d.Err != nil {
+				res.MissingTopics = append(res.MissingTopics, t)
+				delete(res.IngressOffsets, t)
+			}
+		}
+		slices.Sort(res.MissingTopics)
 	}
 	if len(res.IngressOffsets) > 0 {
 		var offs kadm.Offsets

@@ -382,24 +382,3 @@ func TestReadOnlyOverBackup(t *testing.T) {
 		t.Errorf("statefun backup verify after read-only mode: exit %d\n%s", code, out)
 	}
 }
-
-// A cluster node takes no backup: POST /backups answers 409 saying that
-// the changelog topics are the durable copy and what to back up instead.
-func TestBackupRefusedInClusterMode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster test skipped in -short mode")
-	}
-	t.Parallel()
-	dk := startDevkafka(t, "-port", "0", "-brokers", "1", "-topic", "counts:3")
-	n := newClusterNode(t, dk.brokers, "bk", "node-a", apiFn(t))
-	n.launch()
-	n.waitReady(60 * time.Second)
-	dir := filepath.Join(t.TempDir(), "backup")
-	r := n.api(t, "POST", "/backups", `{"to":"`+dir+`"}`, "Content-Type", "application/json")
-	if r.status != http.StatusConflict || !strings.Contains(string(r.body), "changelog topics") || !strings.Contains(string(r.body), "back up the Kafka cluster") {
-		t.Errorf("POST /backups on a cluster node: %d %s", r.status, r.body)
-	}
-	if _, err := os.Stat(dir); err == nil {
-		t.Errorf("the refused backup wrote %s", dir)
-	}
-}

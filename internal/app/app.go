@@ -477,6 +477,9 @@ func Start(cfg Config) (*App, error) {
 	apiOpts.ReadOnly = cfg.ReadOnly
 	apiOpts.Backup = a.backup
 	deployed := func(t address.TypeName) bool { _, ok := mod.EndpointFor(t); return ok }
+	if cn != nil {
+		apiOpts.BackupPart = a.backupPart
+	}
 	if cn == nil {
 		jm, err := jobs.New(jobs.Config{Engine: eng, Store: db, Logger: cfg.Logger, Metrics: reg, Deployed: deployed})
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -29,6 +30,9 @@ func openStore(cfg Config, reg prometheus.Registerer) (*diskguard.Guard, *store.
 	if cfg.ReadOnly {
 		// Nothing is written: no guard, no record, no sweeps.
 		opts.ReadOnly, opts.RecordBeside = true, false
+		if store.IsClusterBackup(cfg.DataDir) {
+			return openClusterBackup(cfg, opts)
+		}
 		db, err := store.Open(cfg.DataDir, opts)
 		if err != nil {
 			return nil, nil, err
@@ -83,6 +87,20 @@ func openStore(cfg Config, reg prometheus.Registerer) (*diskguard.Guard, *store.
 	// The engine refuses new work while guard.Admit says so; a nil guard
 	// admits everything.
 	return guard, db, nil
+}
+
+// openClusterBackup opens a cluster backup for read-only mode: its
+// partitions, read out of its node parts, are assembled into one store in
+// the temporary directory, which is removed when the store closes.
+func openClusterBackup(cfg Config, opts store.Options) (*diskguard.Guard, *store.DB, error) {
+	start := time.Now()
+	db, m, err := store.OpenClusterBackup(cfg.DataDir, "", opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Logger.Info("read-only mode over a cluster backup: its partitions are assembled in a temporary store, removed at stop; no function is invoked, no delayed message fires, no Kafka ingress or egress runs, every write is refused",
+		"data_dir", cfg.DataDir, "app", m.App, "backup", m.Backup, "taken_at", m.TakenAt.Format(time.RFC3339Nano), "partitions", m.Partitions, "assembled_in", time.Since(start))
+	return nil, db, nil
 }
 
 // Operator says who runs this process, for the log lines of operator

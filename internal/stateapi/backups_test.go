@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/statefun-go/statefun/internal/cluster/forward"
 
 	"github.com/statefun-go/statefun/internal/engine"
 	"github.com/statefun-go/statefun/internal/store"
@@ -43,6 +47,7 @@ func TestBackupsRoute(t *testing.T) {
 		{`{"to":"relative"}`, "not a clean absolute path", 400},
 		{`{"to":""}`, "is required", 400},
 		{`{"dir":"/x"}`, "unknown field", 400},
+		{`{"to":"/backup-two","backup":"x"}`, "sent only by the node that coordinates", 400},
 		{`not json`, "must be a JSON object", 400},
 		{`{"to":"` + strings.Repeat("x", maxBackupBody) + `"}`, "over", 413},
 	} {
@@ -105,5 +110,42 @@ func TestReadOnlyRefusesEveryWrite(t *testing.T) {
 	send(t, api, "GET", "/whoami", nil).json(t, &who)
 	if !who.ReadOnly || slices.Contains(who.Scopes, ScopeWrite) || !slices.Contains(who.Scopes, ScopeRead) {
 		t.Errorf("GET /whoami in read-only mode: %+v", who)
+	}
+}
+
+// In cluster mode a backup no owner wrote a part of is a 503 naming the
+// missing partitions, and no cluster manifest is written; a directory
+// that holds a cluster backup is refused.
+func TestClusterBackupMissing(t *testing.T) {
+	eng := startWithFunction(t, engineConfig{})
+	c := &fakeCluster{}
+	api := serve(t, eng, Options{Cluster: c,
+		ClusterView: func(context.Context) ClusterView { return ClusterView{App: "shop", Partitions: eng.Partitions()} },
+		BackupPart: func(context.Context, string, string, []int, string) (*store.BackupManifest, string, error) {
+			t.Error("this node owns nothing and takes no part")
+			return nil, "", nil
+		}})
+	dir := filepath.Join(t.TempDir(), "cb")
+	r := send(t, api, "POST", "/backups", []byte(`{"to":"`+dir+`"}`), "Content-Type", "application/json")
+	want := forward.FormatPartitions([]int{0, 1, 2, 3})
+	if r.StatusCode != http.StatusServiceUnavailable || r.Header.Get(MissingHeader) != want || !strings.Contains(string(r.body), "no node backed up partitions "+want) {
+		t.Errorf("a backup no owner wrote: %s %s %s", r.Status, r.Header.Get(MissingHeader), r.body)
+	}
+	if store.IsClusterBackup(dir) {
+		t.Errorf("an incomplete backup wrote its cluster manifest")
+	}
+	if len(c.spread) != 1 || !strings.HasSuffix(c.spread[0], " "+want) {
+		t.Errorf("spread %q, want the backup to every partition", c.spread)
+	}
+
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, store.ClusterManifestName), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = send(t, api, "POST", "/backups", []byte(`{"to":"`+dir+`"}`), "Content-Type", "application/json")
+	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(r.body), "holds a cluster backup already") {
+		t.Errorf("a backup into a cluster backup: %s %s", r.Status, r.body)
 	}
 }

@@ -91,6 +91,10 @@ type Options struct {
 	// error wrapping ErrNoBackups is answered 409 (cluster mode). Nil:
 	// POST /backups answers 409.
 	Backup BackupFunc
+	// BackupPart, in cluster mode, writes this node's part of a cluster
+	// backup (backups.go); with it, POST /backups coordinates a backup of
+	// every partition.
+	BackupPart BackupPartFunc
 	// ReadOnly refuses every request that could change something (any
 	// method but GET, HEAD and OPTIONS) with a 409 naming read-only mode
 	// (statefun run --read-only).

@@ -98,6 +98,12 @@ type BackupManifest struct {
 	// Bytes is the size of the files; Files each of them.
 	Bytes int64        `json:"bytes"`
 	Files []BackupFile `json:"files"`
+	// Cluster, in a cluster node's backup, is the node's part of a
+	// cluster backup (clusterbackup.go): the partitions it served, each
+	// with the positions it is at. The node's store holds copies of other
+	// partitions too (a warm cache of partitions it owned before): only
+	// the ones listed here belong to the cluster backup.
+	Cluster *ClusterPart `json:"cluster,omitempty"`
 }
 
 // BackupSource is a Kafka source position in a backup.
@@ -122,6 +128,10 @@ type BackupOptions struct {
 	// there (the disk guard's reserve): a backup never takes the room the
 	// runtime needs to go on committing.
 	Reserve int64
+	// Cluster, on a cluster node, makes the backup a node's part of a
+	// cluster backup: the manifest records Cluster with the position of
+	// each of Cluster.Partitions, read from the checkpoint itself.
+	Cluster *ClusterPart
 }
 
 // NoRoomError says that the destination lacks room for a backup.
@@ -199,7 +209,7 @@ func (db *DB) Backup(dir string, o BackupOptions) (*BackupManifest, error) {
 		return nil, fmt.Errorf("store: backup to %s: %w", dir, err)
 	}
 	checkpointed := time.Since(start)
-	m, err := writeBackupManifest(fs, dir, db.dir, db.opts.Logger, takenAt, func(m *BackupManifest) error {
+	m, err := writeBackupManifest(fs, dir, db.dir, db.opts.Logger, takenAt, o.Cluster, func(m *BackupManifest) error {
 		if m.Store != db.id {
 			return fmt.Errorf("store: the backup in %s names store %s, this is %s", dir, m.Store, db.id)
 		}
@@ -295,7 +305,7 @@ func sameDevice(a, b string) bool {
 
 // writeBackupManifest reads the checkpoint in dir (read-only), checksums
 // its files and writes the manifest, synced.
-func writeBackupManifest(fs vfs.FS, dir, dataDir string, logger pebble.Logger, takenAt time.Time,
+func writeBackupManifest(fs vfs.FS, dir, dataDir string, logger pebble.Logger, takenAt time.Time, part *ClusterPart,
 	check func(*BackupManifest) error, start time.Time) (*BackupManifest, error) {
 	// The empty LOCK file, so that a read-only open creates nothing.
 	lock, err := fs.Create(fs.PathJoin(dir, "LOCK"), vfs.WriteCategoryUnspecified)
@@ -305,7 +315,7 @@ func writeBackupManifest(fs vfs.FS, dir, dataDir string, logger pebble.Logger, t
 	if err := lock.Close(); err != nil {
 		return nil, fmt.Errorf("store: backup to %s: %w", dir, err)
 	}
-	m, err := describeStore(fs, dir, logger)
+	m, err := describeStore(fs, dir, logger, part)
 	if err != nil {
 		return nil, fmt.Errorf("store: read the backup in %s back: %w", dir, err)
 	}
@@ -331,8 +341,8 @@ func writeBackupManifest(fs vfs.FS, dir, dataDir string, logger pebble.Logger, t
 }
 
 // describeStore opens the store in dir read-only and reads what a
-// manifest says of it.
-func describeStore(fs vfs.FS, dir string, logger pebble.Logger) (*BackupManifest, error) {
+// manifest says of it; with part, the positions of part's partitions.
+func describeStore(fs vfs.FS, dir string, logger pebble.Logger, part *ClusterPart) (*BackupManifest, error) {
 	rdb, err := Open(dir, Options{ReadOnly: true, FS: fs, Logger: logger, CacheSize: 8 << 20, SweepInterval: -1, DirCheckInterval: -1})
 	if err != nil {
 		return nil, err
@@ -356,6 +366,11 @@ func describeStore(fs vfs.FS, dir string, logger pebble.Logger) (*BackupManifest
 	}
 	if m.Sources, err = rdb.allSourcePositions(); err != nil {
 		return nil, err
+	}
+	if part != nil {
+		if m.Cluster, err = rdb.describePart(part); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }
@@ -538,7 +553,7 @@ func VerifyBackup(dir string, fs vfs.FS, logger pebble.Logger) (*Verified, error
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s: %s", ErrBackupInvalid, dir, strings.Join(problems, "; "))
 	}
-	got, err := describeStore(fs, dir, logger)
+	got, err := describeStore(fs, dir, logger, m.Cluster)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s does not open: %v", ErrBackupInvalid, dir, err)
 	}
@@ -553,6 +568,9 @@ func VerifyBackup(dir string, fs vfs.FS, logger pebble.Logger) (*Verified, error
 	}
 	if got.EgressPosition != m.EgressPosition {
 		problems = append(problems, fmt.Sprintf("the store's egress position is %d, the manifest says %d", got.EgressPosition, m.EgressPosition))
+	}
+	if m.Cluster != nil && !got.Cluster.samePositions(m.Cluster) {
+		problems = append(problems, fmt.Sprintf("the store's partition positions %s are not the manifest's %s", got.Cluster.positions(), m.Cluster.positions()))
 	}
 	keys, err := readEveryKey(fs, dir, logger)
 	if err != nil {

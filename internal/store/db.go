@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,6 +202,7 @@ type DB struct {
 	health     *health
 	fsCloser   io.Closer // stops Pebble's disk-health checker
 	opts       Options
+	scratch    string // a directory Close removes (OpenClusterBackup's)
 
 	sweepMu   sync.Mutex // one sweep at a time
 	egressAge egressAges
@@ -547,6 +549,9 @@ func (db *DB) SyncWAL() error {
 func (db *DB) Close() error {
 	if db.closed.Swap(true) {
 		return nil
+	}
+	if db.scratch != "" {
+		defer os.RemoveAll(db.scratch)
 	}
 	// A backup in progress finishes first: Pebble may not close under
 	// its checkpoint.

@@ -134,3 +134,20 @@ func (db *DB) ReadPositions(p int) ([]ReadPosition, error) {
 	}
 	return out, closeIter(it)
 }
+
+// ReadPositionOf decodes a store key and value of the read positions'
+// space (0x19); false for a key of another space or one that does not
+// decode. A cluster backup's seed reads the positions out of a
+// partition's records with it.
+func ReadPositionOf(key, value []byte) (p int, rp ReadPosition, ok bool) {
+	if len(key) == 0 || key[0] != spaceReadPosition || len(value) < readPositionValueLen {
+		return 0, ReadPosition{}, false
+	}
+	p, rp, err := decodeReadPositionKey(key)
+	if err != nil {
+		return 0, ReadPosition{}, false
+	}
+	rp.Offset = int64(binary.BigEndian.Uint64(value))
+	rp.Index = binary.BigEndian.Uint32(value[8:])
+	return p, rp, true
+}

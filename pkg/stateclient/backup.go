@@ -37,6 +37,46 @@ type Backup struct {
 	// Bytes is the size of the backup's files; Files each of them.
 	Bytes int64        `json:"bytes"`
 	Files []BackupFile `json:"files"`
+
+	// A cluster backup (Kind "statefun-cluster-backup") has App, its
+	// application id, Backup, its id, Parts, every partition with the
+	// node part that holds it and its positions, and Nodes, the node
+	// parts; Dir is where this manifest was written, on the host of the
+	// node that answered.
+	App    string            `json:"app,omitempty"`
+	Backup string            `json:"backup,omitempty"`
+	Parts  []BackupPartition `json:"parts,omitempty"`
+	Nodes  []BackupNodePart  `json:"nodes,omitempty"`
+}
+
+// ClusterBackupKind is the Kind of a cluster backup's manifest.
+const ClusterBackupKind = "statefun-cluster-backup"
+
+// BackupPartition is one partition of a cluster backup.
+type BackupPartition struct {
+	Partition int `json:"partition"`
+	// Node wrote it, in Dir (relative to the backup's directory).
+	Node string `json:"node"`
+	Dir  string `json:"dir"`
+	// Commit is the partition's last commit; ChangelogNext the offset of
+	// its first changelog record not in the backup; MessagesNext the
+	// offset of its first messages topic record it had not applied.
+	Commit           uint64 `json:"commit"`
+	ChangelogNext    int64  `json:"changelogNext"`
+	ChangelogTopicID string `json:"changelogTopicId"`
+	MessagesNext     int64  `json:"messagesNext"`
+	Keys             int64  `json:"keys"`
+}
+
+// BackupNodePart is one node's part of a cluster backup.
+type BackupNodePart struct {
+	Node             string `json:"node"`
+	Dir              string `json:"dir"`
+	Store            string `json:"store"`
+	Partitions       []int  `json:"partitions"`
+	CheckpointMillis int64  `json:"checkpointMillis"`
+	TotalMillis      int64  `json:"totalMillis"`
+	Bytes            int64  `json:"bytes"`
 }
 
 // BackupAncestor is a store a backed-up store was restored from.
@@ -62,7 +102,9 @@ type BackupFile struct {
 
 // Backup makes the runtime write a backup of its store to dir, a
 // directory on the runtime's host (not the caller's) that must not exist
-// or be empty, and returns its manifest once it is complete. A backup
+// or be empty, and returns its manifest once it is complete. Asked of a
+// cluster node, every partition's owner writes its part under dir on its
+// own host, and the manifest is the cluster backup's. A backup
 // already running is a 409, a destination without room a 507
 // (*ProblemError).
 func (c *Client) Backup(ctx context.Context, dir string) (*Backup, error) {

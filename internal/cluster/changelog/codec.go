@@ -114,3 +114,11 @@ func Records(overlay *store.Batch, topic string, partition int32) ([]*kgo.Record
 	}
 	return recs, nil
 }
+
+// PutRecord returns the changelog record that puts value at the store key
+// key, for partition of topic (a cluster backup's seed writes a
+// partition's keys with it).
+func PutRecord(topic string, partition int32, key, value []byte) *kgo.Record {
+	k, v := encodeOp(store.Op{Key: key, Value: value})
+	return &kgo.Record{Topic: topic, Partition: partition, Key: k, Value: v}
+}

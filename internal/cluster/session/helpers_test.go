@@ -559,7 +559,9 @@ func (h *harness) startWith(id, dir string, cfgTweak func(*Config), sTweak func(
 		ClientOpts: []kgo.Opt{
 			h.dial,
 			kgo.SessionTimeout(1500 * time.Millisecond), kgo.HeartbeatInterval(100 * time.Millisecond),
-			kgo.RebalanceTimeout(5 * time.Second), kgo.TransactionTimeout(10 * time.Second),
+			// Two rebalance timeouts well inside a transaction timeout, as
+			// kafkaclient.RebalanceShare wants.
+			kgo.RebalanceTimeout(3 * time.Second), kgo.TransactionTimeout(10 * time.Second),
 		},
 	}
 	if cfgTweak != nil {

@@ -571,3 +571,28 @@ func TestEncodeFailureBacksOffItsPartitionOnly(t *testing.T) {
 		h.checkExactlyOnce(120)
 	})
 }
+
+// A node refuses options under which a transaction waiting for a
+// rebalance may outlive its timeout (two rebalance timeouts must fit well
+// inside it): the Kafka client's own defaults, a 60 s rebalance timeout
+// against a 40 s transaction timeout, among them.
+func TestRefusesRebalanceLongerThanItsTransactions(t *testing.T) {
+	for _, tc := range []struct {
+		opts []kgo.Opt
+		ok   bool
+	}{
+		{nil, false}, // the client's defaults
+		{[]kgo.Opt{kgo.RebalanceTimeout(5 * time.Second), kgo.TransactionTimeout(10 * time.Second)}, false},
+		{[]kgo.Opt{kgo.RebalanceTimeout(3 * time.Second), kgo.TransactionTimeout(10 * time.Second)}, true},
+	} {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, tc.opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = checkTimeouts(cl)
+		cl.Close()
+		if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "lower max.poll.interval.ms or raise transaction.timeout.ms")) {
+			t.Errorf("rebalance %v, transaction %v: %v", cl.OptValue(kgo.RebalanceTimeout), cl.OptValue(kgo.TransactionTimeout), err)
+		}
+	}
+}

@@ -49,24 +49,18 @@ func (l *Log) Records(overlay *store.Batch) ([]*kgo.Record, error) {
 // next Restore, from the position that survived with the data it covers.
 func (l *Log) Apply(overlay *store.Batch, recs []*kgo.Record) error {
 	defer overlay.Close()
-	if len(recs) == 0 {
-		if n := overlay.Len(); n > 0 {
-			return fmt.Errorf("changelog: partition %d: an overlay of %d writes applied without its changelog records", l.partition, n)
-		}
+	var ops []store.Op
+	if err := overlay.Ops(func(op store.Op) error { ops = append(ops, op); return nil }); err != nil {
+		return fmt.Errorf("changelog: partition %d: %w", l.partition, err)
+	}
+	if len(ops) == 0 && len(recs) == 0 {
 		return nil
 	}
-	// The store gets what a restore of recs would write: each key's last
-	// write, decoded from its record. That is the overlay's outcome (a
-	// batch applies its writes in order), with fewer writes than the
-	// overlay holds and without reading the overlay a second time.
-	ops := make([]store.Op, 0, len(recs))
+	if len(recs) == 0 {
+		return fmt.Errorf("changelog: partition %d: an overlay of %d writes applied without its changelog records", l.partition, len(ops))
+	}
 	next := l.pos.Next
 	for _, r := range recs {
-		op, err := decodeRecord(r.Key, r.Value)
-		if err != nil {
-			return fmt.Errorf("changelog: partition %d: %w", l.partition, err)
-		}
-		ops = append(ops, op)
 		if r.Topic != l.topic || r.Partition != l.partition {
 			return fmt.Errorf("changelog: partition %d of %s: applying a record of partition %d of %s", l.partition, l.topic, r.Partition, r.Topic)
 		}

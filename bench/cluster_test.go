@@ -46,6 +46,13 @@ type clusterNodeSpec struct {
 	AdminAddr string
 	Cluster   clusterconfig.Config
 	GOGC      int
+	// Embedded runs the node in embedded mode (Cluster is not used), with
+	// Partitions partitions: BenchmarkClusterVsEmbedded's other side.
+	Embedded   bool
+	Partitions int
+	// Profile, when set, is where the child writes a CPU profile from
+	// SIGUSR1 to SIGUSR2.
+	Profile string
 }
 
 // runClusterNodeChild is a cluster node in a process of its own, as
@@ -61,11 +68,19 @@ func runClusterNodeChild() error {
 	if err := os.WriteFile(modPath, []byte(spec.Module), 0o644); err != nil {
 		return err
 	}
-	a, err := app.Start(app.Config{ModulePath: modPath, DataDir: filepath.Join(spec.Dir, "data"), AdminAddr: spec.AdminAddr,
+	cfg := app.Config{ModulePath: modPath, DataDir: filepath.Join(spec.Dir, "data"), AdminAddr: spec.AdminAddr,
 		ListenHost: "127.0.0.1", Cluster: &spec.Cluster,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	if spec.Embedded {
+		cfg.Cluster, cfg.Partitions = nil, spec.Partitions
+	}
+	a, err := app.Start(cfg)
 	if err != nil {
 		return err
+	}
+	if spec.Profile != "" {
+		stopProfile := profileOnSignal(spec.Profile)
+		defer stopProfile()
 	}
 	fmt.Printf("admin %s\n", a.Addr("admin"))
 	fmt.Printf("ingress %s\n", a.Addr("ingress0"))
@@ -92,6 +107,9 @@ type benchCluster struct {
 	fnPID   int
 	nodes   []*clusterNodeProc
 	mc      *http.Client
+	// onStart and onStop, when set, run as the measured interval starts
+	// and ends.
+	onStart, onStop func()
 }
 
 // clusterNodeProc is one node's child process.
@@ -273,6 +291,7 @@ func BenchmarkCluster(b *testing.B) {
 type clusterRunResult struct {
 	nodes         int
 	keys, window  int
+	input         string // where the records went in
 	load          kafkaLoadResult
 	cpuNodes      time.Duration
 	cpuFn         time.Duration
@@ -296,11 +315,17 @@ func runCluster(b *testing.B, fnURL string, fnPID, n int) *clusterRunResult {
 func (c *benchCluster) measure(b *testing.B, spec kafkaLoadSpec) *clusterRunResult {
 	gen := c.startLoad(b, spec)
 	n := len(c.nodes)
-	r := &clusterRunResult{nodes: n, keys: spec.Keys, window: spec.Window}
+	r := &clusterRunResult{nodes: n, keys: spec.Keys, window: spec.Window, input: "the nodes' playground ingresses in turn"}
+	if len(spec.Ingress) == 0 {
+		r.input = "the Kafka ingress topic " + kafkaInTopic
+	}
 	r.before = c.scrapeAll(b)
 	pids := c.pids(gen.pid)
 	cpu0, ok0 := cpuOf(pids...)
 	mach0 := readMachineCPU()
+	if c.onStart != nil {
+		c.onStart()
+	}
 	b.StartTimer()
 	if _, err := io.WriteString(gen.stdin, "go\n"); err != nil {
 		b.Fatal(err)
@@ -309,6 +334,9 @@ func (c *benchCluster) measure(b *testing.B, spec kafkaLoadSpec) *clusterRunResu
 		b.Fatal(err)
 	}
 	b.StopTimer()
+	if c.onStop != nil {
+		c.onStop()
+	}
 	r.machine = readMachineCPU().minus(mach0)
 	cpu1, ok1 := cpuOf(pids...)
 	r.cpuOK = ok0 && ok1
@@ -384,13 +412,19 @@ func (r *clusterRunResult) report(b *testing.B) {
 	}
 	d := func(name string) float64 { return sumAll(r.after, name) - sumAll(r.before, name) }
 	txns := d("statefun_cluster_txn_commits_total")
-	b.Logf("%d nodes, P %d: %d records over %d keys, window %d, through the nodes' playground ingresses in turn; %d kfake brokers",
-		r.nodes, *flagClusterP, l.Visible, r.keys, r.window, *flagKafkaBrokers)
+	b.Logf("%d nodes, P %d: %d records over %d keys, window %d, through %s; %d kfake brokers",
+		r.nodes, *flagClusterP, l.Visible, r.keys, r.window, r.input, *flagKafkaBrokers)
 	b.Logf("output (read_committed): %.0f records/s in %.2fs; POST to visible p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms",
 		l.rate(), wall, ms(l.P50), ms(l.P90), ms(l.P99), ms(l.PMax))
-	b.Logf("transactions: %.0f committed (%.1f/s over all nodes, %.2f per record), %.1f records produced per transaction, %.2f ms each on average, %.0f aborted",
-		txns, txns/wall, txns/float64(l.Visible), d("statefun_cluster_txn_records_sum")/d("statefun_cluster_txn_records_count"),
-		1e3*d("statefun_cluster_txn_seconds_sum")/d("statefun_cluster_txn_seconds_count"), d("statefun_cluster_txn_aborts_total"))
+	if txns == 0 { // an embedded runtime
+		b.Logf("embedded: %.0f group commits (%.2f per record), %.0f egress transactions (%.2f per record)",
+			d("statefun_commit_seconds_count"), d("statefun_commit_seconds_count")/float64(l.Visible),
+			d("statefun_kafka_egress_transactions_total"), d("statefun_kafka_egress_transactions_total")/float64(l.Visible))
+	} else {
+		b.Logf("transactions: %.0f committed (%.1f/s over all nodes, %.2f per record), %.1f records produced per transaction, %.2f ms each on average, %.0f aborted",
+			txns, txns/wall, txns/float64(l.Visible), d("statefun_cluster_txn_records_sum")/d("statefun_cluster_txn_records_count"),
+			1e3*d("statefun_cluster_txn_seconds_sum")/d("statefun_cluster_txn_seconds_count"), d("statefun_cluster_txn_aborts_total"))
+	}
 	if r.cpuOK {
 		b.Logf("CPU per record: nodes %.1f µs (together), function %.1f µs, kfake %.1f µs, load generator %.1f µs; machine busy %.2f cores",
 			perRec(r.cpuNodes), perRec(r.cpuFn), perRec(r.cpuKafka), perRec(r.cpuGen), r.machine.busy/wall)

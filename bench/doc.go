@@ -46,6 +46,14 @@
 //     duplicate, no count out of range, nothing more within a second), and
 //     the store is reopened to check that the counts add up. make
 //     bench-kafka runs it beside BenchmarkEndToEnd/addresses=10000.
+//   - BenchmarkClusterVsEmbedded: the work of BenchmarkKafkaCounter on an
+//     embedded runtime and on a one-node cluster, each a child process
+//     started afresh per row with a kfake child of its own, interleaved
+//     in one invocation (-vs.rounds rounds, the modes' order alternating):
+//     the full-load row gives the runtime's CPU per record of both and the
+//     ratio; the light-load rows are BenchmarkClusterLatency's for both.
+//     With -load.profile each runtime writes a CPU profile of its measured
+//     interval.
 //   - BenchmarkLoopbackHTTP/server=inprocess|process: the load generator's
 //     client against a handler that only reads the body and answers 200,
 //     served in this process or in a child: the price of one loopback

@@ -50,18 +50,4 @@ func BenchmarkClusterLatency(b *testing.B) {
 
 // clusterRouterIngress is a module's Kafka ingress of bench-in to
 // bench/router.
-func clusterRouterIngress(brokers string) string {
-	return fmt.Sprintf(`---
-kind: io.statefun.kafka.v1/ingress
-spec:
-  id: bench/in
-  address: %s
-  consumerGroupId: bench
-  startupPosition:
-    type: earliest
-  topics:
-    - topic: %s
-      valueType: %s
-      targets: [%s]
-`, brokers, kafkaInTopic, kafkaStampType, kafkaRouterFn)
-}
+func clusterRouterIngress(brokers string) string { return kafkaIngressTo(brokers, kafkaRouterFn) }

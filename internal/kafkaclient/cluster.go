@@ -42,10 +42,11 @@ func ForCluster(brokers []string, props []module.KafkaProperty, read ReadFile) (
 	m.common()
 	c.Opts, m.opts = m.opts, nil
 	m.clusterFixed()
+	rebalance, txn := m.clusterTimeouts()
 	m.clusterGroup()
-	c.GroupOpts, m.opts = m.opts, nil
+	c.GroupOpts, m.opts = append(m.opts, kgo.RebalanceTimeout(rebalance)), nil
 	m.clusterProducer()
-	c.ProducerOpts, m.opts = m.opts, nil
+	c.ProducerOpts, m.opts = append(m.opts, kgo.TransactionTimeout(txn)), nil
 	m.leftovers()
 	if len(m.errs) > 0 {
 		return nil, m.errs
@@ -107,14 +108,73 @@ func (m *mapper) ints(opts []intOpt) {
 
 func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
 
+// The timeouts of a node's transactions and of its group's rebalances.
+const (
+	// DefaultTransactionTimeout is a node's transaction.timeout.ms unless
+	// set: the Kafka client's default.
+	DefaultTransactionTimeout = 40 * time.Second
+	// RebalanceShare is how many rebalance timeouts fit in a transaction
+	// timeout, at least. A node's offset commit waits for a join of the
+	// group in flight to end, with its transaction open: the join phase
+	// lasts up to the rebalance timeout (the coordinator waits that long
+	// for a member that does not rejoin, such as a node stopped without
+	// leaving), and the sync phase after it up to one more. Were the two
+	// longer than the transaction timeout, the coordinator would abort the
+	// transaction meanwhile and bump the producer epoch, and the node's
+	// offset commit would be answered PRODUCER_FENCED: the node stops, as
+	// if a newer process had taken its node id. Two rebalance timeouts in
+	// at most two thirds of the transaction timeout leave a third for the
+	// rest of the transaction (its records, its EndTxn). The Kafka
+	// client's defaults (a 60 s rebalance timeout, a 40 s transaction
+	// timeout) break this.
+	RebalanceShare = 3
+)
+
+// clusterTimeouts decides the rebalance timeout (max.poll.interval.ms, as
+// the Java consumer uses it) and the transaction timeout
+// (transaction.timeout.ms) of a node: given ones as they are, a missing
+// rebalance timeout a RebalanceShare-th of the transaction timeout, a
+// missing transaction timeout DefaultTransactionTimeout or RebalanceShare
+// rebalance timeouts, whichever is longer. A rebalance timeout longer than
+// a RebalanceShare-th of the transaction timeout is refused.
+func (m *mapper) clusterTimeouts() (rebalance, txn time.Duration) {
+	rp, rok := m.get("max.poll.interval.ms")
+	tp, tok := m.get("transaction.timeout.ms")
+	var rset, tset bool
+	if rok {
+		rebalance, rset = m.millis(rp, 100, maxInt32) // the client's least
+	}
+	if tok {
+		txn, tset = m.millis(tp, 1, maxInt32)
+	}
+	switch {
+	case rset && tset:
+		if RebalanceShare*rebalance > txn {
+			m.refuse(rp, "%s (the rebalance timeout) is longer than a third of transaction.timeout.ms (%v): a transaction that waits for a rebalance to end would outlive its timeout and fence this node; set it to at most %d, or raise transaction.timeout.ms",
+				shown(rp), txn, (txn / RebalanceShare).Milliseconds())
+		}
+	case rset:
+		txn = max(DefaultTransactionTimeout, RebalanceShare*rebalance)
+		if txn > maxInt32*time.Millisecond {
+			m.refuse(rp, "%s (the rebalance timeout) needs a transaction timeout of three times it, more than Kafka's transaction.timeout.ms can hold; set it to at most %d", shown(rp), maxInt32/RebalanceShare)
+		}
+	case tset:
+		rebalance = max(txn/RebalanceShare, 100*time.Millisecond) // the client's least
+		if RebalanceShare*rebalance > txn {
+			m.refuse(tp, "%s is too short to hold a rebalance: want at least %d", shown(tp), RebalanceShare*100)
+		}
+	default:
+		txn = DefaultTransactionTimeout
+		rebalance = txn / RebalanceShare
+	}
+	return rebalance, txn
+}
+
 // clusterGroup maps the consumer group's tuning properties.
 func (m *mapper) clusterGroup() {
 	m.ints([]intOpt{
 		{"session.timeout.ms", 1, maxInt32, func(v int64) kgo.Opt { return kgo.SessionTimeout(ms(v)) }},
 		{"heartbeat.interval.ms", 1, maxInt32, func(v int64) kgo.Opt { return kgo.HeartbeatInterval(ms(v)) }},
-		// The Java consumer uses max.poll.interval.ms as its rebalance
-		// timeout.
-		{"max.poll.interval.ms", 1, maxInt32, func(v int64) kgo.Opt { return kgo.RebalanceTimeout(ms(v)) }},
 		{"fetch.min.bytes", 1, maxInt32, func(v int64) kgo.Opt { return kgo.FetchMinBytes(int32(v)) }},
 		{"fetch.max.bytes", 1, maxInt32, func(v int64) kgo.Opt { return kgo.FetchMaxBytes(int32(v)) }},
 		{"max.partition.fetch.bytes", 1, maxInt32, func(v int64) kgo.Opt { return kgo.FetchMaxPartitionBytes(int32(v)) }},
@@ -145,7 +205,6 @@ func (m *mapper) clusterProducer() {
 		{"linger.ms", 0, maxInt32, func(v int64) kgo.Opt { return kgo.ProducerLinger(ms(v)) }},
 		{"max.request.size", 1, maxInt32, func(v int64) kgo.Opt { return kgo.ProducerBatchMaxBytes(int32(v)) }},
 		{"request.timeout.ms", 1, maxInt32, func(v int64) kgo.Opt { return kgo.ProduceRequestTimeout(ms(v)) }},
-		{"transaction.timeout.ms", 1, maxInt32, func(v int64) kgo.Opt { return kgo.TransactionTimeout(ms(v)) }},
 	})
 	if p, ok := m.get("batch.size"); ok {
 		m.ignore(p, "franz-go fills a batch up to max.request.size and sends it after linger.ms")

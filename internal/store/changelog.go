@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -192,9 +193,9 @@ func (db *DB) ChangelogPosition(p int) (ChangelogPosition, bool, error) {
 // follow its current position (or an overlay whose records a committed
 // Kafka transaction put there), and the position pos they reach, in one
 // atomic batch: after a crash the store holds all of them with pos, or
-// none of them with the position before. Each put also enters the key in
-// p's index (0x18), each deletion removes it, so DropChangelogPartition
-// finds what p wrote.
+// none of them with the position before. Each put of a key outside p's
+// own ranges (ownedByPrefix) also enters the key in p's index (0x18), each
+// deletion removes it, so DropChangelogPartition finds what p wrote.
 //
 // The batch is not synced: the changelog is the truth, and a tail lost by
 // a crash is read from it again from the position that survived.
@@ -212,6 +213,15 @@ func (db *DB) ApplyChangelog(p int, ops []Op, pos ChangelogPosition) error {
 	for _, op := range ops {
 		if err := CheckChangelogKey(op.Key); err != nil {
 			return fmt.Errorf("%w (partition %d)", err, p)
+		}
+		if ownedByPrefix(op.Key, p) {
+			// Found by its prefix: no index entry (ownedByPrefix).
+			if op.Delete {
+				_ = pb.Delete(op.Key, nil)
+			} else {
+				_ = pb.Set(op.Key, op.Value, nil)
+			}
+			continue
 		}
 		idx = changelogKeysKey(idx[:0], p, op.Key)
 		if op.Delete {
@@ -243,17 +253,67 @@ func (db *DB) ChangelogKeys(p int, fn func(key []byte) error) error {
 	if err := db.checkPartition(p); err != nil {
 		return err
 	}
+	// The index's entries and p's own ranges, merged in key order: the
+	// ranges lie between index entries of other spaces. An index entry of
+	// a key in p's own ranges (written by an older build) is skipped: the
+	// range has the key if it is still there.
 	lower := changelogKeysPrefix(nil, p)
-	it, err := db.newIter(lower, prefixSuccessor(lower))
+	idx, err := db.newIter(lower, prefixSuccessor(lower))
 	if err != nil {
 		return err
 	}
-	for valid := it.First(); valid; valid = it.Next() {
-		if err := fn(it.Key()[len(lower):]); err != nil {
-			return finish(it, err)
+	valid := idx.First()
+	for _, space := range prefixSpaces {
+		for ; valid && idx.Key()[len(lower)] < space; valid = idx.Next() {
+			if err := fn(idx.Key()[len(lower):]); err != nil {
+				return finish(idx, err)
+			}
+		}
+		for ; valid && idx.Key()[len(lower)] == space; valid = idx.Next() {
+		}
+		own := ownPrefix(space, p)
+		it, err := db.newIter(own, prefixSuccessor(own))
+		if err != nil {
+			return finish(idx, err)
+		}
+		for v := it.First(); v; v = it.Next() {
+			if err := fn(it.Key()); err != nil {
+				_ = finish(it, nil)
+				return finish(idx, err)
+			}
+		}
+		if err := finish(it, nil); err != nil {
+			return finish(idx, err)
 		}
 	}
-	return finish(it, nil)
+	for ; valid; valid = idx.Next() {
+		if err := fn(idx.Key()[len(lower):]); err != nil {
+			return finish(idx, err)
+		}
+	}
+	return finish(idx, nil)
+}
+
+// prefixSpaces are the changelogged spaces whose keys begin with their
+// partition (inbox, timers, cancellation tokens, partition meta), in key
+// order. Partition p's commits alone write p's range of each, so that
+// range is what p's changelog wrote there: it needs no index entries. The
+// inbox alone takes a put and a deletion per message, which the index
+// would double.
+var prefixSpaces = []byte{spaceInbox, spaceTimer, spaceToken, spacePartition}
+
+// ownPrefix is the prefix of partition p's range of space.
+func ownPrefix(space byte, p int) []byte {
+	return binary.BigEndian.AppendUint16([]byte{space}, partitionU16(p))
+}
+
+// ownedByPrefix reports whether key lies in partition p's own range of one
+// of prefixSpaces.
+func ownedByPrefix(key []byte, p int) bool {
+	if len(key) < 3 || !slices.Contains(prefixSpaces, key[0]) {
+		return false
+	}
+	return binary.BigEndian.Uint16(key[1:3]) == partitionU16(p)
 }
 
 // DropChangelogPartition removes everything partition p's changelog wrote
@@ -269,42 +329,50 @@ func (db *DB) DropChangelogPartition(p int) (int, error) {
 	if err := db.checkPartition(p); err != nil {
 		return 0, err
 	}
-	lower := changelogKeysPrefix(nil, p)
-	upper := prefixSuccessor(lower)
 	pb := db.pdb.NewBatch()
 	defer func() { _ = pb.Close() }()
 	_ = pb.Delete(changelogPositionKey(nil, p), nil)
-	removed := 0
-	for {
-		it, err := db.newIter(lower, upper)
-		if err != nil {
-			return removed, err
-		}
-		n := 0
-		for valid := it.First(); valid && n < sweepBatch; valid = it.Next() {
-			k := it.Key()
-			if key := k[len(lower):]; len(key) > 0 && key[0] != spaceSpecs {
-				_ = pb.Delete(key, nil)
-			}
-			_ = pb.Delete(k, nil)
-			n++
-		}
-		if err := closeIter(it); err != nil {
-			return removed, err
-		}
-		if n == 0 && removed > 0 {
-			return removed, nil
-		}
-		if err := pb.Commit(pebble.NoSync); err != nil {
-			return removed, fmt.Errorf("store: drop changelog data of partition %d: %w", p, err)
-		}
-		removed += n
-		if n < sweepBatch {
-			return removed, nil
-		}
-		_ = pb.Close()
-		pb = db.pdb.NewBatch()
+	removed, first := 0, true
+	// The index first, then p's own ranges (ownedByPrefix).
+	lowers := [][]byte{changelogKeysPrefix(nil, p)}
+	for _, space := range prefixSpaces {
+		lowers = append(lowers, ownPrefix(space, p))
 	}
+	for i, lower := range lowers {
+		index := i == 0
+		for {
+			it, err := db.newIter(lower, prefixSuccessor(lower))
+			if err != nil {
+				return removed, err
+			}
+			n := 0
+			for valid := it.First(); valid && n < sweepBatch; valid = it.Next() {
+				k := it.Key()
+				if key := k[len(lower):]; index && len(key) > 0 && key[0] != spaceSpecs {
+					_ = pb.Delete(key, nil)
+				}
+				_ = pb.Delete(k, nil)
+				n++
+			}
+			if err := closeIter(it); err != nil {
+				return removed, err
+			}
+			if n == 0 && !first {
+				break
+			}
+			first = false
+			if err := pb.Commit(pebble.NoSync); err != nil {
+				return removed, fmt.Errorf("store: drop changelog data of partition %d: %w", p, err)
+			}
+			removed += n
+			_ = pb.Close()
+			pb = db.pdb.NewBatch()
+			if n < sweepBatch {
+				break
+			}
+		}
+	}
+	return removed, nil
 }
 
 // HasChangelogKeys reports whether partition p's index holds any key: with

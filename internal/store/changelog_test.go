@@ -175,3 +175,65 @@ func TestInterruptedDropIsVisible(t *testing.T) {
 		t.Fatal("index entries after the drop")
 	}
 }
+
+// TestChangelogOwnRanges: keys in a partition's own ranges (its inbox,
+// timers, partition meta) get no index entry, yet ChangelogKeys lists
+// them among the indexed keys in key order and a drop removes them; an
+// index entry an older build wrote for such a key is neither listed twice
+// nor left behind.
+func TestChangelogOwnRanges(t *testing.T) {
+	db, _ := openTest(t, 4)
+	state := stateKey(nil, addr("ns", "fn", "a"), "s")
+	specs := specsKey(nil, addr("ns", "fn", "").Type)
+	inbox1 := inboxKey(nil, InboxKey{Partition: 1, Arrival: 1, Source: SourceIngress, Seq: 1})
+	inbox2 := inboxKey(nil, InboxKey{Partition: 1, Arrival: 2, Source: SourceIngress, Seq: 2})
+	timer := timerKey(nil, TimerKey{Partition: 1, Due: 5, ID: 1})
+	meta := partitionKey(nil, 1)
+	other := inboxKey(nil, InboxKey{Partition: 2, Arrival: 1, Source: SourceIngress, Seq: 1})
+	put := func(k []byte) Op { return Op{Key: k, Value: []byte("v")} }
+	if err := db.ApplyChangelog(1, []Op{put(state), put(inbox1), put(inbox2), put(timer), put(meta), put(specs)}, ChangelogPosition{Next: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ApplyChangelog(2, []Op{put(other)}, ChangelogPosition{Next: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.ApplyChangelog(1, []Op{{Key: inbox1, Delete: true}}, ChangelogPosition{Next: 7}); err != nil {
+		t.Fatal(err)
+	}
+	// What an older build wrote for inbox2: an index entry.
+	if err := db.pdb.Set(changelogKeysKey(nil, 1, inbox2), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range [][]byte{inbox2, timer, meta} {
+		if _, ok, _ := db.get(changelogKeysKey(nil, 1, k)); ok && !bytes.Equal(k, inbox2) {
+			t.Errorf("%s has an index entry", formatKey(k))
+		}
+	}
+	var got [][]byte
+	if err := db.ChangelogKeys(1, func(k []byte) error { got = append(got, bytes.Clone(k)); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]byte{state, inbox2, timer, specs, meta}
+	if len(got) != len(want) {
+		t.Fatalf("ChangelogKeys(1) = %d keys, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Errorf("key %d: %s, want %s", i, formatKey(got[i]), formatKey(want[i]))
+		}
+	}
+	if _, err := db.DropChangelogPartition(1); err != nil {
+		t.Fatal(err)
+	}
+	if has, err := db.HasChangelogKeys(1); err != nil || has {
+		t.Fatalf("after the drop, HasChangelogKeys = %v, %v", has, err)
+	}
+	for _, k := range [][]byte{state, inbox2, timer, meta, changelogKeysKey(nil, 1, inbox2)} {
+		if _, ok, _ := db.get(k); ok {
+			t.Errorf("%s survived the drop", formatKey(k))
+		}
+	}
+	if _, ok, _ := db.get(other); !ok {
+		t.Error("the drop of partition 1 removed partition 2's inbox")
+	}
+}

@@ -183,7 +183,7 @@ func TestPropertiesRefusedAtLine(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 	cl, err := (&Config{Brokers: []string{"k:1"}, Properties: []module.KafkaProperty{{Key: "linger.ms", Value: "5"}, {Key: "session.timeout.ms", Value: "6000"}, {Key: "max.poll.records", Value: "9"}}}).Client()
-	if err != nil || len(cl.Opts) == 0 || len(cl.GroupOpts) != 1 || len(cl.ProducerOpts) != 1 || len(cl.Warnings) != 1 || !strings.Contains(cl.Warnings[0].Error(), "max.poll.records: ignored") {
+	if err != nil || len(cl.Opts) == 0 || len(cl.GroupOpts) != 2 || len(cl.ProducerOpts) != 2 || len(cl.Warnings) != 1 || !strings.Contains(cl.Warnings[0].Error(), "max.poll.records: ignored") {
 		t.Errorf("client: %+v %v", cl, err)
 	}
 }

@@ -459,15 +459,20 @@ func watchBubble(name string, done <-chan struct{}) {
 // Under the synctests build tag franz-go replaces its mutexes by
 // channel-based ones (its internal xsync package), which synctest sees.
 //
-// Under the tag both tests fail in a few runs in a hundred: a node's
-// transactional offset commit is answered PRODUCER_FENCED, and the node
-// stops, as on any fence. In the one failure traced, a heartbeat answered
-// REBALANCE_IN_PROGRESS by the fault injection made node a rejoin just
-// after node b stopped; kfake left a's JoinGroup unanswered until the
-// client's request timed out (15 s, past the 5 s rebalance timeout); the
-// transaction a held open behind it passed the 10 s transaction timeout
-// (on which a broker aborts it and bumps the producer's epoch). On real
-// time these tests have not failed so.
+// A node's transactional offset commit waits for a join and sync in
+// flight with its transaction open, so the nodes' rebalance timeout is
+// at most a third of their transaction timeout (kafkaclient.RebalanceShare):
+// with 5 s against 10 s, joins and syncs that ran to the rebalance
+// timeout (waiting for a member stopped without leaving) could hold the
+// transaction open past its timeout, on which the broker aborts it and
+// bumps the producer's epoch, and the node's offset commit was answered
+// PRODUCER_FENCED (once in about twenty runs of
+// TestThreeNodesExactlyOnceThroughMovesAndFaults). The nodes here have a
+// 15 s transaction timeout beside a 5 s rebalance timeout.
+// Under the tag, in one failure traced, kfake also left a JoinGroup
+// unanswered until the client's request timed out (the rebalance timeout
+// plus the client's 10 s request overhead), which no rebalance timeout
+// bounds.
 func kafkaTestThroughRebalances(t *testing.T, test func(t *testing.T, h *harness)) {
 	t.Helper()
 	if kgoMutexesDurable {
@@ -559,7 +564,9 @@ func (h *harness) startWith(id, dir string, cfgTweak func(*Config), sTweak func(
 		ClientOpts: []kgo.Opt{
 			h.dial,
 			kgo.SessionTimeout(1500 * time.Millisecond), kgo.HeartbeatInterval(100 * time.Millisecond),
-			kgo.RebalanceTimeout(5 * time.Second), kgo.TransactionTimeout(10 * time.Second),
+			// Two rebalance timeouts well inside a transaction timeout, as
+			// kafkaclient.RebalanceShare wants.
+			kgo.RebalanceTimeout(5 * time.Second), kgo.TransactionTimeout(15 * time.Second),
 		},
 	}
 	if cfgTweak != nil {

@@ -465,6 +465,10 @@ func (s *Session) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("cluster: session: Kafka client: %w", err)
 	}
+	if err := checkTimeouts(gts.Client()); err != nil {
+		gts.Close()
+		return err
+	}
 	s.gts = gts
 	close(s.built)
 	rctx, cancelRestores := context.WithCancel(ctx)
@@ -518,6 +522,18 @@ func (s *Session) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
+}
+
+// checkTimeouts refuses a client whose rebalances may outlast its
+// transactions (kafkaclient.RebalanceShare says why): the properties are
+// checked where they are read, this guards the options a caller adds.
+func checkTimeouts(cl *kgo.Client) error {
+	rebalance, _ := cl.OptValue(kgo.RebalanceTimeout).(time.Duration)
+	txn, _ := cl.OptValue(kgo.TransactionTimeout).(time.Duration)
+	if kafkaclient.RebalanceShare*rebalance > txn {
+		return fmt.Errorf("cluster: session: the rebalance timeout %v is longer than a third of the transaction timeout %v: a transaction that waits for a rebalance to end would outlive its timeout and fence this node; lower max.poll.interval.ms or raise transaction.timeout.ms", rebalance, txn)
+	}
+	return nil
 }
 
 // DefaultFetchMaxWait is how long a fetch of the session waits for records

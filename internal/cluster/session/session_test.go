@@ -252,6 +252,17 @@ func TestThreeNodesExactlyOnceThroughMovesAndFaults(t *testing.T) {
 
 		tk.halt()
 		f.on.Store(false)
+		// A tick made just before the halt may still be in a transaction;
+		// a node stopped while it ends one cannot tell whether it
+		// committed (the tick fails with ErrStopped, uncounted), so the
+		// nodes stop once none has work in flight.
+		h.eventually("no work in flight", 30*time.Second, func() bool {
+			if !idle(a, c, b2) {
+				return false
+			}
+			time.Sleep(50 * time.Millisecond)
+			return idle(a, c, b2)
+		})
 		for _, n := range []*node{a, c, b2} {
 			n.stop(t)
 		}
@@ -262,6 +273,17 @@ func TestThreeNodesExactlyOnceThroughMovesAndFaults(t *testing.T) {
 		}
 		h.checkExactlyOnce(want + totalTicks(all...))
 	})
+}
+
+// idle reports whether no node of ns has a request queued or a
+// transaction open.
+func idle(ns ...*node) bool {
+	for _, n := range ns {
+		if n.s.Pending() > 0 || n.s.txn.Load() != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func abortedTotal(ns ...*node) int64 {
@@ -570,4 +592,29 @@ func TestEncodeFailureBacksOffItsPartitionOnly(t *testing.T) {
 		a.stop(t)
 		h.checkExactlyOnce(120)
 	})
+}
+
+// A node refuses options under which a transaction waiting for a
+// rebalance may outlive its timeout (two rebalance timeouts must fit well
+// inside it): the Kafka client's own defaults, a 60 s rebalance timeout
+// against a 40 s transaction timeout, among them.
+func TestRefusesRebalanceLongerThanItsTransactions(t *testing.T) {
+	for _, tc := range []struct {
+		opts []kgo.Opt
+		ok   bool
+	}{
+		{nil, false}, // the client's defaults
+		{[]kgo.Opt{kgo.RebalanceTimeout(5 * time.Second), kgo.TransactionTimeout(10 * time.Second)}, false},
+		{[]kgo.Opt{kgo.RebalanceTimeout(3 * time.Second), kgo.TransactionTimeout(10 * time.Second)}, true},
+	} {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, tc.opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = checkTimeouts(cl)
+		cl.Close()
+		if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "lower max.poll.interval.ms or raise transaction.timeout.ms")) {
+			t.Errorf("rebalance %v, transaction %v: %v", cl.OptValue(kgo.RebalanceTimeout), cl.OptValue(kgo.TransactionTimeout), err)
+		}
+	}
 }

@@ -479,12 +479,8 @@ func readManifest(fs vfs.FS, name string) (*BackupManifest, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 16<<20))
-	if err != nil {
-		return nil, err
-	}
 	var m BackupManifest
-	if err := json.Unmarshal(b, &m); err != nil {
+	if err := decodeManifest(f, &m); err != nil {
 		return nil, fmt.Errorf("not a backup manifest: %w", err)
 	}
 	if m.Kind != backupKind {
@@ -494,6 +490,19 @@ func readManifest(fs vfs.FS, name string) (*BackupManifest, error) {
 		return nil, fmt.Errorf("a backup manifest of version %d, this build reads version %d", m.Version, backupManifestVersion)
 	}
 	return &m, nil
+}
+
+// maxManifestBytes bounds what a manifest is read to: a file far larger
+// is not one of ours, and reading it whole would cost its size in memory.
+const maxManifestBytes = 16 << 20
+
+// decodeManifest reads a manifest's JSON from r into v.
+func decodeManifest(r io.Reader, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r, maxManifestBytes))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
 }
 
 // Verified is what VerifyBackup found.

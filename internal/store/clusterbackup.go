@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -257,12 +256,8 @@ func ReadClusterManifest(dir string) (*ClusterBackupManifest, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 16<<20))
-	if err != nil {
-		return nil, err
-	}
 	var m ClusterBackupManifest
-	if err := json.Unmarshal(b, &m); err != nil {
+	if err := decodeManifest(f, &m); err != nil {
 		return nil, fmt.Errorf("%s: not a cluster backup manifest: %w", name, err)
 	}
 	switch {

@@ -123,3 +123,4 @@ soak:
 	done
 	STATEFUN_KAFKA_SOAK=1 go test -race ./e2e -run 'TestKafkaCrashExactlyOnce$$' -timeout 30m
 	STATEFUN_CLUSTER_SOAK=1 go test -race ./e2e -run 'TestClusterFailover$$|TestClusterBrokerRestart$$' -timeout 30m
+	go test ./e2e -run 'TestJobMigrationKilledUnderLoad$$' -jobs.addresses=10000 -timeout 60m

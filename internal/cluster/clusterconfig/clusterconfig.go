@@ -45,8 +45,8 @@ const (
 	// DefaultCommitInterval is the longest work waits for its
 	// transaction, Kafka Streams' exactly-once commit interval.
 	DefaultCommitInterval = 100 * time.Millisecond
-	// MaxCommitInterval bounds the cadence well inside Kafka's default
-	// transaction timeout (60 s).
+	// MaxCommitInterval bounds the cadence well inside a node's
+	// transaction timeout (kafkaclient.DefaultTransactionTimeout, 40 s).
 	MaxCommitInterval = 30 * time.Second
 	// DefaultPeerProbeInterval is how often a node asks each other node
 	// that owns partitions whether it is alive (docs/explanation/cluster.md, "Failure

@@ -28,7 +28,9 @@
 //   - the state API's partition work, in the mailbox order of the
 //     partition that owns an address: Read, Mutate, WaitReceipt, the
 //     registered specs, WaitDurable, the repair loop and QueuedByType
-//     (stateapi.Engine). The durable records the API reads directly —
+//     (stateapi.Engine), and in cluster mode PutJob, a bulk job's record
+//     written by its home partition's commit (stateapi's cluster jobs).
+//     The durable records the API reads directly —
 //     receipts, audit, history, listings, dead letters — are the store's:
 //     Reads hands it the store read-only (stateapi.Store);
 //   - the cluster seam (cluster.go): Options.Durability (the cluster

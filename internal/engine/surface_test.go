@@ -30,7 +30,7 @@ var engineRoles = map[string][]string{
 	// InboxRepairer, Overviewer), and Reads for its stateapi.Store.
 	"state": {"Read", "Mutate", "WaitReceipt", "SpecsOf", "KnownTypes", "WaitDurable",
 		"Failing", "Inbox", "Pauses", "Pause", "PauseIn", "Repair", "RepairDelayed", "Resend",
-		"QueuedByType", "Reads"},
+		"QueuedByType", "Reads", "PutJob"},
 	// The cluster seam: node.Engine (the session's side), and Owned for
 	// the request forwarder.
 	"cluster": {"Owned", "Assign", "Revoke", "Full", "SubmitArrivals", "ForgetReadPosition"},

@@ -491,19 +491,7 @@ spec:
   urlPathTemplate: %s
   transport:
     type: io.statefun.transports.v1/async
----
-kind: io.statefun.kafka.v1/ingress
-spec:
-  id: bench/in
-  address: %s
-  consumerGroupId: bench
-  startupPosition:
-    type: earliest
-  topics:
-    - topic: %s
-      valueType: %s
-      targets: [%s]
----
+`, fnURL) + kafkaIngressTo(brokers, kafkaCounterFn) + fmt.Sprintf(`---
 kind: io.statefun.kafka.v1/egress
 spec:
   id: %s
@@ -511,7 +499,7 @@ spec:
   deliverySemantic:
     type: exactly-once
     transactionTimeout: 1min
-`, fnURL, brokers, kafkaInTopic, kafkaStampType, kafkaCounterFn, kafkaEgressID, brokers)
+`, kafkaEgressID, brokers)
 	rt, err := startRuntimeProc(b, dir, module)
 	if err != nil {
 		b.Fatal(err)

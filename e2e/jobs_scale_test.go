@@ -27,27 +27,8 @@ func TestJobMigrationKilledUnderLoad(t *testing.T) {
 	const hot = 8
 	stride := n / hot
 	sent := make([]int, hot)
-	// load ticks the hot counters, each every 50 ms, until stop is closed;
-	// every tick is answered (durable) before the next.
 	load := func(stop chan struct{}) *sync.WaitGroup {
-		var wg sync.WaitGroup
-		for h := range hot {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					e.tick(jbID(h * stride))
-					sent[h]++
-					time.Sleep(50 * time.Millisecond)
-				}
-			}()
-		}
-		return &wg
+		return e.tickHot(stop, hot, stride, 50*time.Millisecond, sent)
 	}
 
 	stop := make(chan struct{})

@@ -206,6 +206,31 @@ func (e *jbEnv) writes(id string) map[string]int {
 
 func jbID(i int) string { return fmt.Sprintf("c-%05d", i) }
 
+// tickHot ticks the hot counters jbID(h*stride), h < hot, each from its
+// own goroutine every period, each tick answered (durable) before the
+// next, until stop is closed; sent[h] counts hot counter h's ticks. Wait
+// on the result before reading sent.
+func (e *jbEnv) tickHot(stop <-chan struct{}, hot, stride int, period time.Duration, sent []int) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for h := range hot {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				e.tick(jbID(h * stride))
+				sent[h]++
+				time.Sleep(period)
+			}
+		}()
+	}
+	return &wg
+}
+
 // TestJobMigrationUnderLoad previews and runs a CEL migration over 1,000
 // counters while the counter function keeps incrementing 8 of them:
 // each counter ends at seed + increments + 1,000,000 — the job applied
@@ -248,24 +273,8 @@ func TestJobMigrationUnderLoad(t *testing.T) {
 	const hot = 8
 	stride := n / hot
 	stop := make(chan struct{})
-	var load sync.WaitGroup
 	sent := make([]int, hot)
-	for h := range hot {
-		load.Add(1)
-		go func() {
-			defer load.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				e.tick(jbID(h * stride))
-				sent[h]++
-				time.Sleep(20 * time.Millisecond)
-			}
-		}()
-	}
+	load := e.tickHot(stop, hot, stride, 20*time.Millisecond, sent)
 	time.Sleep(200 * time.Millisecond)
 	j := e.create(`{"select":{"type":"sdktest/counter","idPrefix":"c-","state":"count"},"action":{"op":"set","expr":"value + 1000000"},"rate":1000,"retries":50,"reason":"e2e migration"}`)
 	j = e.done(j.ID, 120*time.Second)

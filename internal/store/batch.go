@@ -269,40 +269,107 @@ func (b *Batch) Size() int { return b.live().Len() }
 // failed write of its log as fatal and stops the process through its
 // Logger.Fatalf.)
 func (b *Batch) Commit(sync bool) error {
-	pb := b.live()
-	if b.err != nil {
-		b.Close()
-		return b.err
-	}
-	if pb.Empty() {
-		b.Close()
-		return nil
+	pb, err := b.ready(sync)
+	if err != nil || pb == nil {
+		return err
 	}
 	opts := pebble.NoSync
 	if sync {
 		opts = pebble.Sync
+	}
+	err = pb.Commit(opts)
+	b.Close()
+	if err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	b.committed()
+	return nil
+}
+
+// Apply writes the batch as Commit(true) does, but returns as soon as its
+// writes are applied — visible to reads, as a synced Commit's are while
+// the log syncs — and leaves the wait for the sync to the returned
+// Applied. So one goroutine can encode and apply the next batch while
+// this one's sync runs: the store syncs its log in order, so a batch
+// applied later is never durable before this one.
+//
+// Apply returns the batch's first encoding error, or the store's, and then
+// writes nothing. Call Applied.Wait exactly once; after Apply, only Close
+// may be called on b, and it must not be before Wait returned (Wait closes
+// the batch itself). An empty batch is durable at once.
+func (b *Batch) Apply() (*Applied, error) {
+	pb, err := b.ready(true)
+	if err != nil {
+		return nil, err
+	}
+	if pb == nil {
+		return &Applied{}, nil
+	}
+	if err := b.db.pdb.ApplyNoSyncWait(pb, pebble.Sync); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("store: commit: %w", err)
+	}
+	return &Applied{b: b}, nil
+}
+
+// Applied is a batch written by Apply whose sync may still be running.
+type Applied struct {
+	b *Batch // nil: nothing to wait for
+}
+
+// Wait returns once the batch is durable, or the error that made it never
+// be; it releases the batch.
+func (a *Applied) Wait() error {
+	b := a.b
+	if b == nil {
+		return nil
+	}
+	a.b = nil
+	err := b.pb.SyncWait()
+	b.Close()
+	if err != nil {
+		return fmt.Errorf("store: commit: %w", err)
+	}
+	b.committed()
+	return nil
+}
+
+// ready returns the pebble batch to commit, or nil (and b closed) when it
+// is empty; on an encoding error, or a store that cannot take a write, it
+// closes b and returns the error.
+func (b *Batch) ready(sync bool) (*pebble.Batch, error) {
+	pb := b.live()
+	if b.err != nil {
+		b.Close()
+		return nil, b.err
+	}
+	if pb.Empty() {
+		b.Close()
+		return nil, nil
+	}
+	if sync {
 		// A synced commit is what work is acknowledged on: first make
 		// sure it goes into the directory a restart will open (one
 		// stat call, next to a sync of the log).
 		if err := b.db.checkDir(false); err != nil {
 			b.Close()
-			return fmt.Errorf("store: commit: %w", err)
+			return nil, fmt.Errorf("store: commit: %w", err)
 		}
 	} else if err := b.db.health.fatalErr(); err != nil {
 		b.Close()
-		return fmt.Errorf("store: commit: %w", err)
+		return nil, fmt.Errorf("store: commit: %w", err)
 	}
-	err := pb.Commit(opts)
-	b.Close()
-	if err != nil {
-		return fmt.Errorf("store: commit: %w", err)
-	}
+	return pb, nil
+}
+
+// committed does the bookkeeping of a committed batch: its history
+// records for the retention sweep, its records for the space bounds.
+func (b *Batch) committed() {
 	if len(b.touched) > 0 {
 		b.db.histTouched.add(b.touched)
 	}
 	b.db.wrote(&b.added)
 	b.added = [retainedSpaces]int32{}
-	return nil
 }
 
 // Close releases the batch, discarding its writes if it was not committed.

@@ -98,8 +98,10 @@ type Options struct {
 	// cut; requests beyond it wait for the next group. Default
 	// DefaultMaxGroupOps.
 	MaxGroupOps int
-	// Sync makes a group durable; default b.Commit(true). Tests inject store
-	// errors through it.
+	// Sync, when set, makes a group durable in place of the store's own
+	// synced write (b.Apply, then the wait for its sync, overlapped with
+	// the next group's encoding in Run). Tests inject store errors
+	// through it.
 	Sync func(b *store.Batch) error
 	// Now is the clock for Observe; default time.Now.
 	Now func() time.Time
@@ -124,9 +126,6 @@ type Committer struct {
 func New(db *store.DB, opts Options) *Committer {
 	if opts.MaxGroupOps <= 0 {
 		opts.MaxGroupOps = DefaultMaxGroupOps
-	}
-	if opts.Sync == nil {
-		opts.Sync = func(b *store.Batch) error { return b.Commit(true) }
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -167,26 +166,67 @@ func (c *Committer) Err() error {
 	return c.err
 }
 
-// Run commits groups until ctx ends (it then fails the requests still
-// waiting with ErrStopped and returns nil) or a store error stops it (it
-// returns that error, every waiting request having been failed with it).
+// Run commits groups until ctx ends (it then finishes the groups written,
+// fails the requests still waiting with ErrStopped and returns nil) or a
+// store error stops it (it returns that error, every waiting request
+// having been failed with it).
+//
+// Run keeps the disk busy: while one group's sync runs, it encodes and
+// writes the next — the requests that arrived meanwhile — so that its
+// sync starts the moment the first one's ends, and the first group's
+// callbacks (the wakes of hundreds of callers, in a loaded group) run
+// while the second one syncs. At most pipelineDepth groups are written
+// and not yet durable; the callbacks still run on this goroutine, in
+// submission order, once each group is durable.
 func (c *Committer) Run(ctx context.Context) error {
+	var pipe []*group // written, oldest first; pipe[0] is the one syncing
 	for {
-		n, err := c.CommitGroup()
-		if err != nil {
-			return err
+		if len(pipe) < pipelineDepth {
+			g, err := c.write()
+			if err != nil {
+				// The groups written before stand: they are called
+				// back as their syncs end.
+				c.drain(pipe)
+				return err
+			}
+			if g != nil {
+				g.watch()
+				pipe = append(pipe, g)
+				continue
+			}
 		}
-		if n > 0 {
-			continue
+		var synced <-chan struct{}
+		if len(pipe) > 0 {
+			synced = pipe[0].synced
+		}
+		wake := c.wake
+		if len(pipe) == pipelineDepth {
+			wake = nil // the next group waits for a free slot
 		}
 		select {
+		case <-synced:
+			g := pipe[0]
+			pipe = pipe[1:]
+			if err := c.finish(g); err != nil {
+				c.abandon(pipe, err)
+				return err
+			}
+		case <-wake:
 		case <-ctx.Done():
+			if err := c.drain(pipe); err != nil {
+				return err
+			}
 			c.stop(ErrStopped)
 			return nil
-		case <-c.wake:
 		}
 	}
 }
+
+// pipelineDepth is the most groups Run has written and not yet seen
+// durable: one syncing, one written behind it. More would not sync any
+// sooner (the store syncs its log one sync at a time, each covering what
+// was written before it began) and would only cut the groups smaller.
+const pipelineDepth = 2
 
 // CommitGroup writes the requests waiting now (up to MaxGroupOps writes) in
 // one synced batch and calls them back. It returns how many requests it
@@ -194,6 +234,45 @@ func (c *Committer) Run(ctx context.Context) error {
 // every request it took or that was waiting has been failed with it, and
 // later Submits fail too.
 func (c *Committer) CommitGroup() (int, error) {
+	g, err := c.write()
+	if err != nil || g == nil {
+		return 0, err
+	}
+	g.err = g.wait()
+	return len(g.reqs), c.finish(g)
+}
+
+// group is requests written to the store in one batch.
+type group struct {
+	reqs  []Request
+	bad   []int // the requests that failed to encode (and were failed)
+	start time.Time
+	ops   int
+	size  int
+	// wait returns once the batch is durable, or the error that made it
+	// never be.
+	wait func() error
+	// synced is closed once wait returned, with its error in err (watch).
+	synced chan struct{}
+	err    error
+}
+
+// watch waits for the group's sync on a goroutine of its own, so that Run
+// can write the next group meanwhile; synced is closed when it is over.
+func (g *group) watch() {
+	g.synced = make(chan struct{})
+	go func() {
+		g.err = g.wait()
+		close(g.synced)
+	}()
+}
+
+// write takes the requests waiting now (the urgent lane first, up to
+// MaxGroupOps writes), encodes them into one batch and writes it without
+// waiting for its sync. It returns nil when nothing waits, or the
+// committer stopped; and the store error that refused the batch, if any,
+// having failed its requests and stopped the committer.
+func (c *Committer) write() (*group, error) {
 	c.mu.Lock()
 	reqs := c.reqs
 	c.reqs = nil
@@ -203,16 +282,14 @@ func (c *Committer) CommitGroup() (int, error) {
 	stopped := c.err
 	c.mu.Unlock()
 	if stopped != nil || len(reqs) == 0 {
-		return 0, nil
+		return nil, nil
 	}
-	start := c.opts.Now()
+	g := &group{start: c.opts.Now()}
 	b := c.db.NewBatch()
-	defer b.Close()
 	n := 0
-	var bad []int // requests that failed to encode
 	for n < len(reqs) && (n == 0 || b.Len() < c.opts.MaxGroupOps) {
 		if err := b.Stage(reqs[n].Encode); err != nil {
-			bad = append(bad, n)
+			g.bad = append(g.bad, n)
 			reqs[n].Fail(err)
 		}
 		n++
@@ -223,31 +300,84 @@ func (c *Committer) CommitGroup() (int, error) {
 		c.mu.Unlock()
 		reqs = reqs[:n]
 	}
-	ops, size := b.Len(), b.Size()
-	if err := c.opts.Sync(b); err != nil {
-		err = fmt.Errorf("%w: %w", ErrStopped, err)
-		for i, r := range reqs {
-			if !contains(bad, i) {
-				r.Fail(err)
-			}
-		}
-		c.stop(err)
-		return len(reqs), err
+	g.reqs, g.ops, g.size = reqs, b.Len(), b.Size()
+	if c.opts.Sync != nil {
+		err := c.opts.Sync(b)
+		b.Close()
+		g.wait = func() error { return err }
+		return g, nil
+	}
+	applied, err := b.Apply()
+	if err != nil {
+		g.err = err
+		return nil, c.fail(g, err)
+	}
+	g.wait = applied.Wait
+	return g, nil
+}
+
+// finish calls back the requests of a group whose wait is over (g.err
+// set): Durable, then AfterGroup; or, when the sync failed, Fail, and the
+// committer stops.
+func (c *Committer) finish(g *group) error {
+	if g.err != nil {
+		return c.fail(g, g.err)
 	}
 	if c.opts.Observe != nil {
-		c.opts.Observe(c.opts.Now().Sub(start), len(reqs), ops, size)
+		c.opts.Observe(c.opts.Now().Sub(g.start), len(g.reqs), g.ops, g.size)
 	}
-	for i, r := range reqs {
-		if !contains(bad, i) {
+	for i, r := range g.reqs {
+		if !contains(g.bad, i) {
 			r.Durable()
 		}
 	}
-	for i, r := range reqs {
-		if a, ok := r.(Answerer); ok && !contains(bad, i) {
+	for i, r := range g.reqs {
+		if a, ok := r.(Answerer); ok && !contains(g.bad, i) {
 			a.AfterGroup()
 		}
 	}
-	return len(reqs), nil
+	return nil
+}
+
+// fail fails the requests of g with the store error err and stops the
+// committer; it returns the error the requests got.
+func (c *Committer) fail(g *group, err error) error {
+	err = fmt.Errorf("%w: %w", ErrStopped, err)
+	for i, r := range g.reqs {
+		if !contains(g.bad, i) {
+			r.Fail(err)
+		}
+	}
+	c.stop(err)
+	return err
+}
+
+// drain calls back the groups of pipe as their syncs end, and returns
+// the first error; the groups after a failed one are abandoned.
+func (c *Committer) drain(pipe []*group) error {
+	for i, g := range pipe {
+		<-g.synced
+		if err := c.finish(g); err != nil {
+			c.abandon(pipe[i+1:], err)
+			return err
+		}
+	}
+	return nil
+}
+
+// abandon fails the requests of the groups written after one whose write
+// or sync failed: the committer stopped with err before they were known
+// durable (the store treats a failed log write as fatal, so they never
+// will be).
+func (c *Committer) abandon(pipe []*group, err error) {
+	for _, g := range pipe {
+		<-g.synced
+		for i, r := range g.reqs {
+			if !contains(g.bad, i) {
+				r.Fail(err)
+			}
+		}
+	}
 }
 
 // stop records err (the first one wins) and fails every waiting request.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -327,5 +328,120 @@ func TestUrgentRequestsShareTheirLane(t *testing.T) {
 	}
 	if fmt.Sprint(groups) != "[5 3]" {
 		t.Fatalf("groups %v, want [5 3]", groups)
+	}
+}
+
+// gatedFS holds every sync of the store's write-ahead log while its gate
+// is shut, telling entered each time one begins: a disk whose sync takes
+// as long as the test wants.
+type gatedFS struct {
+	vfs.FS
+	shut    chan struct{} // closed: syncs pass
+	entered chan string
+}
+
+func (fs *gatedFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, cat)
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return gatedFile{File: f, fs: fs, name: name}, nil
+}
+
+type gatedFile struct {
+	vfs.File
+	fs   *gatedFS
+	name string
+}
+
+func (f gatedFile) gate() {
+	select {
+	case <-f.fs.shut:
+	default:
+		f.fs.entered <- f.name
+		<-f.fs.shut
+	}
+}
+
+func (f gatedFile) Sync() error     { f.gate(); return f.File.Sync() }
+func (f gatedFile) SyncData() error { f.gate(); return f.File.SyncData() }
+
+// orderedReq is an inboxReq that also notes, in order, when it is told
+// it is durable.
+type orderedReq struct {
+	*inboxReq
+	log chan<- uint64
+}
+
+func (r orderedReq) Durable() { r.log <- r.key.Seq; r.inboxReq.Durable() }
+
+// While one group's sync runs, Run writes the next group — its writes are
+// in the store before the first is durable — and the groups are still
+// called back in order once each is durable. With the groups committed
+// one after the other (pipelineDepth 1), the second is not written until
+// the first's sync ends, and this test fails.
+func TestRunWritesTheNextGroupWhileOneSyncs(t *testing.T) {
+	fs := &gatedFS{FS: vfs.NewMem(), shut: make(chan struct{}), entered: make(chan string, 16)}
+	open := make(chan struct{})
+	close(open)
+	fs.shut = open // Open syncs freely
+	db, err := store.Open("data", store.Options{Partitions: 2, FS: fs, Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	shut := make(chan struct{})
+	fs.shut = shut
+
+	c := New(db, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	release := sync.OnceFunc(func() { close(shut) })
+	defer release() // before Run is stopped: it waits for the syncs
+
+	log := make(chan uint64, 4)
+	first := orderedReq{newReq(1, "a"), log}
+	if err := c.Submit(first); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fs.entered: // the first group's sync has begun, and waits
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first group's sync never began")
+	}
+	second := orderedReq{newReq(2, "b"), log}
+	if err := c.Submit(second); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for inboxLen(t, db) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second group was not written while the first one's sync ran (%d messages in the store)", inboxLen(t, db))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case seq := <-log:
+		t.Fatalf("request %d was told it is durable before any sync ended", seq)
+	default:
+	}
+	release()
+	for want := uint64(1); want <= 2; want++ {
+		select {
+		case got := <-log:
+			if got != want {
+				t.Fatalf("request %d was told it is durable before request %d", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d was never told it is durable", want)
+		}
 	}
 }

@@ -119,6 +119,9 @@ type Committer struct {
 	reqs []Request
 	err  error // set once: the store error that stopped it, or ErrStopped
 	wake chan struct{}
+	// urgent is signalled, besides wake, by the submission of an urgent
+	// request: Run writes its lane even when the pipe is full.
+	urgent chan struct{}
 }
 
 // New returns a committer writing to db. Nothing runs until Run or
@@ -130,7 +133,7 @@ func New(db *store.DB, opts Options) *Committer {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Committer{db: db, opts: opts, wake: make(chan struct{}, 1)}
+	return &Committer{db: db, opts: opts, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1)}
 }
 
 // Submit queues r for the next group. It returns an error wrapping
@@ -148,6 +151,14 @@ func (c *Committer) Submit(r Request) error {
 	select {
 	case c.wake <- struct{}{}:
 	default:
+	}
+	if u, ok := r.(Urgent); ok {
+		if _, urgent := u.Lane(); urgent {
+			select {
+			case c.urgent <- struct{}{}:
+			default:
+			}
+		}
 	}
 	return nil
 }
@@ -176,13 +187,15 @@ func (c *Committer) Err() error {
 // sync starts the moment the first one's ends, and the first group's
 // callbacks (the wakes of hundreds of callers, in a loaded group) run
 // while the second one syncs. At most pipelineDepth groups are written
-// and not yet durable; the callbacks still run on this goroutine, in
+// and not yet durable, and one more for the urgent lane (see Urgent): a
+// caller waiting for its write then shares the next sync instead of
+// waiting for a free slot. The callbacks still run on this goroutine, in
 // submission order, once each group is durable.
 func (c *Committer) Run(ctx context.Context) error {
 	var pipe []*group // written, oldest first; pipe[0] is the one syncing
 	for {
 		if len(pipe) < pipelineDepth {
-			g, err := c.write()
+			g, err := c.write(false)
 			if err != nil {
 				// The groups written before stand: they are called
 				// back as their syncs end.
@@ -199,9 +212,12 @@ func (c *Committer) Run(ctx context.Context) error {
 		if len(pipe) > 0 {
 			synced = pipe[0].synced
 		}
-		wake := c.wake
-		if len(pipe) == pipelineDepth {
+		wake, urgent := c.wake, c.urgent
+		if len(pipe) >= pipelineDepth {
 			wake = nil // the next group waits for a free slot
+		}
+		if len(pipe) > pipelineDepth {
+			urgent = nil // the urgent lane has its group in the pipe
 		}
 		select {
 		case <-synced:
@@ -212,6 +228,19 @@ func (c *Committer) Run(ctx context.Context) error {
 				return err
 			}
 		case <-wake:
+		case <-urgent:
+			if len(pipe) < pipelineDepth {
+				continue // the loop writes the lane first anyway
+			}
+			g, err := c.write(true)
+			if err != nil {
+				c.drain(pipe)
+				return err
+			}
+			if g != nil {
+				g.watch()
+				pipe = append(pipe, g)
+			}
 		case <-ctx.Done():
 			if err := c.drain(pipe); err != nil {
 				return err
@@ -234,7 +263,7 @@ const pipelineDepth = 2
 // every request it took or that was waiting has been failed with it, and
 // later Submits fail too.
 func (c *Committer) CommitGroup() (int, error) {
-	g, err := c.write()
+	g, err := c.write(false)
 	if err != nil || g == nil {
 		return 0, err
 	}
@@ -268,16 +297,19 @@ func (g *group) watch() {
 }
 
 // write takes the requests waiting now (the urgent lane first, up to
-// MaxGroupOps writes), encodes them into one batch and writes it without
-// waiting for its sync. It returns nil when nothing waits, or the
-// committer stopped; and the store error that refused the batch, if any,
-// having failed its requests and stopped the committer.
-func (c *Committer) write() (*group, error) {
+// MaxGroupOps writes; with laneOnly, the urgent lane or nothing), encodes
+// them into one batch and writes it without waiting for its sync. It
+// returns nil when nothing waits, or the committer stopped; and the store
+// error that refused the batch, if any, having failed its requests and
+// stopped the committer.
+func (c *Committer) write(laneOnly bool) (*group, error) {
 	c.mu.Lock()
 	reqs := c.reqs
 	c.reqs = nil
 	if rest, lane, ok := cutLane(reqs); ok {
 		reqs, c.reqs = lane, rest
+	} else if laneOnly {
+		reqs, c.reqs = nil, reqs
 	}
 	stopped := c.err
 	c.mu.Unlock()

@@ -445,3 +445,85 @@ func TestRunWritesTheNextGroupWhileOneSyncs(t *testing.T) {
 		}
 	}
 }
+
+// urgentOrdered is an orderedReq a caller waits on (committer.Urgent), in
+// partition lane.
+type urgentOrdered struct {
+	orderedReq
+	lane int
+}
+
+func (r urgentOrdered) Lane() (int, bool) { return r.lane, true }
+
+// With the pipe full — one group syncing, one written behind it — an
+// urgent request is written at once, to share the next sync, while a
+// plain request submitted before it waits for a free slot; all of them
+// are still called back in the order they were written.
+func TestUrgentLaneSkipsTheFullPipe(t *testing.T) {
+	fs := &gatedFS{FS: vfs.NewMem(), entered: make(chan string, 16)}
+	open := make(chan struct{})
+	close(open)
+	fs.shut = open
+	db, err := store.Open("data", store.Options{Partitions: 2, FS: fs, Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	shut := make(chan struct{})
+	fs.shut = shut
+
+	c := New(db, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	release := sync.OnceFunc(func() { close(shut) })
+	defer release()
+
+	log := make(chan uint64, 8)
+	submit := func(r Request) {
+		t.Helper()
+		if err := c.Submit(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWritten := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for inboxLen(t, db) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d messages written, want %d", inboxLen(t, db), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	submit(orderedReq{newReq(1, "a"), log})
+	<-fs.entered // group 1 syncs, and waits
+	submit(orderedReq{newReq(2, "b"), log})
+	waitWritten(2) // group 2 written behind it: the pipe is full
+	submit(orderedReq{newReq(3, "c"), log})
+	submit(urgentOrdered{orderedReq{newReq(4, "d"), log}, 1})
+	waitWritten(3)
+	db.ScanInbox(0, func(k store.InboxKey, _ *protocol.Envelope) error {
+		if k.Seq == 3 {
+			t.Fatal("the plain request was written while the pipe was full")
+		}
+		return nil
+	})
+	release()
+	for _, want := range []uint64{1, 2, 4, 3} {
+		select {
+		case got := <-log:
+			if got != want {
+				t.Fatalf("request %d was told it is durable when request %d was due", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d was never told it is durable", want)
+		}
+	}
+}

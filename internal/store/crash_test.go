@@ -42,7 +42,8 @@ func crashTimer(c uint64) TimerKey {
 	return TimerKey{Partition: 2, Due: int64(c) - 5, ID: c}
 }
 
-// writeCommit writes commit c (counting from 1), which replaces commit c-1.
+// writeCommit writes commit c (counting from 1), which replaces commit c-1;
+// synced ones with Commit(true) or, every other one, Apply and Wait.
 func writeCommit(t *testing.T, db *DB, c uint64, sync bool) {
 	t.Helper()
 	b := db.NewBatch()
@@ -61,6 +62,18 @@ func writeCommit(t *testing.T, db *DB, c uint64, sync bool) {
 	b.PutTimer(crashTimer(c), envelope(crashAddr(2), fmt.Sprint(c)))
 	b.PutEgress("crash/out", "r", c, &protocol.EgressRecord{EgressNamespace: "crash", EgressType: "out"})
 	b.PutSpecs(crashType, []*protocol.FromFunction_PersistedValueSpec{{StateName: fmt.Sprint("gen", c)}})
+	if sync && c%2 == 0 {
+		// Every other synced commit as the committer writes them: applied,
+		// then waited for; durable once Wait returned.
+		a, err := b.Apply()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	if err := b.Commit(sync); err != nil {
 		t.Fatal(err)
 	}

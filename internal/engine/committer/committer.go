@@ -192,62 +192,93 @@ func (c *Committer) Err() error {
 // waiting for a free slot. The callbacks still run on this goroutine, in
 // submission order, once each group is durable.
 func (c *Committer) Run(ctx context.Context) error {
-	var pipe []*group // written, oldest first; pipe[0] is the one syncing
+	p := newPipe()
+	defer p.close()
 	for {
-		if len(pipe) < pipelineDepth {
+		if p.n < pipelineDepth {
 			g, err := c.write(false)
 			if err != nil {
 				// The groups written before stand: they are called
 				// back as their syncs end.
-				c.drain(pipe)
+				c.drain(p)
 				return err
 			}
 			if g != nil {
-				g.watch()
-				pipe = append(pipe, g)
+				p.push(g)
 				continue
 			}
 		}
-		var synced <-chan struct{}
-		if len(pipe) > 0 {
-			synced = pipe[0].synced
+		var synced <-chan *group
+		if p.n > 0 {
+			synced = p.synced
 		}
 		wake, urgent := c.wake, c.urgent
-		if len(pipe) >= pipelineDepth {
+		if p.n >= pipelineDepth {
 			wake = nil // the next group waits for a free slot
 		}
-		if len(pipe) > pipelineDepth {
+		if p.n > pipelineDepth {
 			urgent = nil // the urgent lane has its group in the pipe
 		}
 		select {
-		case <-synced:
-			g := pipe[0]
-			pipe = pipe[1:]
+		case g := <-synced:
+			p.n--
 			if err := c.finish(g); err != nil {
-				c.abandon(pipe, err)
+				c.abandon(p, err)
 				return err
 			}
 		case <-wake:
 		case <-urgent:
-			if len(pipe) < pipelineDepth {
+			if p.n < pipelineDepth {
 				continue // the loop writes the lane first anyway
 			}
 			g, err := c.write(true)
 			if err != nil {
-				c.drain(pipe)
+				c.drain(p)
 				return err
 			}
 			if g != nil {
-				g.watch()
-				pipe = append(pipe, g)
+				p.push(g)
 			}
 		case <-ctx.Done():
-			if err := c.drain(pipe); err != nil {
+			if err := c.drain(p); err != nil {
 				return err
 			}
 			c.stop(ErrStopped)
 			return nil
 		}
+	}
+}
+
+// pipe holds the groups Run has written and not yet called back. A
+// goroutine of its own (syncWaitLoop) waits for their syncs, oldest
+// first, and hands each back on synced once it is over, so that Run can
+// write the next group meanwhile.
+type pipe struct {
+	written chan *group // to syncWaitLoop
+	synced  chan *group // from it, in the order written
+	n       int         // groups written and not yet taken from synced
+}
+
+func newPipe() *pipe {
+	p := &pipe{written: make(chan *group, pipelineDepth+1), synced: make(chan *group, pipelineDepth+1)}
+	go syncWaitLoop(p.written, p.synced)
+	return p
+}
+
+// push hands a written group to syncWaitLoop.
+func (p *pipe) push(g *group) {
+	p.written <- g
+	p.n++
+}
+
+// close ends syncWaitLoop; every group pushed must have been taken back.
+func (p *pipe) close() { close(p.written) }
+
+// syncWaitLoop waits for each group's sync in turn.
+func syncWaitLoop(written <-chan *group, synced chan<- *group) {
+	for g := range written {
+		g.wait()
+		synced <- g
 	}
 }
 
@@ -267,7 +298,7 @@ func (c *Committer) CommitGroup() (int, error) {
 	if err != nil || g == nil {
 		return 0, err
 	}
-	g.err = g.wait()
+	g.wait()
 	return len(g.reqs), c.finish(g)
 }
 
@@ -278,22 +309,20 @@ type group struct {
 	start time.Time
 	ops   int
 	size  int
-	// wait returns once the batch is durable, or the error that made it
-	// never be.
-	wait func() error
-	// synced is closed once wait returned, with its error in err (watch).
-	synced chan struct{}
-	err    error
+	// applied is the batch whose sync is awaited; nil once it is over
+	// (or with Options.Sync, which syncs in place), err its outcome.
+	applied *store.Applied
+	err     error
 }
 
-// watch waits for the group's sync on a goroutine of its own, so that Run
-// can write the next group meanwhile; synced is closed when it is over.
-func (g *group) watch() {
-	g.synced = make(chan struct{})
-	go func() {
-		g.err = g.wait()
-		close(g.synced)
-	}()
+// wait waits for the group's sync, if it is not over, and returns its
+// outcome.
+func (g *group) wait() error {
+	if g.applied != nil {
+		g.err = g.applied.Wait()
+		g.applied = nil
+	}
+	return g.err
 }
 
 // write takes the requests waiting now (the urgent lane first, up to
@@ -334,9 +363,8 @@ func (c *Committer) write(laneOnly bool) (*group, error) {
 	}
 	g.reqs, g.ops, g.size = reqs, b.Len(), b.Size()
 	if c.opts.Sync != nil {
-		err := c.opts.Sync(b)
+		g.err = c.opts.Sync(b)
 		b.Close()
-		g.wait = func() error { return err }
 		return g, nil
 	}
 	applied, err := b.Apply()
@@ -344,7 +372,7 @@ func (c *Committer) write(laneOnly bool) (*group, error) {
 		g.err = err
 		return nil, c.fail(g, err)
 	}
-	g.wait = applied.Wait
+	g.applied = applied
 	return g, nil
 }
 
@@ -384,26 +412,27 @@ func (c *Committer) fail(g *group, err error) error {
 	return err
 }
 
-// drain calls back the groups of pipe as their syncs end, and returns
-// the first error; the groups after a failed one are abandoned.
-func (c *Committer) drain(pipe []*group) error {
-	for i, g := range pipe {
-		<-g.synced
+// drain calls back the groups of p as their syncs end, and returns the
+// first error; the groups after a failed one are abandoned.
+func (c *Committer) drain(p *pipe) error {
+	for p.n > 0 {
+		g := <-p.synced
+		p.n--
 		if err := c.finish(g); err != nil {
-			c.abandon(pipe[i+1:], err)
+			c.abandon(p, err)
 			return err
 		}
 	}
 	return nil
 }
 
-// abandon fails the requests of the groups written after one whose write
-// or sync failed: the committer stopped with err before they were known
-// durable (the store treats a failed log write as fatal, so they never
-// will be).
-func (c *Committer) abandon(pipe []*group, err error) {
-	for _, g := range pipe {
-		<-g.synced
+// abandon fails the requests of the groups of p, written after one whose
+// write or sync failed: the committer stopped with err before they were
+// known durable (the store treats a failed log write as fatal, so they
+// never will be).
+func (c *Committer) abandon(p *pipe, err error) {
+	for ; p.n > 0; p.n-- {
+		g := <-p.synced
 		for i, r := range g.reqs {
 			if !contains(g.bad, i) {
 				r.Fail(err)

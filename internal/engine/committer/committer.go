@@ -196,15 +196,11 @@ func (c *Committer) Run(ctx context.Context) error {
 	defer p.close()
 	for {
 		if p.n < pipelineDepth {
-			g, err := c.write(false)
+			wrote, err := c.take(p, false)
 			if err != nil {
-				// The groups written before stand: they are called
-				// back as their syncs end.
-				c.drain(p)
 				return err
 			}
-			if g != nil {
-				p.push(g)
+			if wrote {
 				continue
 			}
 		}
@@ -231,13 +227,8 @@ func (c *Committer) Run(ctx context.Context) error {
 			if p.n < pipelineDepth {
 				continue // the loop writes the lane first anyway
 			}
-			g, err := c.write(true)
-			if err != nil {
-				c.drain(p)
+			if _, err := c.take(p, true); err != nil {
 				return err
-			}
-			if g != nil {
-				p.push(g)
 			}
 		case <-ctx.Done():
 			if err := c.drain(p); err != nil {
@@ -247,6 +238,23 @@ func (c *Committer) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// take writes a group of the requests waiting (with laneOnly, of the
+// urgent lane only) into the pipe, and reports whether there was one. A
+// store error that refused it is returned once the groups written before
+// have been called back: they stand, as their syncs end.
+func (c *Committer) take(p *pipe, laneOnly bool) (bool, error) {
+	g, err := c.write(laneOnly)
+	if err != nil {
+		c.drain(p)
+		return false, err
+	}
+	if g == nil {
+		return false, nil
+	}
+	p.push(g)
+	return true, nil
 }
 
 // pipe holds the groups Run has written and not yet called back. A

@@ -366,6 +366,37 @@ func (f gatedFile) gate() {
 func (f gatedFile) Sync() error     { f.gate(); return f.File.Sync() }
 func (f gatedFile) SyncData() error { f.gate(); return f.File.SyncData() }
 
+// gatedRun opens a store on a gatedFS, holds its log's syncs from then on,
+// and runs a committer on it until the test ends. release lets the syncs
+// through; the cleanup calls it before it stops Run, which waits for them.
+func gatedRun(t *testing.T) (db *store.DB, c *Committer, fs *gatedFS, release func()) {
+	t.Helper()
+	open := make(chan struct{})
+	close(open)
+	fs = &gatedFS{FS: vfs.NewMem(), shut: open, entered: make(chan string, 16)} // Open syncs freely
+	db, err := store.Open("data", store.Options{Partitions: 2, FS: fs, Logger: quietPebble{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	shut := make(chan struct{})
+	fs.shut = shut
+	release = sync.OnceFunc(func() { close(shut) })
+
+	c = New(db, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	t.Cleanup(release)
+	return db, c, fs, release
+}
+
 // orderedReq is an inboxReq that also notes, in order, when it is told
 // it is durable.
 type orderedReq struct {
@@ -381,31 +412,7 @@ func (r orderedReq) Durable() { r.log <- r.key.Seq; r.inboxReq.Durable() }
 // one after the other (pipelineDepth 1), the second is not written until
 // the first's sync ends, and this test fails.
 func TestRunWritesTheNextGroupWhileOneSyncs(t *testing.T) {
-	fs := &gatedFS{FS: vfs.NewMem(), shut: make(chan struct{}), entered: make(chan string, 16)}
-	open := make(chan struct{})
-	close(open)
-	fs.shut = open // Open syncs freely
-	db, err := store.Open("data", store.Options{Partitions: 2, FS: fs, Logger: quietPebble{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	shut := make(chan struct{})
-	fs.shut = shut
-
-	c := New(db, Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-
-	release := sync.OnceFunc(func() { close(shut) })
-	defer release() // before Run is stopped: it waits for the syncs
+	db, c, fs, release := gatedRun(t)
 
 	log := make(chan uint64, 4)
 	first := orderedReq{newReq(1, "a"), log}
@@ -421,29 +428,14 @@ func TestRunWritesTheNextGroupWhileOneSyncs(t *testing.T) {
 	if err := c.Submit(second); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for inboxLen(t, db) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the second group was not written while the first one's sync ran (%d messages in the store)", inboxLen(t, db))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitWritten(t, db, 2) // the second group, while the first one's sync runs
 	select {
 	case seq := <-log:
 		t.Fatalf("request %d was told it is durable before any sync ended", seq)
 	default:
 	}
 	release()
-	for want := uint64(1); want <= 2; want++ {
-		select {
-		case got := <-log:
-			if got != want {
-				t.Fatalf("request %d was told it is durable before request %d", got, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("request %d was never told it is durable", want)
-		}
-	}
+	expectDurable(t, log, 1, 2)
 }
 
 // urgentOrdered is an orderedReq a caller waits on (committer.Urgent), in
@@ -460,30 +452,7 @@ func (r urgentOrdered) Lane() (int, bool) { return r.lane, true }
 // plain request submitted before it waits for a free slot; all of them
 // are still called back in the order they were written.
 func TestUrgentLaneSkipsTheFullPipe(t *testing.T) {
-	fs := &gatedFS{FS: vfs.NewMem(), entered: make(chan string, 16)}
-	open := make(chan struct{})
-	close(open)
-	fs.shut = open
-	db, err := store.Open("data", store.Options{Partitions: 2, FS: fs, Logger: quietPebble{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	shut := make(chan struct{})
-	fs.shut = shut
-
-	c := New(db, Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	release := sync.OnceFunc(func() { close(shut) })
-	defer release()
+	db, c, fs, release := gatedRun(t)
 
 	log := make(chan uint64, 8)
 	submit := func(r Request) {
@@ -492,23 +461,13 @@ func TestUrgentLaneSkipsTheFullPipe(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitWritten := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for inboxLen(t, db) != n {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d messages written, want %d", inboxLen(t, db), n)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
 	submit(orderedReq{newReq(1, "a"), log})
 	<-fs.entered // group 1 syncs, and waits
 	submit(orderedReq{newReq(2, "b"), log})
-	waitWritten(2) // group 2 written behind it: the pipe is full
+	waitWritten(t, db, 2) // group 2 written behind it: the pipe is full
 	submit(orderedReq{newReq(3, "c"), log})
 	submit(urgentOrdered{orderedReq{newReq(4, "d"), log}, 1})
-	waitWritten(3)
+	waitWritten(t, db, 3)
 	db.ScanInbox(0, func(k store.InboxKey, _ *protocol.Envelope) error {
 		if k.Seq == 3 {
 			t.Fatal("the plain request was written while the pipe was full")
@@ -516,7 +475,14 @@ func TestUrgentLaneSkipsTheFullPipe(t *testing.T) {
 		return nil
 	})
 	release()
-	for _, want := range []uint64{1, 2, 4, 3} {
+	expectDurable(t, log, 1, 2, 4, 3)
+}
+
+// expectDurable checks that the requests of log are told they are
+// durable in the order given.
+func expectDurable(t *testing.T, log <-chan uint64, order ...uint64) {
+	t.Helper()
+	for _, want := range order {
 		select {
 		case got := <-log:
 			if got != want {
@@ -525,5 +491,17 @@ func TestUrgentLaneSkipsTheFullPipe(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("request %d was never told it is durable", want)
 		}
+	}
+}
+
+// waitWritten waits until n messages are in the store's inbox.
+func waitWritten(t *testing.T, db *store.DB, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for inboxLen(t, db) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages written, want %d", inboxLen(t, db), n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -125,7 +125,7 @@ func cxSame(t *testing.T, what string, got, want []string) {
 }
 
 // cxRun runs `statefun state <args>` against node n and wants exit 0.
-func cxRun(t *testing.T, n *clusterNode, stdin string, args ...string) exCLI {
+func cxRun(t testing.TB, n *clusterNode, stdin string, args ...string) exCLI {
 	t.Helper()
 	res := exState(t, n.runtime, strings.NewReader(stdin), args...)
 	if res.code != 0 {

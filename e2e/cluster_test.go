@@ -70,7 +70,7 @@ type clusterNode struct {
 
 // newClusterNode writes the module of node id of application app; the
 // process is not started.
-func newClusterNode(t *testing.T, brokers, app, id, fnURL string) *clusterNode {
+func newClusterNode(t testing.TB, brokers, app, id, fnURL string) *clusterNode {
 	rt := newRuntimeWith(t, func(in, _ int) string { return clusterModule(fnURL, brokers, in) })
 	return &clusterNode{runtime: rt, id: id, app: app, brokers: brokers, sessionTimeout: 6000}
 }
@@ -677,7 +677,7 @@ func waitCounts(t *testing.T, nodes []*clusterNode, want map[string]int, timeout
 }
 
 // waitFor polls ok until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, ok func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !ok() {

@@ -94,7 +94,7 @@ func owners(t *testing.T, brokers, app string) map[int32]string {
 }
 
 // ownership is owners and the group's state.
-func ownership(t *testing.T, brokers, app string) (map[int32]string, string) {
+func ownership(t testing.TB, brokers, app string) (map[int32]string, string) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
 	if err != nil {
@@ -134,7 +134,7 @@ func startWriteCluster(t *testing.T, app string) (string, []*clusterNode) {
 // startApp starts nodes ids of application app on brokers, serving the
 // functions at fn, and waits until each serves partitions and the
 // assignment holds.
-func startApp(t *testing.T, brokers, fn, app string, ids ...string) []*clusterNode {
+func startApp(t testing.TB, brokers, fn, app string, ids ...string) []*clusterNode {
 	var nodes []*clusterNode
 	for _, id := range ids {
 		n := newClusterNode(t, brokers, app, id, fn)

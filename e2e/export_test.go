@@ -82,7 +82,7 @@ type exCLI struct {
 	stdout, stderr string
 }
 
-func exState(t *testing.T, r *runtime, stdin io.Reader, args ...string) exCLI {
+func exState(t testing.TB, r *runtime, stdin io.Reader, args ...string) exCLI {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"state", "--server", "http://" + r.admin}, args...)...)
 	cmd.Stdin = stdin

@@ -5,11 +5,11 @@ package stateapi
 //
 // The entries of a type are keyed by id, not by partition, so a page in
 // key order is made of every partition's entries: the node taking the
-// request asks every node (forward's Gather) for the page after the same
-// cursor, each answers from the partitions it owns (localPart: never a
-// stale copy of a partition that moved away) and ends, as in embedded
-// mode, after limit entries, 4 MiB of values or maxExportScan entries
-// read. The merged page is exact up to the lowest point where a node's
+// request asks every node (forward's Gather) for its share of the page
+// after the same cursor (exportShare); each answers from the partitions it
+// owns (localPart: never a stale copy of a partition that moved away) and
+// ends, as in embedded mode, after that many entries, 4 MiB of values or
+// maxExportScan entries read. The merged page is exact up to the lowest point where a node's
 // page ended: beyond it that node may hold entries it did not send. So the
 // page ends there at the latest, and its cursor is the same (id, state)
 // cursor embedded mode gives: a page, a cursor and a line are the same in
@@ -22,6 +22,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/cluster/forward"
@@ -53,7 +54,14 @@ func (s *Server) gatherExport(w http.ResponseWriter, r *http.Request, t address.
 	if c == nil || forward.Forwarded(r) {
 		return false
 	}
-	answers, missing := c.Gather(r, 0, nil)
+	fr := r
+	if share := exportShare(limit, len(c.Owned()), s.eng.Partitions()); share < limit {
+		fr = r.Clone(r.Context())
+		q := fr.URL.Query()
+		q.Set("limit", strconv.Itoa(share))
+		fr.URL.RawQuery = q.Encode()
+	}
+	answers, missing := c.Gather(fr, 0, nil)
 	var pages []exportPageJSON
 	for _, a := range answers {
 		switch {
@@ -85,6 +93,25 @@ func (s *Server) gatherExport(w http.ResponseWriter, r *http.Request, t address.
 	}
 	writeJSON(w, http.StatusOK, json.RawMessage(body))
 	return true
+}
+
+// exportShare is how many entries each node is asked for, for a gathered
+// page of limit entries: about its share of them, not all. The entries of
+// a type are spread over the partitions by the hash of their ids, so a
+// node owning k of P partitions holds about k/P of any range of ids, and
+// a page of limit entries takes about that many of each node's; asking
+// every node for limit made each read and render, and this node decode,
+// N times what the page keeps. The nodes own about as many partitions
+// each, so this node's share (owned of partitions) stands for every
+// node's, with half again as much for the spread and a few more for
+// small pages. A node whose page ends early only ends the merged page
+// there (mergeExport): a shorter page, whose cursor says where the next
+// begins, never a missed entry.
+func exportShare(limit, owned, partitions int) int {
+	if owned <= 0 || partitions <= 0 || owned >= partitions {
+		return limit
+	}
+	return min(limit, (3*limit*owned+2*partitions-1)/(2*partitions)+16)
 }
 
 // mergeExport merges the nodes' pages of one export page (see the top of

@@ -3,6 +3,7 @@ package stateapi
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -218,5 +219,80 @@ func TestClusterUnreadableAnswers(t *testing.T) {
 	line := `{"address":{"namespace":"x","type":"y","id":"g"},"state":"s","typename":"x/T","value":1}`
 	if r := send(t, api, "POST", "/import/import-x?mode=overwrite", importBody(1, line)); r.StatusCode != 502 || !strings.Contains(string(r.body), "line 1") {
 		t.Errorf("an owner's answer without the line: %s %s; want 502 naming line 1", r.Status, r.body)
+	}
+}
+
+// shareNodes is a cluster of owner servers, each answering for its own
+// partitions of one engine's store; Gather sends the request to each, as
+// forward's does, and notes the limits it was asked with.
+type shareNodes struct {
+	fakeCluster
+	owners []string // base URLs
+	limits []string
+}
+
+func (c *shareNodes) Gather(r *http.Request, _ time.Duration, _ func(forward.Answer) bool) ([]forward.Answer, []int) {
+	c.limits = append(c.limits, r.URL.Query().Get("limit"))
+	var out []forward.Answer
+	for i, base := range c.owners {
+		req, _ := http.NewRequest(r.Method, base+r.URL.RequestURI(), nil)
+		req.Header.Set(forward.Header, "gatherer")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		parts := forward.ParsePartitions(resp.Header.Get(forward.Partitions))
+		out = append(out, forward.Answer{Node: fmt.Sprintf("n%d", i), Status: resp.StatusCode, Body: body, Partitions: parts})
+	}
+	return out, nil
+}
+
+// A gathered export page asks each node for its share of the page, not
+// the whole page — each node owning a quarter of the partitions here —
+// and paging through it still lists every entry once, in order.
+func TestExportAsksEachNodeForItsShare(t *testing.T) {
+	const partitions = 8
+	eng := startEngine(t, engineConfig{partitions: partitions})
+	local := serve(t, eng, Options{})
+	var lines []string
+	for i := range 300 {
+		lines = append(lines, fmt.Sprintf(`{"address":{"namespace":"x","type":"y","id":"s%03d"},"state":"s","typename":"io.statefun.types/int","value":%d}`, i, i))
+	}
+	if r := send(t, local, "POST", "/import/import-setup?mode=overwrite", importBody(1, lines...)); r.StatusCode != 200 {
+		t.Fatalf("setup: %s %s", r.Status, r.body)
+	}
+	nodes := &shareNodes{fakeCluster: fakeCluster{owned: []int{0, 1}}}
+	for _, own := range [][]int{{0, 1}, {2, 3}, {4, 5}, {6, 7}} {
+		nodes.owners = append(nodes.owners, serve(t, eng, Options{Cluster: &fakeCluster{owned: own}}))
+	}
+	gatherer := serve(t, eng, Options{Cluster: nodes})
+
+	got := exportAll(t, gatherer, "x/y", 100, "")
+	var ids []string
+	for _, l := range got {
+		var e ExportLine
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.Address.ID)
+	}
+	var want []string
+	for i := range 300 {
+		want = append(want, fmt.Sprintf("s%03d", i))
+	}
+	if !slices.Equal(ids, want) {
+		t.Fatalf("the gathered export lists %d ids %v...; want the 300 in order", len(ids), ids[:min(len(ids), 5)])
+	}
+	t.Logf("%d pages, the nodes asked for %v", len(nodes.limits), nodes.limits)
+	// A quarter of 100, half again, and 16: 54.
+	for _, l := range nodes.limits {
+		if l != "54" {
+			t.Fatalf("the nodes were asked for limits %v; want 54 each time (their share of a page of 100)", nodes.limits)
+		}
+	}
+	if len(nodes.limits) > 6 {
+		t.Errorf("%d pages for 300 entries at 100 a page; the shares cut the pages too short", len(nodes.limits))
 	}
 }

@@ -18,7 +18,23 @@ import (
 // binary is the statefun binary built once for the package's tests.
 var binary string
 
-var flagRace = flag.Bool("e2e.race", true, "build the runtime under test with the race detector; false for figures of memory and speed")
+var flagRace = flag.Bool("e2e.race", true, "build the runtime under test with the race detector; false for figures of memory and speed (the default when -test.bench is given)")
+
+// raceBuild reports whether the runtime under test is built with the race
+// detector: as -e2e.race says when it is given, else for tests but not
+// for a benchmark run (-test.bench), whose figures must be the runtime's
+// as users run it, not the race detector's.
+func raceBuild() bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "e2e.race" })
+	if set {
+		return *flagRace
+	}
+	if b := flag.Lookup("test.bench"); b != nil && b.Value.String() != "" {
+		return false
+	}
+	return *flagRace
+}
 
 func TestMain(m *testing.M) {
 	// The official Go SDK logs every negotiation through the log package.
@@ -30,7 +46,7 @@ func TestMain(m *testing.M) {
 	binary = filepath.Join(dir, "statefun")
 	flag.Parse()
 	args := []string{"build", "-o", binary}
-	if *flagRace {
+	if raceBuild() {
 		args = append(args, "-race")
 	}
 	build := exec.Command("go", append(args, "github.com/statefun-go/statefun/cmd/statefun")...)

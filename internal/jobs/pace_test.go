@@ -252,11 +252,17 @@ func TestPaceYieldsToFunctions(t *testing.T) {
 		if v := p.view(); v.Rate != 1000 || v.FunctionsMs != 0 {
 			t.Fatalf("no calls: pace %+v, want the cap 1000 and no functions' latency", v)
 		}
-		// The functions begin: within a window the job is at the floor.
+		// The functions begin: as soon as their calls are enough to
+		// judge (8 calls, 16 ms), not at the window's end, the job is at
+		// the floor; it stays there for the window that gives their base.
 		wait := f.load(20*time.Second, 2*time.Millisecond, contended(p))
-		drive(t, p, DefaultWorkers, 500*time.Millisecond, steady(time.Millisecond))
-		if v := p.view(); v.Rate > 2*minPace || v.Backoffs != 1 {
-			t.Fatalf("0.5 s after the functions began: pace %+v, want at most %v after one back-off", v, 2*minPace)
+		drive(t, p, DefaultWorkers, 20*time.Millisecond, steady(time.Millisecond))
+		if v := p.view(); v.Rate != minPace || v.Backoffs != 1 {
+			t.Fatalf("20 ms after the functions began: pace %+v, want the floor %v after one back-off", v, minPace)
+		}
+		drive(t, p, DefaultWorkers, 480*time.Millisecond, steady(time.Millisecond))
+		if v := p.view(); v.Rate > 2*minPace || v.FunctionsBaseMs != 1 {
+			t.Fatalf("0.5 s after the functions began: pace %+v, want at most %v, their base 1 ms", v, 2*minPace)
 		}
 		var rates []float64
 		for range 39 {

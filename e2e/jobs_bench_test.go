@@ -76,8 +76,9 @@ func BenchmarkJobLoadLatency(b *testing.B) {
 					float64(end.Counts.Changed)/time.Since(began).Seconds())
 				if last.Pace != nil {
 					slices.Sort(rates)
-					b.Logf("%s: pace sampled %d times: median %.0f/s, min %.0f/s, max %.0f/s; last: write latency (median) %.2f ms, base %.2f ms, %d back-offs",
-						name, len(rates), rates[len(rates)/2], rates[0], rates[len(rates)-1], last.Pace.LatencyMs, last.Pace.BaseMs, last.Pace.Backoffs)
+					b.Logf("%s: pace sampled %d times: median %.0f/s, min %.0f/s, max %.0f/s; last: write latency (median) %.2f ms, base %.2f ms, functions' calls (median) %.2f ms, base %.2f ms, %d back-offs",
+						name, len(rates), rates[len(rates)/2], rates[0], rates[len(rates)-1], last.Pace.LatencyMs, last.Pace.BaseMs,
+						last.Pace.FunctionsMs, last.Pace.FunctionsBaseMs, last.Pace.Backoffs)
 				}
 				if name == "idle-job" {
 					b.ReportMetric(float64(end.Counts.Changed)/time.Since(began).Seconds(), name+"-writes/s")
@@ -112,14 +113,17 @@ func BenchmarkJobLoadLatency(b *testing.B) {
 			without = append(without, phase(fmt.Sprintf("no-job-%d", round), "-", 6*time.Second)...)
 			with = append(with, phase(fmt.Sprintf("job-%d", round), "", 6*time.Second)...)
 		}
-		jbReport(b, "no-job", without, true)
-		jbReport(b, "job", with, true)
+		p50, p99 := jbReport(b, "no-job", without, true)
+		jp50, jp99 := jbReport(b, "job", with, true)
+		b.ReportMetric(jp50/p50, "p50-ratio")
+		b.ReportMetric(jp99/p99, "p99-ratio")
 		phase("job-200", `,"rate":200`, 6*time.Second)
 	}
 }
 
-// jbReport logs the percentiles of lat, and reports them as metrics.
-func jbReport(b *testing.B, name string, lat []time.Duration, metrics bool) {
+// jbReport logs the percentiles of lat, and reports them as metrics; it
+// returns the p50 and the p99 in ms.
+func jbReport(b *testing.B, name string, lat []time.Duration, metrics bool) (p50, p99 float64) {
 	slices.Sort(lat)
 	p := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))].Microseconds()) / 1000 }
 	b.Logf("%s: %d messages, p50 %.2f ms, p99 %.2f ms, max %.2f ms", name, len(lat), p(0.5), p(0.99), p(1))
@@ -127,6 +131,7 @@ func jbReport(b *testing.B, name string, lat []time.Duration, metrics bool) {
 		b.ReportMetric(p(0.99), name+"-p99-ms")
 		b.ReportMetric(p(0.5), name+"-p50-ms")
 	}
+	return p(0.5), p(0.99)
 }
 
 // jbLoad runs clients closed-loop clients for d and returns each

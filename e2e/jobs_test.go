@@ -34,6 +34,7 @@ type jbJob struct {
 	} `json:"conflicts"`
 	Pace *struct {
 		Rate, Limit, LatencyMs, BaseMs float64
+		FunctionsMs, FunctionsBaseMs   float64
 		Backoffs                       int64
 	} `json:"pace"`
 }

@@ -29,7 +29,10 @@
 //     partition that owns an address: Read, Mutate, WaitReceipt, the
 //     registered specs, WaitDurable, the repair loop and QueuedByType
 //     (stateapi.Engine), and in cluster mode PutJob, a bulk job's record
-//     written by its home partition's commit (stateapi's cluster jobs).
+//     written by its home partition's commit (stateapi's cluster jobs);
+//     CallLatencies gives a bulk job's pace the round trips of the
+//     latest calls to remote functions (jobs.Engine), so that the job
+//     yields when the functions slow down.
 //     The durable records the API reads directly —
 //     receipts, audit, history, listings, dead letters — are the store's:
 //     Reads hands it the store read-only (stateapi.Store);

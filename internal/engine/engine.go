@@ -207,6 +207,9 @@ type Engine struct {
 
 	// halt is how the engine stopped on an error (fatal, Err).
 	halt *halt
+
+	// callRTT holds the latest calls' round trips (CallLatencies).
+	callRTT callRing
 }
 
 // invoker sends a partition's invocations: a pool of call workers, or the
@@ -533,6 +536,9 @@ func (pi poolInvoker) invoke(p *part, inv partition.Invocation) {
 func (e *Engine) callDone(p *part) dispatch.Done {
 	return func(inv partition.Invocation, resp *protocol.FromFunction, err error, took time.Duration) {
 		e.m.observeCall(inv, err, took)
+		if err == nil {
+			e.callRTT.add(took)
+		}
 		p.post(partition.ResultArrived{Addr: inv.Addr, Request: inv.Request, Response: resp, Err: err})
 	}
 }

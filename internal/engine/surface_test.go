@@ -27,10 +27,12 @@ var engineRoles = map[string][]string{
 	// The egress outbox: egress.Source, kafkaegress.Outbox.
 	"outbox": {"PopEgress", "ReadEgress", "ReadEgressBatch", "AckEgress"},
 	// The state API's partition work: stateapi.Engine (Repairer,
-	// InboxRepairer, Overviewer), and Reads for its stateapi.Store.
+	// InboxRepairer, Overviewer), and Reads for its stateapi.Store; its
+	// bulk jobs' (jobs.Engine, stateapi.JobsEngine): PutJob, and
+	// CallLatencies for their pace.
 	"state": {"Read", "Mutate", "WaitReceipt", "SpecsOf", "KnownTypes", "WaitDurable",
 		"Failing", "Inbox", "Pauses", "Pause", "PauseIn", "Repair", "RepairDelayed", "Resend",
-		"QueuedByType", "Reads", "PutJob"},
+		"QueuedByType", "Reads", "PutJob", "CallLatencies"},
 	// The cluster seam: node.Engine (the session's side), and Owned for
 	// the request forwarder.
 	"cluster": {"Owned", "Assign", "Revoke", "Full", "SubmitArrivals", "ForgetReadPosition"},

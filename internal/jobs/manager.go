@@ -32,6 +32,10 @@ type Engine interface {
 	WaitDurable(ctx context.Context, p int, min uint64) (cur uint64, reached bool, err error)
 	// Partitions is the partition count (address.Partition's n).
 	Partitions() int
+	// CallLatencies gives the round trips of this process's calls to
+	// remote functions since a cursor: the functions' side of a job's
+	// pace (pace.go).
+	CallLatencies(cursor uint64, buf []time.Duration) ([]time.Duration, uint64)
 }
 
 // Store is where a job reads the entries it walks, the audit log, and

@@ -12,7 +12,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, m *Manager) *metrics {
 	out := &metrics{backoffs: prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "statefun_job_pace_backoffs_total",
-		Help: "Times a running bulk job cut its pace because its writes queued (behind the functions' load, or at a full partition).",
+		Help: "Times a running bulk job cut its pace because the functions' load slowed its writes (they queued) or their calls to remote functions (their round trips rose above their base), or a partition was full.",
 	})}
 	if reg == nil {
 		return out

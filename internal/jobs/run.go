@@ -129,7 +129,7 @@ func (m *Manager) newRun(r *Record) (*run, error) {
 	if r.Spec != nil {
 		limit = r.Spec.Rate
 	}
-	rn.pace = newPacer(limit, nil)
+	rn.pace = newPacer(limit, nil, m.cfg.Engine.CallLatencies)
 	rn.pace.backoffMetric = m.met.backoffs
 	rn.ctx, rn.cancel = context.WithCancel(context.Background())
 	return rn, nil

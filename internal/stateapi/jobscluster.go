@@ -31,10 +31,13 @@ import (
 	"github.com/statefun-go/statefun/internal/types"
 )
 
-// JobRecords writes a job's record in a commit of its home partition (the
-// engine's PutJob); a nil record deletes it.
-type JobRecords interface {
+// JobsEngine is what the cluster backend uses of this node's engine: it
+// writes a job's record in a commit of its home partition (PutJob; a nil
+// record deletes it), and gives the round trips of the calls to remote
+// functions that a job's pace hears (CallLatencies, jobs.Engine's).
+type JobsEngine interface {
 	PutJob(ctx context.Context, p int, id string, record []byte) error
+	CallLatencies(cursor uint64, buf []time.Duration) ([]time.Duration, uint64)
 }
 
 // JobsLocal is what the cluster backend reads of this node's own store
@@ -49,7 +52,7 @@ type JobsLocal interface {
 type ClusterJobs struct {
 	s       *Server
 	local   JobsLocal
-	records JobRecords
+	records JobsEngine
 	// ctx ends when the node stops (Close): a read or write waiting for a
 	// partition to come back gives up then.
 	ctx    context.Context
@@ -72,7 +75,7 @@ const (
 
 // NewClusterJobs returns the backend of the jobs s serves (call UseJobs
 // with the manager made of it).
-func NewClusterJobs(s *Server, local JobsLocal, records JobRecords) *ClusterJobs {
+func NewClusterJobs(s *Server, local JobsLocal, records JobsEngine) *ClusterJobs {
 	c := &ClusterJobs{s: s, local: local, records: records, missingWait: clusterJobsMissingWait}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
@@ -484,3 +487,12 @@ func (e clusterJobEngine) WaitDurable(ctx context.Context, p int, min uint64) (u
 }
 
 func (e clusterJobEngine) Partitions() int { return e.c.s.eng.Partitions() }
+
+// CallLatencies: this node's calls, those its job's writes compete with
+// (none without an engine).
+func (e clusterJobEngine) CallLatencies(cursor uint64, buf []time.Duration) ([]time.Duration, uint64) {
+	if e.c.records == nil {
+		return buf, cursor
+	}
+	return e.c.records.CallLatencies(cursor, buf)
+}

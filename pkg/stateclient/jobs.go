@@ -105,6 +105,11 @@ type JobPace struct {
 	// lately.
 	LatencyMs float64 `json:"latencyMs"`
 	BaseMs    float64 `json:"baseMs"`
+	// FunctionsMs is the median round trip of the runtime's calls to
+	// remote functions in the last window judged (0: too few calls);
+	// FunctionsBaseMs the least seen lately, without the job (0: none).
+	FunctionsMs     float64 `json:"functionsMs"`
+	FunctionsBaseMs float64 `json:"functionsBaseMs"`
 	// Backoffs counts the times the pace was cut.
 	Backoffs int64 `json:"backoffs"`
 }

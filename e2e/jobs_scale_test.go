@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-var flagJobAddresses = flag.Int("jobs.addresses", 2000, "counters TestJobMigrationKilledUnderLoad migrates (make soak: 10,000)")
+var flagJobAddresses = flag.Int("jobs.addresses", 2000, "counters TestJobMigrationKilledUnderLoad migrates (make test runs it again at 10,000 without the race detector; make soak at 10,000 with it)")
 
 // TestJobMigrationKilledUnderLoad is the whole story of a migration on one
 // runtime: counters under function load, a job that rewrites them with an

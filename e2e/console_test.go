@@ -642,12 +642,15 @@ func (e *cnEnv) testEdit(t *testing.T) {
 	if c := e.count(t, "erin"); c != "100" {
 		t.Fatalf("count is %s after the write, want 100", c)
 	}
+	// The page reloaded after the write, before the next message: once
+	// the function has counted it the value is 101, and a reload that
+	// came late would read that.
+	waitText(t, ctx, "#current-value", "100")
 	// The function sees the new value: the counter continues from it.
 	e.send(t, "erin", "c")
 	if seen := e.awaitSeen(t, "erin", 3); seen[2] != 100 {
 		t.Fatalf("the function read %v, want 100 last", seen)
 	}
-	waitText(t, ctx, "#current-value", "100") // the page reloaded after the write
 }
 
 func (e *cnEnv) testConflict(t *testing.T) {

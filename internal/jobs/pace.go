@@ -217,11 +217,9 @@ type pacer struct {
 	samples   []time.Duration
 	// last is the last judged window's latency.
 	last time.Duration
-	// buckets hold the least window latency of each baseBucket, newest
-	// last; bucketStart is when the newest began.
-	buckets     []time.Duration
-	bucketStart time.Time
-	backoffs    int64
+	// base is the writes' base: the least window latency seen lately.
+	base     baseHistory
+	backoffs int64
 
 	// fn is the functions' side of the pace: their calls' latency.
 	fn fnSignal
@@ -235,9 +233,8 @@ type fnSignal struct {
 	buf    []time.Duration
 	// last is the last judged window's latency (0: too few calls).
 	last time.Duration
-	// buckets and bucketStart: the base's history, as the writes'.
-	buckets     []time.Duration
-	bucketStart time.Time
+	// base is the calls' base, as the writes'.
+	base baseHistory
 	// probedAt is when the last probe window began; probing is set
 	// while one runs, and resume is the pace to go back to after it.
 	probedAt time.Time
@@ -256,7 +253,7 @@ func newPacer(limit float64, now func() time.Time, calls CallLatencies) *pacer {
 		p.rate = min(p.rate, limit)
 	}
 	t := now()
-	p.winStart, p.bucketStart, p.lastEvent = t, t, t
+	p.winStart, p.lastEvent = t, t
 	p.fn.calls = calls
 	p.fn.skip()
 	return p
@@ -341,7 +338,7 @@ func (p *pacer) judgeLocked(now time.Time) {
 	slices.Sort(samples)
 	lat := samples[int(paceQuantile*float64(len(samples)-1))]
 	p.last = lat
-	base := p.baseLocked(now, samples[0])
+	base := p.base.note(now, samples[0])
 	// cut is the factor the pace is cut by (1: none): halved, or cut in
 	// proportion when a latency is far above its limit, so that a load
 	// that arrives finds the job at a tenth of its pace within a window,
@@ -409,7 +406,7 @@ func (f *fnSignal) read() {
 // known reports whether the pace has a base of the functions' seen in
 // the last minute.
 func (f *fnSignal) known(now time.Time) bool {
-	return len(f.buckets) > 0 && now.Sub(f.bucketStart) < baseBucket*baseBuckets
+	return f.base.seenWithin(now, baseBucket*baseBuckets)
 }
 
 // arrived reports whether the window has calls enough to judge and the
@@ -446,9 +443,9 @@ func (f *fnSignal) judge(now time.Time) (verdict int, cut float64) {
 	lat := calls[int(fnQuantile*float64(len(calls)-1))]
 	f.last = lat
 	if !f.known(now) {
-		f.buckets = f.buckets[:0] // nothing seen of them for a minute
+		f.base.reset() // nothing seen of them for a minute
 	}
-	base := bucketMin(&f.buckets, &f.bucketStart, now, lat)
+	base := f.base.note(now, lat)
 	if probing {
 		return fnProbed, cut
 	}
@@ -461,28 +458,43 @@ func (f *fnSignal) judge(now time.Time) (verdict int, cut float64) {
 	return fnJudged, cut
 }
 
-// baseLocked notes a window's least latency and returns the base.
-func (p *pacer) baseLocked(now time.Time, least time.Duration) time.Duration {
-	return bucketMin(&p.buckets, &p.bucketStart, now, least)
+// baseHistory is a latency's base: the least window latency of each
+// baseBucket over the last baseBuckets of them, so that it follows the
+// machine but not a load that comes and goes within a minute.
+type baseHistory struct {
+	buckets []time.Duration // newest last
+	start   time.Time       // when the newest began
 }
 
-// bucketMin notes a window's latency in a base's history (the least of
-// each baseBucket, newest last, the newest begun at *start) and returns
-// the base: the least of them.
-func bucketMin(buckets *[]time.Duration, start *time.Time, now time.Time, lat time.Duration) time.Duration {
-	b := *buckets
-	if len(b) == 0 || now.Sub(*start) >= baseBucket {
-		b = append(b, lat)
-		if len(b) > baseBuckets {
-			b = b[1:]
+// note adds a window's latency and returns the base.
+func (h *baseHistory) note(now time.Time, lat time.Duration) time.Duration {
+	if len(h.buckets) == 0 || now.Sub(h.start) >= baseBucket {
+		h.buckets = append(h.buckets, lat)
+		if len(h.buckets) > baseBuckets {
+			h.buckets = h.buckets[1:]
 		}
-		*start = now
-	} else if n := len(b) - 1; lat < b[n] {
-		b[n] = lat
+		h.start = now
+	} else if n := len(h.buckets) - 1; lat < h.buckets[n] {
+		h.buckets[n] = lat
 	}
-	*buckets = b
-	return slices.Min(b)
+	return slices.Min(h.buckets)
 }
+
+// get returns the base, 0 when nothing was noted.
+func (h *baseHistory) get() time.Duration {
+	if len(h.buckets) == 0 {
+		return 0
+	}
+	return slices.Min(h.buckets)
+}
+
+// seenWithin reports whether a latency was noted within d of now.
+func (h *baseHistory) seenWithin(now time.Time, d time.Duration) bool {
+	return len(h.buckets) > 0 && now.Sub(h.start) < d
+}
+
+// reset forgets every latency noted.
+func (h *baseHistory) reset() { h.buckets = h.buckets[:0] }
 
 // backOffLocked cuts the pace by factor.
 func (p *pacer) backOffLocked(factor float64) {
@@ -501,14 +513,8 @@ func (p *pacer) backOffLocked(factor float64) {
 func (p *pacer) view() *Pace {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	v := &Pace{Rate: p.rate, Limit: p.limit, LatencyMs: ms(p.last), Backoffs: p.backoffs, FunctionsMs: ms(p.fn.last)}
-	if len(p.buckets) > 0 {
-		v.BaseMs = ms(slices.Min(p.buckets))
-	}
-	if len(p.fn.buckets) > 0 {
-		v.FunctionsBaseMs = ms(slices.Min(p.fn.buckets))
-	}
-	return v
+	return &Pace{Rate: p.rate, Limit: p.limit, LatencyMs: ms(p.last), BaseMs: ms(p.base.get()),
+		FunctionsMs: ms(p.fn.last), FunctionsBaseMs: ms(p.fn.base.get()), Backoffs: p.backoffs}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -50,9 +50,9 @@ type JobsLocal interface {
 
 // ClusterJobs is the jobs' backend in cluster mode.
 type ClusterJobs struct {
-	s       *Server
-	local   JobsLocal
-	records JobsEngine
+	s     *Server
+	local JobsLocal
+	eng   JobsEngine
 	// ctx ends when the node stops (Close): a read or write waiting for a
 	// partition to come back gives up then.
 	ctx    context.Context
@@ -75,8 +75,8 @@ const (
 
 // NewClusterJobs returns the backend of the jobs s serves (call UseJobs
 // with the manager made of it).
-func NewClusterJobs(s *Server, local JobsLocal, records JobsEngine) *ClusterJobs {
-	c := &ClusterJobs{s: s, local: local, records: records, missingWait: clusterJobsMissingWait}
+func NewClusterJobs(s *Server, local JobsLocal, eng JobsEngine) *ClusterJobs {
+	c := &ClusterJobs{s: s, local: local, eng: eng, missingWait: clusterJobsMissingWait}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
 }
@@ -368,7 +368,7 @@ func (c *ClusterJobs) putJob(id string, record []byte) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
-		err := c.records.PutJob(ctx, p, id, record)
+		err := c.eng.PutJob(ctx, p, id, record)
 		cancel()
 		switch {
 		case err == nil:
@@ -491,8 +491,8 @@ func (e clusterJobEngine) Partitions() int { return e.c.s.eng.Partitions() }
 // CallLatencies: this node's calls, those its job's writes compete with
 // (none without an engine).
 func (e clusterJobEngine) CallLatencies(cursor uint64, buf []time.Duration) ([]time.Duration, uint64) {
-	if e.c.records == nil {
+	if e.c.eng == nil {
 		return buf, cursor
 	}
-	return e.c.records.CallLatencies(cursor, buf)
+	return e.c.eng.CallLatencies(cursor, buf)
 }

@@ -411,13 +411,19 @@ func (c *Committer) finish(g *group) error {
 // committer; it returns the error the requests got.
 func (c *Committer) fail(g *group, err error) error {
 	err = fmt.Errorf("%w: %w", ErrStopped, err)
+	g.fail(err)
+	c.stop(err)
+	return err
+}
+
+// fail calls Fail of the group's requests that encoded (the others were
+// failed already).
+func (g *group) fail(err error) {
 	for i, r := range g.reqs {
 		if !contains(g.bad, i) {
 			r.Fail(err)
 		}
 	}
-	c.stop(err)
-	return err
 }
 
 // drain calls back the groups of p as their syncs end, and returns the
@@ -440,12 +446,7 @@ func (c *Committer) drain(p *pipe) error {
 // never will be).
 func (c *Committer) abandon(p *pipe, err error) {
 	for ; p.n > 0; p.n-- {
-		g := <-p.synced
-		for i, r := range g.reqs {
-			if !contains(g.bad, i) {
-				r.Fail(err)
-			}
-		}
+		(<-p.synced).fail(err)
 	}
 }
 

@@ -81,7 +81,8 @@ import (
 //     does not take its own toll for their base.
 //
 // The calls' round trips moved with the functions' end-to-end latency in
-// BenchmarkJobLoadLatency (e2e): beside a job paced by its writes alone
+// BenchmarkJobLoadLatency (e2e, in runs whose runtime was built with the
+// race detector, which slows everything alike): beside a job paced by its writes alone
 // their median call took 1.3 to 1.4 times as long as without one while
 // the messages' p50 took 1.25 times as long, and it rose to 5 to 12 ms
 // from 0.8 when the job's pace burst. Over 63 rounds of 6 s (nine runs,

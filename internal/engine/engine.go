@@ -508,6 +508,8 @@ func deliverTo(p *part, k partition.InboxKey, env *protocol.Envelope) {
 	if p == nil || p.gone.Load() {
 		return
 	}
+	p.pg.mu.Lock()
+	defer p.pg.mu.Unlock()
 	if p.pageOut(k) {
 		return // in the store: paged in once the partition has room
 	}

@@ -42,10 +42,18 @@ import (
 // consumed by a commit not yet durable (consuming). A message of the partition
 // itself that is neither, nor known as handed over, is one whose delivery
 // has not run yet; the page stops there and the delivery wakes the runner.
+// A message of another source may be read before its delivery runs too:
+// the committer writes the next group while the one before it syncs, and
+// a written group is readable. The page takes it, and its delivery finds
+// it taken.
 //
-// Paging ends under mu, which deliveries take while paging: a last read
-// finds the store's end with no delivery in between, and the next one
-// goes to the mailbox again.
+// mu orders the deliveries against the runner. A delivery decides under
+// it whether its message stays in the store, and posts it to the mailbox
+// still under it; a page claims each message under it (claim), so that a
+// delivery sees its message either still in the store or taken, never
+// half-way; paging starts and ends under it. So no message is posted to
+// the mailbox after paging started (startPost counts every one before),
+// and a last read finds the store's end with no delivery in between.
 type paging struct {
 	// on is set while the store holds messages of the partition its core
 	// has not taken.
@@ -101,19 +109,19 @@ func (p *part) mailboxFull() bool {
 // pageOut reports whether a delivered message, durable in the inbox,
 // stays there: the partition is paging, or reached its bound now, or the
 // message was paged in already. Called by the durability goroutine, in
-// arrival order. The runner checks again as it takes the message
-// (pageOutTaken): the counts read here may lag its core by a step.
+// arrival order, under mu: the caller posts the message to the mailbox,
+// still under mu, when it does not stay, so that paging never starts
+// between the decision and the post. The runner checks again as it takes
+// the message (pageOutTaken): the counts read here may lag its core by a
+// step.
 func (p *part) pageOut(k partition.InboxKey) bool {
 	pg := &p.pg
 	sk, ok := p.arr.lookup(k)
-	if !pg.on.Load() && !p.atBound() {
-		// Not known any more: paged in and consumed.
-		return !ok || sk.Arrival < pg.next.Load()
-	}
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
 	if !ok || sk.Arrival < pg.next.Load() {
-		return true // paged in already
+		// A page took it before its delivery ran: the committer writes the
+		// next group while one syncs, so a page may read a message whose
+		// delivery is still to come (and a commit may consume it, too).
+		return true
 	}
 	if !pg.on.Load() && !p.atBound() {
 		return false
@@ -182,10 +190,8 @@ func addSeq(rs []seqRange, s uint64) []seqRange {
 }
 
 // takeHanded reports whether s is a handed-over sequence number, and
-// forgets it and every one below it (pages read in order).
+// forgets it and every one below it (pages read in order). Under mu.
 func (pg *paging) takeHanded(s uint64) bool {
-	pg.mu.Lock()
-	defer pg.mu.Unlock()
 	for len(pg.handed) > 0 && pg.handed[0].hi < s {
 		pg.handed = pg.handed[1:]
 	}
@@ -226,7 +232,7 @@ func (p *part) pageIn(now int64) error {
 	}
 	backlog := p.core.Backlog()
 	room := min(p.limit-backlog, pageSize)
-	n, stop, err := p.readPage(now, room)
+	n, stop, err := p.readPage(now, room, false)
 	if err != nil || stop != pageEnd {
 		pg.more = stop == pageFull && n == room && room == pageSize
 		return err
@@ -235,7 +241,7 @@ func (p *part) pageIn(now int64) error {
 	// deliveries held, and end paging if that is all.
 	pg.mu.Lock()
 	defer pg.mu.Unlock()
-	m, stop, err := p.readPage(now, room-n)
+	m, stop, err := p.readPage(now, room-n, true)
 	if err == nil && stop == pageEnd {
 		pg.on.Store(false)
 	}
@@ -243,8 +249,9 @@ func (p *part) pageIn(now int64) error {
 	return err
 }
 
-// readPage steps up to n messages from the store, from next on.
-func (p *part) readPage(now int64, n int) (int, pageStop, error) {
+// readPage steps up to n messages from the store, from next on; locked
+// says whether the caller holds mu.
+func (p *part) readPage(now int64, n int, locked bool) (int, pageStop, error) {
 	pg := &p.pg
 	stepped, stop := 0, pageEnd
 	err := p.inbox.ScanInboxFrom(p.id, pg.next.Load(), func(k store.InboxKey, env *protocol.Envelope) error {
@@ -253,29 +260,28 @@ func (p *part) readPage(now int64, n int) (int, pageStop, error) {
 			return errPageStop
 		}
 		pk := partition.InboxKey{Partition: k.Partition, Source: k.Source, Seq: k.Seq}
-		if k.Arrival >= pg.restoredEnd && k.Source == uint32(p.id) {
-			_, held := p.held[pk]
-			_, consumed := p.consuming[pk]
-			switch {
-			case held || consumed:
-				pg.next.Store(k.Arrival + 1) // the core queued it itself
-				return nil
-			case !pg.takeHanded(k.Seq):
-				stop = pageWait
-				return errPageStop
-			}
+		if !locked {
+			pg.mu.Lock()
+		}
+		take, wait := p.claim(k, pk)
+		if !locked {
+			pg.mu.Unlock()
+		}
+		switch {
+		case wait:
+			stop = pageWait
+			return errPageStop
+		case !take:
+			return nil
 		}
 		ev := partition.MessageArrived{Key: pk, Env: env}
 		if m := env.GetMutation(); m != nil {
 			ev.Mutation = mutationFromProto(m)
 		}
-		p.arr.restored(k)
 		if err := p.core.Step(now, ev); err != nil {
 			return err
 		}
 		p.hold(pk, proto.Size(env))
-		pg.next.Store(k.Arrival + 1)
-		pg.waiting.Add(-1)
 		stepped++
 		return nil
 	})
@@ -283,4 +289,35 @@ func (p *part) readPage(now int64, n int) (int, pageStop, error) {
 		err = nil
 	}
 	return stepped, stop, err
+}
+
+// claim decides what a page does with the message at k in the store, and
+// moves next past it unless the page waits for it. The page takes it
+// (take), or skips it (the core queued it itself), or waits (wait: its
+// delivery has not run yet, and taking it now would overtake the
+// messages before it). Under mu, so that the message's delivery
+// (pageOut) sees it either still in the store, and leaves it there for
+// the page, or taken: never both.
+func (p *part) claim(k store.InboxKey, pk partition.InboxKey) (take, wait bool) {
+	pg := &p.pg
+	if k.Arrival >= pg.restoredEnd && k.Source == uint32(p.id) {
+		_, held := p.held[pk]
+		_, consumed := p.consuming[pk]
+		switch {
+		case held || consumed:
+			pg.next.Store(k.Arrival + 1)
+			return false, false
+		case !pg.takeHanded(k.Seq):
+			return false, true
+		}
+	}
+	if _, delivering := p.arr.lookup(pk); !delivering {
+		// Left in the store (leave forgot it), or found there by the
+		// restore: it was counted as waiting. A message still known by
+		// its number is one whose delivery has not run yet.
+		pg.waiting.Add(-1)
+	}
+	p.arr.restored(k)
+	pg.next.Store(k.Arrival + 1)
+	return true, false
 }

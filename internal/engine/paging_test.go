@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/statefun-go/statefun/internal/protocol"
+	"github.com/statefun-go/statefun/internal/store"
+)
+
+// slowSyncFS makes every sync of the store's write-ahead log take d: the
+// committer then has a group written (readable) while the one before it
+// still syncs, so the partition's pages read messages whose deliveries
+// have not run yet.
+type slowSyncFS struct {
+	vfs.FS
+	d time.Duration
+}
+
+func (fs slowSyncFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, cat)
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return slowSyncFile{File: f, d: fs.d}, nil
+}
+
+type slowSyncFile struct {
+	vfs.File
+	d time.Duration
+}
+
+func (f slowSyncFile) Sync() error     { time.Sleep(f.d); return f.File.Sync() }
+func (f slowSyncFile) SyncData() error { time.Sleep(f.d); return f.File.SyncData() }
+
+// A partition bounded at two messages, fed batches by several sources at
+// once on a disk whose syncs are slow, pages nearly every message through
+// the store while the deliveries of the groups being synced race the
+// runner's pages for the same messages; a fifth of the messages make the
+// function send one to the partition itself, which its core hands over
+// through the store too. Every message is counted exactly once, the
+// engine never fails, and once it is done nothing is counted as waiting
+// in the store and the inbox is empty.
+func TestPagingRacesDeliveries(t *testing.T) {
+	const sources, batches, per = 4, 40, 5
+	db := openStore(t, slowSyncFS{FS: vfs.NewMem(), d: time.Millisecond}, 1)
+	e := newEngine(t, db, &counter{}, func(o *Options) { o.MaxBacklog = 2 })
+	e.Start()
+	ids := []string{"a", "b", "c", "d"}
+	var wg sync.WaitGroup
+	errs := make(chan error, sources)
+	for s := range sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := 0; b < batches; {
+				sb := SourceBatch{Position: store.SourcePosition{Ingress: "test/kafka", Topic: "in", Partition: int32(s), Next: int64(b+1) * per}}
+				for i := range per {
+					text := strconv.Itoa(i)
+					if i == 0 {
+						text = "fwd:e" // a message to the partition itself
+					}
+					sb.Messages = append(sb.Messages, msg(ids[(s+i)%len(ids)], text))
+				}
+				err := e.IngestFrom(context.Background(), sb)
+				switch {
+				case errors.Is(err, ErrBusy) && e.Err() == nil:
+					time.Sleep(time.Millisecond)
+				case err != nil:
+					errs <- fmt.Errorf("%w (the engine: %v)", err, e.Err())
+					return
+				default:
+					b++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// The store's counts: reads through the engine count against the
+	// partition's bound of two.
+	stored := func(id string) string {
+		v, _, err := db.GetState(addr(id), "n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(v.Value)
+	}
+	want := strconv.Itoa(sources * batches * per / len(ids))
+	waitFor(t, "every message counted", func() bool {
+		if err := e.Err(); err != nil {
+			t.Fatalf("the engine failed: %v", err)
+		}
+		for _, id := range ids {
+			if stored(id) != want {
+				return false
+			}
+		}
+		return stored("e") == strconv.Itoa(sources*batches)
+	})
+	var got []string
+	for _, id := range append(ids, "e") {
+		got = append(got, id+"="+stored(id))
+	}
+	if fmt.Sprint(got) != fmt.Sprint([]string{"a=200", "b=200", "c=200", "d=200", "e=160"}) {
+		t.Fatalf("counts %v", got)
+	}
+	waitFor(t, "paging to end", func() bool { return !e.part(0).pg.on.Load() })
+	if n := e.part(0).pg.waiting.Load(); n != 0 {
+		t.Fatalf("%d messages counted as waiting in the store, want 0", n)
+	}
+	var inbox int
+	if err := db.ScanInboxFrom(0, 0, func(store.InboxKey, *protocol.Envelope) error { inbox++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if inbox != 0 {
+		t.Fatalf("%d messages left in the inbox", inbox)
+	}
+}

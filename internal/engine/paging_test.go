@@ -41,17 +41,24 @@ type slowSyncFile struct {
 func (f slowSyncFile) Sync() error     { time.Sleep(f.d); return f.File.Sync() }
 func (f slowSyncFile) SyncData() error { time.Sleep(f.d); return f.File.SyncData() }
 
-// A partition bounded at two messages, fed batches by several sources at
-// once on a disk whose syncs are slow, pages nearly every message through
+// Partitions bounded at two messages, fed batches by several sources at
+// once on a disk whose syncs are slow, page nearly every message through
 // the store while the deliveries of the groups being synced race the
-// runner's pages for the same messages; a fifth of the messages make the
-// function send one to the partition itself, which its core hands over
-// through the store too. Every message is counted exactly once, the
-// engine never fails, and once it is done nothing is counted as waiting
-// in the store and the inbox is empty.
+// runners' pages for the same messages; a fifth of the messages make the
+// function send one on, to its own partition (which its core hands over
+// through the store too) or, with four partitions, mostly to another.
+// Every message is counted exactly once, the engine never fails, and once
+// it is done nothing is counted as waiting in the store and the inboxes
+// are empty.
 func TestPagingRacesDeliveries(t *testing.T) {
+	for _, parts := range []int{1, 4} {
+		t.Run(fmt.Sprintf("partitions=%d", parts), func(t *testing.T) { pagingRacesDeliveries(t, parts) })
+	}
+}
+
+func pagingRacesDeliveries(t *testing.T, parts int) {
 	const sources, batches, per = 4, 40, 5
-	db := openStore(t, slowSyncFS{FS: vfs.NewMem(), d: time.Millisecond}, 1)
+	db := openStore(t, slowSyncFS{FS: vfs.NewMem(), d: time.Millisecond}, parts)
 	e := newEngine(t, db, &counter{}, func(o *Options) { o.MaxBacklog = 2 })
 	e.Start()
 	ids := []string{"a", "b", "c", "d"}
@@ -116,15 +123,17 @@ func TestPagingRacesDeliveries(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint([]string{"a=200", "b=200", "c=200", "d=200", "e=160"}) {
 		t.Fatalf("counts %v", got)
 	}
-	waitFor(t, "paging to end", func() bool { return !e.part(0).pg.on.Load() })
-	if n := e.part(0).pg.waiting.Load(); n != 0 {
-		t.Fatalf("%d messages counted as waiting in the store, want 0", n)
-	}
-	var inbox int
-	if err := db.ScanInboxFrom(0, 0, func(store.InboxKey, *protocol.Envelope) error { inbox++; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if inbox != 0 {
-		t.Fatalf("%d messages left in the inbox", inbox)
+	for p := range parts {
+		waitFor(t, "paging to end", func() bool { return !e.part(p).pg.on.Load() })
+		if n := e.part(p).pg.waiting.Load(); n != 0 {
+			t.Fatalf("partition %d: %d messages counted as waiting in the store, want 0", p, n)
+		}
+		var inbox int
+		if err := db.ScanInboxFrom(p, 0, func(store.InboxKey, *protocol.Envelope) error { inbox++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if inbox != 0 {
+			t.Fatalf("partition %d: %d messages left in the inbox", p, inbox)
+		}
 	}
 }

@@ -16,22 +16,35 @@ import (
 // engine is closed, as the engine's own work does (the store is closed
 // next).
 //
-// Everything it returns is durable: it does not see what a partition
-// applied and has not committed yet, and no read sees part of a commit
-// (each scan runs on one Pebble iterator, docs/reference/storage.md). What an
+// It returns committed records: it does not see what a partition applied
+// and has not committed yet, and no read sees part of a commit (each scan
+// runs on one Pebble iterator, docs/reference/storage.md). The committer
+// writes a group before its sync ends, and Pebble shows a write at once,
+// so the records of the group or two being synced are readable a sync
+// early; a receipt is the exception, answered committed (or rejected)
+// only once its commit is durable, since a client acts on it. What an
 // address's entries hold now is not here: Engine.Read answers that, the
 // latest applied value, from the store or in the partition's mailbox
 // order while a write to the address is not durable yet.
 type Reads struct {
 	db     *store.DB
 	closed *atomic.Bool
+	e      *Engine
 }
 
 // Reads returns the engine's store, read-only (see Reads).
-func (e *Engine) Reads() Reads { return Reads{db: e.db, closed: &e.closed} }
+func (e *Engine) Reads() Reads { return Reads{db: e.db, closed: &e.closed, e: e} }
 
-// Receipt returns the durable receipt of a mutation (store.DB.Receipt).
-func (r Reads) Receipt(id string) (*protocol.Receipt, bool, error) { return r.db.Receipt(id) }
+// Receipt returns the durable receipt of a mutation (store.DB.Receipt). A
+// final receipt whose commit is written and not yet synced is answered
+// once the sync ends (Engine.durableReceipt).
+func (r Reads) Receipt(id string) (*protocol.Receipt, bool, error) {
+	rc, ok, err := r.db.Receipt(id)
+	if err != nil || !ok || rc.GetStatus() == "accepted" {
+		return rc, ok, err
+	}
+	return r.e.durableReceipt(r.e.ctx, rc)
+}
 
 // AuditOf returns the audit records of one mutation, written at at
 // (store.DB.AuditOf).

@@ -310,13 +310,17 @@ func (pm *pendingMutation) receipt(r partition.Reply, err error) (partition.Rece
 }
 
 // WaitReceipt returns the receipt of a mutation once it is final
-// (committed or rejected), or the latest one when ctx ends first.
+// (committed or rejected) and durable, or the latest durable one when ctx
+// ends first.
 func (e *Engine) WaitReceipt(ctx context.Context, id string) (*protocol.Receipt, bool, error) {
 	for {
 		changed := e.waiters.watch()
 		r, ok, err := e.db.Receipt(id)
-		if err != nil || (ok && r.GetStatus() != "accepted") {
-			return r, ok, err
+		if err != nil {
+			return nil, false, err
+		}
+		if ok && r.GetStatus() != "accepted" {
+			return e.durableReceipt(ctx, r)
 		}
 		select {
 		case <-changed:
@@ -326,6 +330,35 @@ func (e *Engine) WaitReceipt(ctx context.Context, id string) (*protocol.Receipt,
 			return r, ok, e.stopErr(nil)
 		}
 	}
+}
+
+// durableReceipt returns r, a final receipt read from the store, once the
+// commit that wrote it is durable. The committer writes a group, which
+// the store shows at once, before its sync ends; a receipt read then says
+// committed (or rejected) of a commit a crash can still take back, and
+// the mutation would be applied again after the restart, perhaps with
+// another outcome. The wait is the rest of one sync, as a rule. When ctx
+// ends first, r is answered as what is durable: the mutation accepted.
+//
+// In cluster mode the store holds only what committed transactions wrote
+// (the changelog is the log), so what it shows is durable.
+func (e *Engine) durableReceipt(ctx context.Context, r *protocol.Receipt) (*protocol.Receipt, bool, error) {
+	if e.slots != nil {
+		return r, true, nil
+	}
+	p := address.Partition(r.GetTarget().GetId(), e.n)
+	if r.Partition != nil {
+		p = int(r.GetPartition())
+	}
+	_, reached, err := e.WaitDurable(ctx, p, r.GetCheckpoint())
+	switch {
+	case err != nil:
+		return nil, false, err
+	case !reached:
+		return &protocol.Receipt{Mutation: r.GetMutation(), Status: "accepted", At: r.GetAt(), Target: r.GetTarget(),
+			State: r.GetState(), Partition: r.Partition}, true, nil
+	}
+	return r, true, nil
 }
 
 // mutationToProto is the stored form of an accepted mutation: everything

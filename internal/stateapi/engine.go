@@ -54,11 +54,15 @@ type Engine interface {
 	Overviewer
 }
 
-// Store is what the API reads of the durable store directly (the
-// engine's engine.Reads, or a *store.DB). Every read returns durable
-// records only, and none sees part of a commit.
+// Store is what the API reads of the store directly (the engine's
+// engine.Reads, or a *store.DB). Every read returns committed records
+// only, and none sees part of a commit. A commit is readable as soon as
+// it is written, while its sync is under way: the records of the last
+// group or two may not have reached the disk yet. Receipts are the
+// exception, and say committed only once that is durable (engine.Reads).
 type Store interface {
-	// Receipt returns the durable receipt of a mutation.
+	// Receipt returns the receipt of a mutation; a final one (committed
+	// or rejected) only once the commit that wrote it is durable.
 	Receipt(id string) (*protocol.Receipt, bool, error)
 	// AuditOf returns the audit records of one mutation, written at at.
 	AuditOf(id string, at int64) ([]*protocol.AuditRecord, error)

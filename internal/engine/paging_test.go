@@ -16,30 +16,28 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// slowSyncFS makes every sync of the store's write-ahead log take d: the
-// committer then has a group written (readable) while the one before it
-// still syncs, so the partition's pages read messages whose deliveries
-// have not run yet.
-type slowSyncFS struct {
+// logSyncFS calls before ahead of every sync of the store's write-ahead
+// log: a disk whose syncs take as long as the test wants.
+type logSyncFS struct {
 	vfs.FS
-	d time.Duration
+	before func()
 }
 
-func (fs slowSyncFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
+func (fs logSyncFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.Create(name, cat)
 	if err != nil || !strings.HasSuffix(name, ".log") {
 		return f, err
 	}
-	return slowSyncFile{File: f, d: fs.d}, nil
+	return logSyncFile{File: f, before: fs.before}, nil
 }
 
-type slowSyncFile struct {
+type logSyncFile struct {
 	vfs.File
-	d time.Duration
+	before func()
 }
 
-func (f slowSyncFile) Sync() error     { time.Sleep(f.d); return f.File.Sync() }
-func (f slowSyncFile) SyncData() error { time.Sleep(f.d); return f.File.SyncData() }
+func (f logSyncFile) Sync() error     { f.before(); return f.File.Sync() }
+func (f logSyncFile) SyncData() error { f.before(); return f.File.SyncData() }
 
 // Partitions bounded at two messages, fed batches by several sources at
 // once on a disk whose syncs are slow, page nearly every message through
@@ -66,7 +64,11 @@ func TestPagingRacesDeliveries(t *testing.T) {
 
 func pagingRacesDeliveries(t *testing.T, parts int) {
 	const sources, batches, per = 4, 40, 5
-	db := openStore(t, slowSyncFS{FS: vfs.NewMem(), d: time.Millisecond}, parts)
+	// Slow syncs: the committer has a group written (readable) while the
+	// one before it still syncs, so the pages read messages whose
+	// deliveries have not run yet.
+	slow := func() { time.Sleep(time.Millisecond) }
+	db := openStore(t, logSyncFS{FS: vfs.NewMem(), before: slow}, parts)
 	e := newEngine(t, db, &counter{}, func(o *Options) { o.MaxBacklog = 2 })
 	e.Start()
 	ids := []string{"a", "b", "c", "d"}

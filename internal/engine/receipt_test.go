@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,12 +12,11 @@ import (
 	"github.com/statefun-go/statefun/internal/partition"
 )
 
-// holdFS holds the syncs of the store's write-ahead log once hold is
-// called, after letting a given number more through, until release: a
-// crash (CrashClone of the file system below) then loses what they would
-// have made durable.
-type holdFS struct {
-	vfs.FS
+// syncHold holds the syncs of the store's write-ahead log (logSyncFS)
+// once hold is called, after letting a given number more through, until
+// release: a crash (CrashClone of the file system below) then loses what
+// they would have made durable.
+type syncHold struct {
 	mu      sync.Mutex
 	pass    int           // syncs still let through while holding
 	held    bool          // holding
@@ -26,61 +24,46 @@ type holdFS struct {
 	blocked chan struct{} // told once a sync is held
 }
 
-func newHoldFS(fs vfs.FS) *holdFS {
-	return &holdFS{FS: fs, gate: make(chan struct{}), blocked: make(chan struct{}, 1)}
+func newSyncHold() *syncHold {
+	return &syncHold{gate: make(chan struct{}), blocked: make(chan struct{}, 1)}
 }
 
 // hold lets pass more syncs through, then holds every one after.
-func (fs *holdFS) hold(pass int) {
-	fs.mu.Lock()
-	fs.held, fs.pass = true, pass
-	fs.mu.Unlock()
+func (h *syncHold) hold(pass int) {
+	h.mu.Lock()
+	h.held, h.pass = true, pass
+	h.mu.Unlock()
 }
 
-func (fs *holdFS) release() {
-	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if fs.held {
-		fs.held = false
-		close(fs.gate)
+func (h *syncHold) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.held {
+		h.held = false
+		close(h.gate)
 	}
 }
 
-func (fs *holdFS) wait() {
-	fs.mu.Lock()
-	if !fs.held {
-		fs.mu.Unlock()
+// wait is called before each sync.
+func (h *syncHold) wait() {
+	h.mu.Lock()
+	if !h.held {
+		h.mu.Unlock()
 		return
 	}
-	if fs.pass > 0 {
-		fs.pass--
-		fs.mu.Unlock()
+	if h.pass > 0 {
+		h.pass--
+		h.mu.Unlock()
 		return
 	}
-	gate := fs.gate
-	fs.mu.Unlock()
+	gate := h.gate
+	h.mu.Unlock()
 	select {
-	case fs.blocked <- struct{}{}:
+	case h.blocked <- struct{}{}:
 	default:
 	}
 	<-gate
 }
-
-func (fs *holdFS) Create(name string, cat vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, cat)
-	if err != nil || !strings.HasSuffix(name, ".log") {
-		return f, err
-	}
-	return holdFile{File: f, fs: fs}, nil
-}
-
-type holdFile struct {
-	vfs.File
-	fs *holdFS
-}
-
-func (f holdFile) Sync() error     { f.fs.wait(); return f.File.Sync() }
-func (f holdFile) SyncData() error { f.fs.wait(); return f.File.SyncData() }
 
 // A receipt says "committed" only once a crash cannot take it back. The
 // committer writes a group (readable at once) before its sync ends, so a
@@ -91,10 +74,10 @@ func (f holdFile) SyncData() error { f.fs.wait(); return f.File.SyncData() }
 // condition stopped holding.
 func TestReceiptCommittedOnlyWhenDurable(t *testing.T) {
 	mem := vfs.NewCrashableMem()
-	fs := newHoldFS(mem)
-	db := openStore(t, fs, 1)
+	h := newSyncHold()
+	db := openStore(t, logSyncFS{FS: mem, before: h.wait}, 1)
 	e := newEngine(t, db, &counter{}, nil)
-	t.Cleanup(fs.release) // first: the engine's Close waits for the syncs
+	t.Cleanup(h.release) // first: the engine's Close waits for the syncs
 	e.Start()
 	ctx := context.Background()
 	if err := e.Ingest(ctx, msg("x", "hi")); err != nil {
@@ -106,13 +89,13 @@ func TestReceiptCommittedOnlyWhenDurable(t *testing.T) {
 	})
 	// The accepted mutation's own sync passes; the commit that applies it
 	// is written and waits for its sync.
-	fs.hold(1)
+	h.hold(1)
 	if _, err := e.Mutate(ctx, partition.Mutation{ID: "m1", Addr: addr("x"), State: "n", Op: partition.OpPut,
 		Typename: countTypename, Value: []byte("41"), Ack: AckAccepted}); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-fs.blocked:
+	case <-h.blocked:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the commit applying the mutation never synced")
 	}
@@ -138,7 +121,7 @@ func TestReceiptCommittedOnlyWhenDurable(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 	crashed := mem.CrashClone(vfs.CrashCloneCfg{})
-	fs.release()
+	h.release()
 	rc, ok, err = e.WaitReceipt(ctx, "m1")
 	if err != nil || !ok || rc.GetStatus() != "committed" {
 		t.Fatalf("once synced the receipt is %v (%v, %v), want committed", rc, ok, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/statefun-go/statefun/internal/partition"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -45,9 +46,11 @@ func (f logSyncFile) SyncData() error { f.before(); return f.File.SyncData() }
 // runners' pages for the same messages; a fifth of the messages make the
 // function send one on, to its own partition (which its core hands over
 // through the store too) or, with four partitions, mostly to another.
-// Every message is counted exactly once, the engine never fails, and once
-// it is done nothing is counted as waiting in the store and the inboxes
-// are empty.
+// Beside them single messages come through Ingest and an operator writes
+// other addresses, acknowledged accepted and committed in turn. Every
+// message is counted exactly once, every write holds and its receipt says
+// committed, the engine never fails, and once it is done nothing is
+// counted as waiting in the store and the inboxes are empty.
 //
 // With a delivery deciding outside the paging lock (and a page claiming
 // messages outside it) it failed 20 runs of 20 on one partition: the
@@ -100,10 +103,64 @@ func pagingRacesDeliveries(t *testing.T, parts int) {
 			}
 		}()
 	}
+	// Beside the sources: single messages through Ingest, and operator
+	// writes to other addresses of the type, accepted and committed in
+	// turn, once the type's states are known.
+	const singles, mutations = 24, 40 // singles: per id, from two goroutines
+	retry := func(err error) bool { return errors.Is(err, ErrBusy) && e.Err() == nil }
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < singles/2*len(ids); {
+				switch err := e.Ingest(context.Background(), msg(ids[(g+i)%len(ids)], "single")); {
+				case retry(err):
+					time.Sleep(time.Millisecond)
+				case err != nil:
+					errs <- fmt.Errorf("ingest: %w (the engine: %v)", err, e.Err())
+					return
+				default:
+					i++
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for len(e.SpecsOf(counterType)) == 0 && e.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		for i := 0; i < mutations; {
+			ack := AckAccepted
+			if i%2 == 1 {
+				ack = AckCommitted
+			}
+			m := partition.Mutation{ID: fmt.Sprintf("m%d", i), Addr: addr(fmt.Sprintf("m%d", i%4)), State: "n", Op: partition.OpPut,
+				Typename: countTypename, Value: []byte(strconv.Itoa(i)), Ack: ack}
+			switch _, err := e.Mutate(context.Background(), m); {
+			case retry(err):
+				time.Sleep(time.Millisecond)
+			case err != nil:
+				errs <- fmt.Errorf("mutate %s: %w (the engine: %v)", m.ID, err, e.Err())
+				return
+			default:
+				i++
+			}
+		}
+	}()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	for i := range mutations {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rc, ok, err := e.WaitReceipt(ctx, fmt.Sprintf("m%d", i))
+		cancel()
+		if err != nil || !ok || rc.GetStatus() != "committed" {
+			t.Fatalf("receipt of m%d: %v (%v, %v), want committed", i, rc, ok, err)
+		}
 	}
 	// The store's counts: reads through the engine count against the
 	// partition's bound of two.
@@ -114,7 +171,7 @@ func pagingRacesDeliveries(t *testing.T, parts int) {
 		}
 		return string(v.Value)
 	}
-	want := strconv.Itoa(sources * batches * per / len(ids))
+	want := strconv.Itoa(sources*batches*per/len(ids) + singles)
 	waitFor(t, "every message counted", func() bool {
 		if err := e.Err(); err != nil {
 			t.Fatalf("the engine failed: %v", err)
@@ -127,10 +184,10 @@ func pagingRacesDeliveries(t *testing.T, parts int) {
 		return stored("e") == strconv.Itoa(sources*batches)
 	})
 	var got []string
-	for _, id := range append(ids, "e") {
+	for _, id := range append(ids, "e", "m0", "m1", "m2", "m3") {
 		got = append(got, id+"="+stored(id))
 	}
-	if fmt.Sprint(got) != fmt.Sprint([]string{"a=200", "b=200", "c=200", "d=200", "e=160"}) {
+	if fmt.Sprint(got) != fmt.Sprint([]string{"a=224", "b=224", "c=224", "d=224", "e=160", "m0=36", "m1=37", "m2=38", "m3=39"}) {
 		t.Fatalf("counts %v", got)
 	}
 	for p := range parts {

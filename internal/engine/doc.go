@@ -33,7 +33,7 @@
 //     CallLatencies gives a bulk job's pace the round trips of the
 //     latest calls to remote functions (jobs.Engine), so that the job
 //     yields when the functions slow down.
-//     The durable records the API reads directly —
+//     The committed records the API reads directly —
 //     receipts, audit, history, listings, dead letters — are the store's:
 //     Reads hands it the store read-only (stateapi.Store);
 //   - the cluster seam (cluster.go): Options.Durability (the cluster

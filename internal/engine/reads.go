@@ -8,7 +8,7 @@ import (
 	"github.com/statefun-go/statefun/internal/store"
 )
 
-// Reads is the engine's store, read-only: the durable records the state
+// Reads is the engine's store, read-only: the committed records the state
 // API reads beside the partitions (receipts, audit records, history, the
 // types and ids holding state, state sizes, dead letters). Its methods are
 // *store.DB's, by the same names, so either serves a reader interface;

@@ -12,9 +12,9 @@ import (
 // The API has two dependencies, each all it may use of the runtime:
 // Engine, the partitions, asked for what only the partition that owns an
 // address can answer or change, in its mailbox order; and Store, the
-// durable records read directly. A read that must see what a partition
+// committed records read directly. A read that must see what a partition
 // applied goes to Engine; a listing, a receipt, the audit log and the
-// history read Store, and see what is durable.
+// history read Store, and see what is committed (a receipt: durable).
 
 // Engine is what the API asks of the partitions (the embedded
 // *engine.Engine implements it). Errors that wrap engine.ErrBusy or

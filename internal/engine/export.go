@@ -10,8 +10,8 @@ import (
 // (store.DB.ScanState); ErrClosed once the engine is closed. The state
 // API's export pages through it.
 func (r Reads) ScanState(t address.TypeName, prefix string, after *store.StateCursor, fn func(id, state string, e store.Entry) bool) error {
-	if r.closed.Load() {
+	if r.e.closed.Load() {
 		return ErrClosed
 	}
-	return r.db.ScanState(t, prefix, after, fn)
+	return r.e.db.ScanState(t, prefix, after, fn)
 }

@@ -75,80 +75,81 @@ func pagingRacesDeliveries(t *testing.T, parts int) {
 	e := newEngine(t, db, &counter{}, func(o *Options) { o.MaxBacklog = 2 })
 	e.Start()
 	ids := []string{"a", "b", "c", "d"}
+	// try retries what the engine refuses as busy; run runs a goroutine
+	// of the load, keeping its error.
+	try := func(do func() error) error {
+		for {
+			err := do()
+			switch {
+			case errors.Is(err, ErrBusy) && e.Err() == nil:
+				time.Sleep(time.Millisecond)
+			case err != nil:
+				return fmt.Errorf("%w (the engine: %v)", err, e.Err())
+			default:
+				return nil
+			}
+		}
+	}
 	var wg sync.WaitGroup
-	errs := make(chan error, sources)
-	for s := range sources {
+	errs := make(chan error, sources+3)
+	run := func(load func() error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for b := 0; b < batches; {
+			if err := load(); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	for s := range sources {
+		run(func() error {
+			for b := range batches {
 				sb := SourceBatch{Position: store.SourcePosition{Ingress: "test/kafka", Topic: "in", Partition: int32(s), Next: int64(b+1) * per}}
 				for i := range per {
 					text := strconv.Itoa(i)
 					if i == 0 {
-						text = "fwd:e" // a message to the partition itself
+						text = "fwd:e" // the function sends one on to e
 					}
 					sb.Messages = append(sb.Messages, msg(ids[(s+i)%len(ids)], text))
 				}
-				err := e.IngestFrom(context.Background(), sb)
-				switch {
-				case errors.Is(err, ErrBusy) && e.Err() == nil:
-					time.Sleep(time.Millisecond)
-				case err != nil:
-					errs <- fmt.Errorf("%w (the engine: %v)", err, e.Err())
-					return
-				default:
-					b++
+				if err := try(func() error { return e.IngestFrom(context.Background(), sb) }); err != nil {
+					return err
 				}
 			}
-		}()
+			return nil
+		})
 	}
 	// Beside the sources: single messages through Ingest, and operator
 	// writes to other addresses of the type, accepted and committed in
 	// turn, once the type's states are known.
 	const singles, mutations = 24, 40 // singles: per id, from two goroutines
-	retry := func(err error) bool { return errors.Is(err, ErrBusy) && e.Err() == nil }
 	for g := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < singles/2*len(ids); {
-				switch err := e.Ingest(context.Background(), msg(ids[(g+i)%len(ids)], "single")); {
-				case retry(err):
-					time.Sleep(time.Millisecond)
-				case err != nil:
-					errs <- fmt.Errorf("ingest: %w (the engine: %v)", err, e.Err())
-					return
-				default:
-					i++
+		run(func() error {
+			for i := range singles / 2 * len(ids) {
+				if err := try(func() error { return e.Ingest(context.Background(), msg(ids[(g+i)%len(ids)], "single")) }); err != nil {
+					return fmt.Errorf("ingest: %w", err)
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	run(func() error {
 		for len(e.SpecsOf(counterType)) == 0 && e.Err() == nil {
 			time.Sleep(time.Millisecond)
 		}
-		for i := 0; i < mutations; {
+		for i := range mutations {
 			ack := AckAccepted
 			if i%2 == 1 {
 				ack = AckCommitted
 			}
 			m := partition.Mutation{ID: fmt.Sprintf("m%d", i), Addr: addr(fmt.Sprintf("m%d", i%4)), State: "n", Op: partition.OpPut,
 				Typename: countTypename, Value: []byte(strconv.Itoa(i)), Ack: ack}
-			switch _, err := e.Mutate(context.Background(), m); {
-			case retry(err):
-				time.Sleep(time.Millisecond)
-			case err != nil:
-				errs <- fmt.Errorf("mutate %s: %w (the engine: %v)", m.ID, err, e.Err())
-				return
-			default:
-				i++
+			if err := try(func() error { _, err := e.Mutate(context.Background(), m); return err }); err != nil {
+				return fmt.Errorf("mutate %s: %w", m.ID, err)
 			}
 		}
-	}()
+		return nil
+	})
 	wg.Wait()
 	close(errs)
 	for err := range errs {

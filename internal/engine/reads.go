@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"sync/atomic"
-
 	"github.com/statefun-go/statefun/internal/address"
 	"github.com/statefun-go/statefun/internal/protocol"
 	"github.com/statefun-go/statefun/internal/store"
@@ -27,19 +25,17 @@ import (
 // latest applied value, from the store or in the partition's mailbox
 // order while a write to the address is not durable yet.
 type Reads struct {
-	db     *store.DB
-	closed *atomic.Bool
-	e      *Engine
+	e *Engine
 }
 
 // Reads returns the engine's store, read-only (see Reads).
-func (e *Engine) Reads() Reads { return Reads{db: e.db, closed: &e.closed, e: e} }
+func (e *Engine) Reads() Reads { return Reads{e: e} }
 
 // Receipt returns the durable receipt of a mutation (store.DB.Receipt). A
 // final receipt whose commit is written and not yet synced is answered
 // once the sync ends (Engine.durableReceipt).
 func (r Reads) Receipt(id string) (*protocol.Receipt, bool, error) {
-	rc, ok, err := r.db.Receipt(id)
+	rc, ok, err := r.e.db.Receipt(id)
 	if err != nil || !ok || rc.GetStatus() == "accepted" {
 		return rc, ok, err
 	}
@@ -49,79 +45,79 @@ func (r Reads) Receipt(id string) (*protocol.Receipt, bool, error) {
 // AuditOf returns the audit records of one mutation, written at at
 // (store.DB.AuditOf).
 func (r Reads) AuditOf(id string, at int64) ([]*protocol.AuditRecord, error) {
-	return r.db.AuditOf(id, at)
+	return r.e.db.AuditOf(id, at)
 }
 
 // ScanAuditFiltered calls fn with the audit records that pass f, through
 // the store's indexes when f names an address or a principal
 // (store.DB.ScanAuditFiltered).
 func (r Reads) ScanAuditFiltered(f store.AuditFilter, fn func(*protocol.AuditRecord) bool) error {
-	return r.db.ScanAuditFiltered(f, fn)
+	return r.e.db.ScanAuditFiltered(f, fn)
 }
 
 // ScanIDs lists the ids of function type t that hold durable state
 // (store.DB.ScanIDs).
 func (r Reads) ScanIDs(t address.TypeName, prefix, after string, fn func(id string) bool) error {
-	return r.db.ScanIDs(t, prefix, after, fn)
+	return r.e.db.ScanIDs(t, prefix, after, fn)
 }
 
 // ScanTypes lists the function types that hold durable state
 // (store.DB.ScanTypes).
-func (r Reads) ScanTypes(fn func(t address.TypeName) bool) error { return r.db.ScanTypes(fn) }
+func (r Reads) ScanTypes(fn func(t address.TypeName) bool) error { return r.e.db.ScanTypes(fn) }
 
 // ScanHistory calls fn with the durable history records of one entry
 // (store.DB.ScanHistory).
 func (r Reads) ScanHistory(a address.Address, state string, oldestFirst bool, after uint64, fn func(store.HistoryRecord) bool) error {
-	return r.db.ScanHistory(a, state, oldestFirst, after, fn)
+	return r.e.db.ScanHistory(a, state, oldestFirst, after, fn)
 }
 
 // HistoryAt returns what the entries of an address (or one of them) held
 // at a point of its partition's past (store.DB.HistoryAt).
 func (r Reads) HistoryAt(a address.Address, state string, p store.Point) ([]store.PastEntry, bool, error) {
-	return r.db.HistoryAt(a, state, p)
+	return r.e.db.HistoryAt(a, state, p)
 }
 
 // StateStatsOf counts the ids, entries and bytes of a function type's
 // durable state that keep accepts, reading at most maxKeys entries
 // (store.DB.StateStatsOf).
 func (r Reads) StateStatsOf(t address.TypeName, maxKeys int, keep func(id string) bool) (store.StateStats, error) {
-	return r.db.StateStatsOf(t, maxKeys, keep)
+	return r.e.db.StateStatsOf(t, maxKeys, keep)
 }
 
 // ScanDeadLetters calls fn with the stored Kafka ingress dead letters f
 // selects, oldest first (store.DB.ScanDeadLetters); ErrClosed once the
 // engine is closed.
 func (r Reads) ScanDeadLetters(f store.DeadLetterFilter, fn func(store.DeadLetter) bool) error {
-	if r.closed.Load() {
+	if r.e.closed.Load() {
 		return ErrClosed
 	}
-	return r.db.ScanDeadLetters(f, fn)
+	return r.e.db.ScanDeadLetters(f, fn)
 }
 
 // MessageDeadLetter returns a skipped message by its skip's mutation id
 // (store.DB.MessageDeadLetter); ErrClosed once the engine is closed.
 func (r Reads) MessageDeadLetter(id string) (*protocol.MessageDeadLetter, bool, error) {
-	if r.closed.Load() {
+	if r.e.closed.Load() {
 		return nil, false, ErrClosed
 	}
-	return r.db.MessageDeadLetter(id)
+	return r.e.db.MessageDeadLetter(id)
 }
 
 // ScanMessageDeadLetters calls fn with the skipped messages after the id
 // after, oldest first (store.DB.ScanMessageDeadLetters); ErrClosed once
 // the engine is closed.
 func (r Reads) ScanMessageDeadLetters(after string, fn func(*protocol.MessageDeadLetter) bool) error {
-	if r.closed.Load() {
+	if r.e.closed.Load() {
 		return ErrClosed
 	}
-	return r.db.ScanMessageDeadLetters(after, fn)
+	return r.e.db.ScanMessageDeadLetters(after, fn)
 }
 
 // Backup writes a consistent copy of the store to dir while the engine
 // runs (store.DB.Backup).
 func (r Reads) Backup(dir string, o store.BackupOptions) (*store.BackupManifest, error) {
-	if r.closed.Load() {
+	if r.e.closed.Load() {
 		return nil, ErrClosed
 	}
-	return r.db.Backup(dir, o)
+	return r.e.db.Backup(dir, o)
 }

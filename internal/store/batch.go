@@ -392,7 +392,8 @@ func (b *Batch) PutReceipt(r *protocol.Receipt) {
 }
 
 // PutAudit appends one record to the audit log, with its entries in the
-// indexes by target address and by principal.
+// indexes by target address, by principal, by mutation and by function
+// type.
 func (b *Batch) PutAudit(r *protocol.AuditRecord) {
 	b.added[retainedAudit]++
 	b.key = auditKey(b.key[:0], r.GetAt(), r.GetMutation(), r.GetState())
@@ -411,10 +412,6 @@ func (b *Batch) putAuditIndex(r *protocol.AuditRecord) {
 	b.set(b.key, nil)
 	b.key = auditTypeKey(b.key[:0], auditTarget(r).Type, at, id, state)
 	b.set(b.key, nil)
-	b.key = auditIDKey(b.key[:0], auditTarget(r).ID, at, id, state)
-	b.set(b.key, nil)
-	b.key = auditNamespaceKey(b.key[:0], auditTarget(r).Type.Namespace, at, id, state)
-	b.set(b.key, nil)
 }
 
 // deleteAudit removes audit record r and its index entries.
@@ -429,10 +426,6 @@ func (b *Batch) deleteAudit(r *protocol.AuditRecord) {
 	b.key = auditMutationKey(b.key[:0], at, id, state)
 	b.delete(b.key)
 	b.key = auditTypeKey(b.key[:0], auditTarget(r).Type, at, id, state)
-	b.delete(b.key)
-	b.key = auditIDKey(b.key[:0], auditTarget(r).ID, at, id, state)
-	b.delete(b.key)
-	b.key = auditNamespaceKey(b.key[:0], auditTarget(r).Type.Namespace, at, id, state)
 	b.delete(b.key)
 }
 

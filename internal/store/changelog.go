@@ -196,6 +196,7 @@ func (db *DB) ChangelogPosition(p int) (ChangelogPosition, bool, error) {
 // none of them with the position before. Each put of a key outside p's
 // own ranges (ownedByPrefix) also enters the key in p's index (0x18), each
 // deletion removes it, so DropChangelogPartition finds what p wrote.
+// Records of a retired space, which an older build wrote, are skipped.
 //
 // The batch is not synced: the changelog is the truth, and a tail lost by
 // a crash is read from it again from the position that survived.
@@ -213,6 +214,9 @@ func (db *DB) ApplyChangelog(p int, ops []Op, pos ChangelogPosition) error {
 	for _, op := range ops {
 		if err := CheckChangelogKey(op.Key); err != nil {
 			return fmt.Errorf("%w (partition %d)", err, p)
+		}
+		if skipRetired(op.Key) {
+			continue
 		}
 		if ownedByPrefix(op.Key, p) {
 			// Found by its prefix: no index entry (ownedByPrefix).
@@ -244,6 +248,12 @@ func (db *DB) ApplyChangelog(p int, ops []Op, pos ChangelogPosition) error {
 		db.histTouched.add(touched)
 	}
 	return nil
+}
+
+// skipRetired reports whether key lies in a retired space: an older build
+// wrote it to the changelog, and this one neither reads nor keeps it.
+func skipRetired(key []byte) bool {
+	return key[0] == spaceRetiredAuditID || key[0] == spaceRetiredAuditNamespace
 }
 
 // ChangelogKeys calls fn with each key partition p's changelog wrote into

@@ -41,7 +41,7 @@ func TestBatchOps(t *testing.T) {
 		`del state("ns", "fn", "x", "s")`,
 	}
 	indexes := got[min(3, len(got)):]
-	if len(got) != 9 || !equalStrings(got[:2], want) || slices.ContainsFunc(indexes, func(s string) bool { return !strings.HasSuffix(s, "len=0") }) {
+	if len(got) != 7 || !equalStrings(got[:2], want) || slices.ContainsFunc(indexes, func(s string) bool { return !strings.HasSuffix(s, "len=0") }) {
 		t.Fatalf("ops = %q", got)
 	}
 	// Nothing reached the store.

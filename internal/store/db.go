@@ -338,6 +338,9 @@ func (db *DB) prepare() error {
 	if err := db.indexAudit(); err != nil {
 		return err
 	}
+	if err := db.retireAuditSpaces(); err != nil {
+		return err
+	}
 	if err := db.indexTokens(); err != nil {
 		return err
 	}

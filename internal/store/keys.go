@@ -45,10 +45,12 @@ const (
 	spaceAuditMutation byte = 0x1A
 	// spaceAuditType indexes the audit log by function type.
 	spaceAuditType byte = 0x1B
-	// spaceAuditID indexes the audit log by the target's id.
-	spaceAuditID byte = 0x1C
-	// spaceAuditNamespace indexes the audit log by the target's namespace.
-	spaceAuditNamespace byte = 0x1D
+	// 0x1C and 0x1D held indexes of the audit log by the target's id and
+	// by its namespace; retired (auditscan.go serves those filters from
+	// 0x0A and 0x1B). Open empties them in an older store, and a
+	// changelog's records in them are skipped (skipRetired).
+	spaceRetiredAuditID        byte = 0x1C
+	spaceRetiredAuditNamespace byte = 0x1D
 )
 
 // Names of the global meta keys (space 0x00). Part of the file format.
@@ -57,10 +59,12 @@ const (
 	metaPartitions = "partitions" // value: the partition count P, u32 BE
 	// metaAuditIndexed marks a store whose audit records all have their
 	// index entries in 0x0A and 0x0B; metaAuditIndexed2 one whose records
-	// also have them in 0x1A to 0x1D. Open builds what an older store
-	// lacks.
+	// also have them in 0x1A and 0x1B; metaAuditRetired one whose retired
+	// spaces 0x1C and 0x1D are empty. Open builds what an older store
+	// lacks and empties what it no longer needs.
 	metaAuditIndexed  = "audit-indexed"   // value: 1, u32 BE
 	metaAuditIndexed2 = "audit-indexed-2" // value: 1, u32 BE
+	metaAuditRetired  = "audit-retired-3" // value: 1, u32 BE
 	// metaTokensIndexed marks a store whose timers with a cancellation
 	// token all have their entry in 0x04. Open builds what an older store
 	// lacks.
@@ -529,44 +533,6 @@ func auditTypePrefix(dst []byte, t address.TypeName) []byte {
 	dst = append(dst, spaceAuditType)
 	dst = appendString(dst, t.Namespace)
 	return appendString(dst, t.Name)
-}
-
-// auditIDKey appends the key of an audit record's entry in the index by the
-// target's id, whatever its type.
-//
-//	+------+---------+--------------------------------+------------------+----------------+
-//	| 0x1C | str(id) | at i64 (unix ms, sign flipped) | str(mutation id) | str(statename) |
-//	+------+---------+--------------------------------+------------------+----------------+
-//
-// The value is empty, as in auditAddrKey.
-func auditIDKey(dst []byte, id string, at int64, mutation, state string) []byte {
-	dst = auditIDPrefix(dst, id)
-	return auditSuffix(dst, at, mutation, state)
-}
-
-// auditIDPrefix appends 0x1C | str(id).
-func auditIDPrefix(dst []byte, id string) []byte {
-	dst = append(dst, spaceAuditID)
-	return appendString(dst, id)
-}
-
-// auditNamespaceKey appends the key of an audit record's entry in the
-// index by the target's namespace.
-//
-//	+------+----------------+--------------------------------+------------------+----------------+
-//	| 0x1D | str(namespace) | at i64 (unix ms, sign flipped) | str(mutation id) | str(statename) |
-//	+------+----------------+--------------------------------+------------------+----------------+
-//
-// The value is empty, as in auditAddrKey.
-func auditNamespaceKey(dst []byte, namespace string, at int64, mutation, state string) []byte {
-	dst = auditNamespacePrefix(dst, namespace)
-	return auditSuffix(dst, at, mutation, state)
-}
-
-// auditNamespacePrefix appends 0x1D | str(namespace).
-func auditNamespacePrefix(dst []byte, namespace string) []byte {
-	dst = append(dst, spaceAuditNamespace)
-	return appendString(dst, namespace)
 }
 
 // formatKey renders a key for error messages and test output, decoding the

@@ -55,7 +55,7 @@ func (m *Metrics) observe(db *DB, st SweepStats) {
 		m.deleted.WithLabelValues(s.name).Add(float64(s.del))
 	}
 	// The audit indexes by mutation and by type sit apart from the others.
-	m.bytes.WithLabelValues("audit").Add(float64(db.spaceBytes(spaceAuditMutation, spaceAuditNamespace+1)))
+	m.bytes.WithLabelValues("audit").Add(float64(db.spaceBytes(spaceAuditMutation, spaceAuditType+1)))
 	// The history has no record count: counting would scan all of it.
 	m.bytes.WithLabelValues("history").Set(float64(db.spaceBytes(spaceHistory, spaceHistoryAge+1)))
 	m.deleted.WithLabelValues("history").Add(float64(st.DeletedHistory))

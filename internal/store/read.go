@@ -586,8 +586,9 @@ type AuditFilter struct {
 	// milliseconds. Use math.MinInt64 and math.MaxInt64 for no bound.
 	From, To int64
 	// Namespace, Type and ID select the target address: all three (the
-	// index by address), Namespace and Type (the index by type), ID (the
-	// index by id) or Namespace (the index by namespace).
+	// index by address), Namespace and Type (the index by type), ID, with
+	// or without Namespace (the index by address, once per function type),
+	// or Namespace (the index by type, once per type of the namespace).
 	Namespace, Type, ID string
 	// State selects the state name, among the records another field
 	// selects.
@@ -650,74 +651,6 @@ func (f *AuditFilter) match(r *protocol.AuditRecord) bool {
 		}
 	}
 	return r.GetAt() >= f.From && r.GetAt() < f.To
-}
-
-// ScanAuditFiltered calls fn with the audit records that pass f, oldest
-// first (newest first with f.Newest), until fn returns false — what
-// ScanAudit and a filter would give, reading only the records an index
-// selects: by mutation, by whole address, by principal, by function type,
-// by id or by namespace, in that order of preference, or, with no field
-// beyond the time window, the window itself. A filter no index serves is refused with an
-// error wrapping ErrAuditFilterUnindexed (AuditFilter.Check).
-func (db *DB) ScanAuditFiltered(f AuditFilter, fn func(r *protocol.AuditRecord) bool) error {
-	_, err := db.scanAuditFiltered(f, fn)
-	return err
-}
-
-// scanAuditFiltered is ScanAuditFiltered, returning how many records it
-// read (its tests check that an index was used).
-func (db *DB) scanAuditFiltered(f AuditFilter, fn func(r *protocol.AuditRecord) bool) (read int, err error) {
-	if err := f.Check(); err != nil {
-		return 0, err
-	}
-	var prefix []byte
-	switch {
-	case f.Mutation != "":
-		prefix = auditMutationPrefix(nil, f.Mutation)
-	case f.Namespace != "" && f.Type != "" && f.ID != "":
-		prefix = auditAddrPrefix(nil, address.Address{Type: address.TypeName{Namespace: f.Namespace, Name: f.Type}, ID: f.ID})
-	case f.Principal != "":
-		prefix = auditWhoPrefix(nil, f.Principal)
-	case f.Namespace != "" && f.Type != "":
-		prefix = auditTypePrefix(nil, address.TypeName{Namespace: f.Namespace, Name: f.Type})
-	case f.ID != "":
-		prefix = auditIDPrefix(nil, f.ID)
-	case f.Namespace != "":
-		prefix = auditNamespacePrefix(nil, f.Namespace)
-	default:
-		err := db.scanAudit(f.From, f.To, f.Newest, func(r *protocol.AuditRecord) bool {
-			read++
-			return !f.match(r) || fn(r)
-		})
-		return read, err
-	}
-	lower := binary.BigEndian.AppendUint64(bytes.Clone(prefix), flipSign(f.From))
-	upper := binary.BigEndian.AppendUint64(bytes.Clone(prefix), flipSign(f.To))
-	it, err := db.newIter(lower, upper)
-	if err != nil {
-		return 0, err
-	}
-	key := []byte{spaceAudit}
-	first, next := iterOrder(it, f.Newest)
-	for valid := first(); valid; valid = next() {
-		key = append(key[:1], it.Key()[len(prefix):]...)
-		val, ok, err := db.get(key)
-		if err != nil {
-			return read, finish(it, err)
-		}
-		if !ok {
-			continue // removed by retention since the iterator opened
-		}
-		read++
-		r := new(protocol.AuditRecord)
-		if err := unmarshalValue(key, val, r); err != nil {
-			return read, finish(it, err)
-		}
-		if f.match(r) && !fn(r) {
-			break
-		}
-	}
-	return read, closeIter(it)
 }
 
 // StateStats are the figures of one function type's durable state that

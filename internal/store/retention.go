@@ -559,6 +559,29 @@ func (db *DB) indexAudit() error {
 	return nil
 }
 
+// retireAuditSpaces empties the spaces of the retired audit indexes (by id
+// and by namespace, 0x1C and 0x1D) in a store an older build wrote, with
+// the entries of the changelog key index (cluster mode) that name keys in
+// them, then marks the store. A store created by this build is marked at
+// once.
+func (db *DB) retireAuditSpaces() error {
+	if _, ok, err := db.metaU32(metaAuditRetired); err != nil || ok {
+		return err
+	}
+	b := db.pdb.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange([]byte{spaceRetiredAuditID}, []byte{spaceRetiredAuditNamespace + 1}, nil)
+	for p := range db.partitions {
+		idx := changelogKeysPrefix(nil, p)
+		_ = b.DeleteRange(append(bytes.Clone(idx), spaceRetiredAuditID), append(idx, spaceRetiredAuditNamespace+1), nil)
+	}
+	_ = b.Set(metaKey(nil, metaAuditRetired), appendU32(nil, 1), nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("store: remove the retired audit indexes: %w", err)
+	}
+	return nil
+}
+
 // indexTokens builds the index by cancellation token (0x04) of a store
 // written before it existed, in batches, then marks the store indexed. A
 // store created by this build is marked at once.

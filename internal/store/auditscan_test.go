@@ -59,7 +59,7 @@ func TestScanAuditFilteredAcrossTypes(t *testing.T) {
 		if len(want) == 0 && f.ID != "nobody" && f.Namespace != "nobody" && f.Namespace != "n" {
 			t.Fatalf("%+v selects nothing: the log does not exercise it", f)
 		}
-		var got, newest []string
+		var got []string
 		read, err := db.scanAuditFiltered(f, func(r *protocol.AuditRecord) bool {
 			got = append(got, r.GetMutation()+"/"+r.GetState())
 			return true
@@ -73,17 +73,7 @@ func TestScanAuditFilteredAcrossTypes(t *testing.T) {
 		if read != len(want) {
 			t.Errorf("%+v: read %d records to find %d", f, read, len(want))
 		}
-		f.Newest = true
-		if err := db.ScanAuditFiltered(f, func(r *protocol.AuditRecord) bool {
-			newest = append(newest, r.GetMutation()+"/"+r.GetState())
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
-		slices.Reverse(newest)
-		if !slices.Equal(newest, want) {
-			t.Errorf("%+v newest first, reversed:\n got %v\nwant %v", f, newest, want)
-		}
+		checkNewestFirst(t, db, f, want)
 	}
 	n := 0
 	_ = db.ScanAuditFiltered(AuditFilter{From: min, To: max, Namespace: "ns"}, func(*protocol.AuditRecord) bool { n++; return n < 3 })
@@ -189,6 +179,24 @@ func TestApplyChangelogSkipsRetiredSpaces(t *testing.T) {
 	_ = db.ScanAuditFiltered(AuditFilter{From: math.MinInt64, To: math.MaxInt64, ID: "a"}, func(*protocol.AuditRecord) bool { n++; return true })
 	if n != 1 {
 		t.Errorf("the applied record is found %d times by id, want 1", n)
+	}
+}
+
+// checkNewestFirst checks that f, newest first, gives the records want
+// (oldest first) the other way round.
+func checkNewestFirst(t *testing.T, db *DB, f AuditFilter, want []string) {
+	t.Helper()
+	f.Newest = true
+	var newest []string
+	if err := db.ScanAuditFiltered(f, func(r *protocol.AuditRecord) bool {
+		newest = append(newest, r.GetMutation()+"/"+r.GetState())
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(newest)
+	if !slices.Equal(newest, want) {
+		t.Errorf("%+v newest first, reversed:\n got %v\nwant %v", f, newest, want)
 	}
 }
 

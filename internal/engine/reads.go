@@ -48,9 +48,8 @@ func (r Reads) AuditOf(id string, at int64) ([]*protocol.AuditRecord, error) {
 	return r.e.db.AuditOf(id, at)
 }
 
-// ScanAuditFiltered calls fn with the audit records that pass f, through
-// the store's indexes when f names an address or a principal
-// (store.DB.ScanAuditFiltered).
+// ScanAuditFiltered calls fn with the audit records that pass f, reading
+// only what the store's indexes select (store.DB.ScanAuditFiltered).
 func (r Reads) ScanAuditFiltered(f store.AuditFilter, fn func(*protocol.AuditRecord) bool) error {
 	return r.e.db.ScanAuditFiltered(f, fn)
 }

@@ -30,18 +30,6 @@ func TestScanAuditFilteredAcrossTypes(t *testing.T) {
 			b.PutAudit(r)
 		}
 	})
-	truth := func(f AuditFilter) []string {
-		var out []string
-		if err := db.ScanAudit(f.From, f.To, func(r *protocol.AuditRecord) bool {
-			if f.match(r) {
-				out = append(out, r.GetMutation()+"/"+r.GetState())
-			}
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	min, max := int64(math.MinInt64), int64(math.MaxInt64)
 	mid, late := t0.Add(20*time.Second).UnixMilli(), t0.Add(60*time.Second).UnixMilli()
 	for _, f := range []AuditFilter{
@@ -55,18 +43,11 @@ func TestScanAuditFilteredAcrossTypes(t *testing.T) {
 		{From: min, To: max, Namespace: "n"},
 		{From: min, To: max, Namespace: "nobody"},
 	} {
-		want := truth(f)
+		want := auditByScan(t, db, f)
 		if len(want) == 0 && f.ID != "nobody" && f.Namespace != "nobody" && f.Namespace != "n" {
 			t.Fatalf("%+v selects nothing: the log does not exercise it", f)
 		}
-		var got []string
-		read, err := db.scanAuditFiltered(f, func(r *protocol.AuditRecord) bool {
-			got = append(got, r.GetMutation()+"/"+r.GetState())
-			return true
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, read := auditFiltered(t, db, f)
 		if !slices.Equal(got, want) {
 			t.Errorf("%+v:\n got %v\nwant %v", f, got, want)
 		}
@@ -182,18 +163,42 @@ func TestApplyChangelogSkipsRetiredSpaces(t *testing.T) {
 	}
 }
 
+// auditByScan returns the records (mutation/state) of f as a full scan of
+// the log and a check of each record give them.
+func auditByScan(t *testing.T, db *DB, f AuditFilter) []string {
+	t.Helper()
+	var out []string
+	if err := db.ScanAudit(f.From, f.To, func(r *protocol.AuditRecord) bool {
+		if f.match(r) {
+			out = append(out, r.GetMutation()+"/"+r.GetState())
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// auditFiltered returns the records (mutation/state) ScanAuditFiltered
+// gives for f, and how many records it read.
+func auditFiltered(t *testing.T, db *DB, f AuditFilter) (got []string, read int) {
+	t.Helper()
+	read, err := db.scanAuditFiltered(f, func(r *protocol.AuditRecord) bool {
+		got = append(got, r.GetMutation()+"/"+r.GetState())
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, read
+}
+
 // checkNewestFirst checks that f, newest first, gives the records want
 // (oldest first) the other way round.
 func checkNewestFirst(t *testing.T, db *DB, f AuditFilter, want []string) {
 	t.Helper()
 	f.Newest = true
-	var newest []string
-	if err := db.ScanAuditFiltered(f, func(r *protocol.AuditRecord) bool {
-		newest = append(newest, r.GetMutation()+"/"+r.GetState())
-		return true
-	}); err != nil {
-		t.Fatal(err)
-	}
+	newest, _ := auditFiltered(t, db, f)
 	slices.Reverse(newest)
 	if !slices.Equal(newest, want) {
 		t.Errorf("%+v newest first, reversed:\n got %v\nwant %v", f, newest, want)

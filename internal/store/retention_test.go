@@ -256,19 +256,6 @@ func TestScanAuditFilteredMatchesScan(t *testing.T) {
 			b.PutAudit(auditRec(t0.Add(time.Duration(n)*time.Second), n, fmt.Sprint("id", n%5), fmt.Sprint("who", n%4), fmt.Sprint("s", n%2)))
 		}
 	})
-	all := func(f AuditFilter) []string {
-		var out []string
-		err := db.ScanAudit(f.From, f.To, func(r *protocol.AuditRecord) bool {
-			if f.match(r) {
-				out = append(out, r.GetMutation()+"/"+r.GetState())
-			}
-			return true
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
 	min, max := int64(math.MinInt64), int64(math.MaxInt64)
 	mid := t0.Add(100 * time.Second).UnixMilli()
 	for _, f := range []AuditFilter{
@@ -288,24 +275,14 @@ func TestScanAuditFilteredMatchesScan(t *testing.T) {
 		{From: mid, To: max, Namespace: "ns"},
 		{From: min, To: max, Namespace: "other"},
 	} {
-		var got []string
-		if err := db.ScanAuditFiltered(f, func(r *protocol.AuditRecord) bool {
-			got = append(got, r.GetMutation()+"/"+r.GetState())
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
-		want := all(f)
+		got, read := auditFiltered(t, db, f)
+		want := auditByScan(t, db, f)
 		if !slices.Equal(got, want) {
 			t.Errorf("%+v:\n got %v\nwant %v", f, got, want)
 		}
 		// Through an index, the records read are the ones the index
 		// selects, not the log: at most the matches and those the extra
 		// fields (state, id) leave out.
-		read, err := db.scanAuditFiltered(f, func(*protocol.AuditRecord) bool { return true })
-		if err != nil {
-			t.Fatal(err)
-		}
 		if bound := indexedBound(f, len(want)); read > bound {
 			t.Errorf("%+v: read %d records to find %d; want at most %d", f, read, len(want), bound)
 		}

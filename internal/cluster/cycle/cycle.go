@@ -51,6 +51,10 @@ const (
 	// Unconfirmed: ending failed with its outcome unknown; the shell
 	// aborted what may still be open.
 	Unconfirmed Reason = "unconfirmed"
+	// Unsettled: the Kafka client had not yet taken in the partitions of
+	// a topic the transaction produced to when it was to end, so a
+	// commit could not be trusted to include their records.
+	Unsettled Reason = "unsettled"
 )
 
 // Explain says what an abort for r means, for the errors of the requests
@@ -73,6 +77,8 @@ func (r Reason) Explain() string {
 		return "a rebalance revoked partitions, or Kafka refused its offset commit or EndTxn"
 	case Unconfirmed:
 		return "ending it failed with its outcome unknown"
+	case Unsettled:
+		return "the Kafka client had not settled the partitions it produced to"
 	}
 	return string(r)
 }

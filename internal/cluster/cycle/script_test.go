@@ -136,6 +136,9 @@ func (s *script) run(t *testing.T, d *datadriven.TestData) string {
 	case "refused":
 		txn().Refused(int32(intArg(t, d, "from")))
 		return "ok" + s.aborting()
+	case "unsettled":
+		txn().Unsettled()
+		return "ok" + s.aborting()
 	case "moves-heard":
 		txn().MovesHeard()
 		return "ok"

@@ -19,7 +19,7 @@ import (
 //	      → PollFor (while polling: how much longer), Committing
 //	      → Began (the Kafka transaction began)
 //	      → Take (each request: encode it or fail it as moved)
-//	      → RouteFailed, EncodeFailed, LogFailed, Refused, Produced
+//	      → RouteFailed, EncodeFailed, LogFailed, Refused, Produced, Unsettled
 //	      → MustCheckMember → MemberChecked
 //	      → HowToEnd → (the shell ends the Kafka transaction) → Finish
 type Txn struct {
@@ -122,6 +122,11 @@ func (t *Txn) EncodeFailed(p int32) {
 // LogFailed records that partition p's overlay could not become changelog
 // records.
 func (t *Txn) LogFailed(p int32) { t.abortFor(EncodeFailed) }
+
+// Unsettled records that the Kafka client had not settled the partitions
+// of a topic the transaction produced to once its records were flushed:
+// the transaction aborts rather than risk a commit that leaves them out.
+func (t *Txn) Unsettled() { t.abortFor(Unsettled) }
 
 // Produced counts records produced in the transaction.
 func (t *Txn) Produced(n int) { t.records += n }

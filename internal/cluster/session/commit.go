@@ -14,6 +14,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/changelog"
 	"github.com/statefun-go/statefun/internal/cluster/cycle"
 	"github.com/statefun-go/statefun/internal/engine/committer"
+	"github.com/statefun-go/statefun/internal/kafkatxn"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -240,6 +241,18 @@ func (s *Session) commit(ctx, rctx context.Context, t *cycle.Txn, reqs []Request
 		}
 		s.refusedRecords(refused)
 	}
+	if t.MayEncode() {
+		// A commit ended before the client settled its partitions could
+		// be ended as an abort and reported committed (package kafkatxn).
+		cl := s.gts.Client()
+		err := kafkatxn.Await(ctx, pr.topics.List(), settleWait, func(topic string) bool { return s.topicSettled(cl, topic) })
+		if err != nil {
+			t.Unsettled()
+			if ctx.Err() == nil {
+				s.log.Warn("cluster: aborting a transaction rather than trusting its commit", "err", err)
+			}
+		}
+	}
 	if s.movesPending() {
 		t.MovesHeard()
 	}
@@ -347,6 +360,21 @@ func (s *Session) commit(ctx, rctx context.Context, t *cycle.Txn, reqs []Request
 		}
 	}
 	return nil
+}
+
+// settleWait bounds how long a commit waits for the Kafka client to settle
+// the partitions of the topics the transaction produced to
+// (kafkatxn.Await). The wait it covers is a few instructions on the
+// client's metadata goroutine; a second passes only when that goroutine
+// is starved.
+const settleWait = 2 * time.Second
+
+// topicSettled is kafkatxn.Settled, or the test's stand-in for it.
+func (s *Session) topicSettled(cl *kgo.Client, topic string) bool {
+	if s.testHookSettled != nil {
+		return s.testHookSettled(cl, topic)
+	}
+	return kafkatxn.Settled(cl, topic)
 }
 
 // endWithoutOffsets commits a transaction that commits no offsets (it

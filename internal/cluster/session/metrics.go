@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "statefun_cluster_txn_commits_total", Help: "Kafka transactions committed.",
 		}),
 		aborts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "statefun_cluster_txn_aborts_total", Help: "Kafka transactions aborted, by reason (group: a rebalance, a fence or a failed offset commit; produce: a record was refused; encode: a request failed to encode; fence: this node is no longer the group member it was; unowned: records of a partition not serving; ingress: an ingress record could not be routed; engine: the engine refused polled records; unconfirmed: ending the transaction failed with its outcome unknown, the brokers unreachable).",
+			Name: "statefun_cluster_txn_aborts_total", Help: "Kafka transactions aborted, by reason (group: a rebalance, a fence or a failed offset commit; produce: a record was refused; encode: a request failed to encode; fence: this node is no longer the group member it was; unowned: records of a partition not serving; ingress: an ingress record could not be routed; engine: the engine refused polled records; unconfirmed: ending the transaction failed with its outcome unknown, the brokers unreachable; unsettled: the Kafka client had not settled the partitions of a topic it produced to).",
 		}, []string{"reason"}),
 		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "statefun_cluster_rebalances_total", Help: "Consumer group rebalances that changed this node's partitions, by kind (assigned, revoked, lost).",

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/statefun-go/statefun/internal/cluster/refusals"
+	"github.com/statefun-go/statefun/internal/kafkatxn"
 )
 
 // producing is what the session produces in the open transaction while a
@@ -20,7 +21,8 @@ type producing struct {
 	// from is the partition whose request (or changelog) is producing
 	// now, -1 for none (ingress routing): a refused record is that
 	// partition's.
-	from int32
+	from   int32
+	topics kafkatxn.Topics // the topics produced to
 
 	mu      sync.Mutex
 	err     error     // the first produce that failed
@@ -111,6 +113,7 @@ func (s *Session) Egress(r *kgo.Record) error {
 func (s *Session) produce(t *producing, r *kgo.Record) {
 	t.records++
 	t.bytes += len(r.Key) + len(r.Value)
+	t.topics.Add(r.Topic)
 	from := t.from
 	s.gts.Produce(t.ctx, r, func(r *kgo.Record, err error) { t.promise(r, from, err) })
 }

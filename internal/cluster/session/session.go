@@ -248,6 +248,9 @@ type Session struct {
 	// its requests and before it begins the transaction, with the
 	// requests (tests stall a node there).
 	testHookCommit func([]Request)
+	// testHookSettled, if set, replaces the client's answer to whether a
+	// topic's partitions are settled (topicSettled).
+	testHookSettled func(cl *kgo.Client, topic string) bool
 }
 
 // part is what the session holds for a partition the group assigned to

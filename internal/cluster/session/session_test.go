@@ -618,3 +618,94 @@ func TestRefusesRebalanceLongerThanItsTransactions(t *testing.T) {
 		}
 	}
 }
+
+// A commit waits until the Kafka client has settled the partitions of the
+// topics it produced to: until then, the client's EndTransaction can take
+// the transaction for empty and end it as an abort while reporting
+// success. Here the client reports the changelog unsettled for a while
+// after every flush; each commit without offsets (a tick, as a state API
+// write) waits it out and commits.
+func TestCommitWaitsUntilTheClientSettlesItsPartitions(t *testing.T) {
+	kafkaTest(t, func(t *testing.T, h *harness) {
+		var asked, lagging atomic.Int64
+		a := h.startWith("a", t.TempDir(), nil, func(s *Session) {
+			s.testHookSettled = func(cl *kgo.Client, topic string) bool {
+				asked.Add(1)
+				if topic == testApp+"-changelog" && lagging.Load() > 0 {
+					lagging.Add(-1)
+					return false
+				}
+				leader, _, err := cl.PartitionLeader(topic, 0)
+				return leader >= 0 || err != nil
+			}
+		})
+		h.eventually("node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+		const ticks = 4
+		for i := range ticks {
+			lagging.Store(3)
+			before := asked.Load()
+			a.e.tick(i % testP)
+			h.eventually(fmt.Sprintf("tick %d committed", i+1), 20*time.Second, func() bool { return totalTicks(a) == int64(i+1) })
+			if n := asked.Load() - before; n < 4 {
+				t.Fatalf("tick %d: the commit asked %d times whether the client settled its partitions; want it to ask until they were (4 times or more)", i+1, n)
+			}
+		}
+		if n := a.metric(t, "statefun_cluster_txn_aborts_total"); n != 0 {
+			t.Errorf("%v transactions aborted; want the commits to wait, not abort", n)
+		}
+		a.stop(t)
+		h.checkExactlyOnce(ticks)
+	})
+}
+
+// A transaction whose produced partitions the client does not settle
+// within settleWait aborts (its commit could not be trusted to hold its
+// records): the request fails with ErrAborted, the store and the
+// read_committed changelog lack its write, the partition is rebuilt and
+// serves the next write.
+func TestUnsettledPartitionsAbortTheTransaction(t *testing.T) {
+	kafkaTest(t, func(t *testing.T, h *harness) {
+		var stuck atomic.Bool
+		a := h.startWith("a", t.TempDir(), nil, func(s *Session) {
+			s.testHookSettled = func(cl *kgo.Client, topic string) bool {
+				if topic == testApp+"-changelog" && stuck.Load() {
+					return false
+				}
+				leader, _, err := cl.PartitionLeader(topic, 0)
+				return leader >= 0 || err != nil
+			}
+		})
+		h.eventually("node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
+		assigns := a.e.assigns.Load()
+		stuck.Store(true)
+		done := make(chan error, 1)
+		if !a.e.probe(1, "unsettled", done) {
+			t.Fatal("partition 1 not served")
+		}
+		if err := <-done; !errors.Is(err, ErrAborted) {
+			t.Fatalf("the probe's request failed with %v, want ErrAborted", err)
+		}
+		stuck.Store(false)
+		if _, ok, err := a.db.GetState(counterAddr(1), "probe/unsettled"); err != nil || ok {
+			t.Fatalf("the store holds the aborted write (found %v, err %v)", ok, err)
+		}
+		for _, r := range h.readTopic(testApp+"-changelog", true) {
+			if bytes.Contains(r.Key, []byte("probe/unsettled")) {
+				t.Fatal("the read_committed changelog holds the aborted write")
+			}
+		}
+		if n := a.metricWith(t, "statefun_cluster_txn_aborts_total", "reason", "unsettled"); n != 1 {
+			t.Errorf("aborts for reason unsettled: %v, want 1", n)
+		}
+		h.eventually("partition 1 rebuilt after the abort", 20*time.Second, func() bool { return a.e.assigns.Load() > assigns && a.s.Ready() })
+		if !a.e.probe(1, "settled", done) {
+			t.Fatal("partition 1 not served after its rebuild")
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("the next write: %v", err)
+		}
+		if _, ok, err := a.db.GetState(counterAddr(1), "probe/settled"); err != nil || !ok {
+			t.Fatalf("the store lacks the committed write (found %v, err %v)", ok, err)
+		}
+	})
+}

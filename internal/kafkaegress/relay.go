@@ -35,6 +35,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/statefun-go/statefun/internal/engine"
+	"github.com/statefun-go/statefun/internal/kafkatxn"
 	"github.com/statefun-go/statefun/internal/protocol"
 )
 
@@ -576,16 +577,25 @@ func (r *Relay) deliverTxn(ctx context.Context, cl *kgo.Client, recs []*kgo.Reco
 		return stage("produce", err)
 	}
 	var fe firstErr
+	var topics kafkatxn.Topics
 	for _, kr := range recs {
+		topics.Add(kr.Topic)
 		cl.Produce(ctx, kr, fe.promise)
 	}
-	cl.Produce(ctx, r.markerRecord(m), fe.promise)
+	mr := r.markerRecord(m)
+	topics.Add(mr.Topic)
+	cl.Produce(ctx, mr, fe.promise)
 	fctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	err := cl.Flush(fctx)
-	cancel()
 	if err == nil {
 		err = fe.get()
 	}
+	if err == nil {
+		// Ended before the client settled its partitions, the commit
+		// could be ended as an abort and reported done (package kafkatxn).
+		err = kafkatxn.Await(fctx, topics.List(), r.cfg.Timeout, func(t string) bool { return kafkatxn.Settled(cl, t) })
+	}
+	cancel()
 	if err != nil {
 		r.abort(ctx, cl)
 		return stage("produce", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/statefun-go/statefun/internal/cluster/changelog"
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
 	"github.com/statefun-go/statefun/internal/cluster/topics"
+	"github.com/statefun-go/statefun/internal/kafkatxn"
 	"github.com/statefun-go/statefun/internal/store"
 )
 
@@ -141,6 +142,14 @@ func Seed(ctx context.Context, cfg *clusterconfig.Config, dir string, logger peb
 	if err := cl.Flush(ctx); err != nil || produceErr != nil {
 		_ = cl.EndTransaction(ctx, kgo.TryAbort)
 		return nil, fmt.Errorf("seed: producing the changelog: %w", errors.Join(err, produceErr))
+	}
+	var produced []string
+	if slices.ContainsFunc(res.Records, func(n int64) bool { return n > 0 }) {
+		produced = []string{c.ChangelogTopic()}
+	}
+	if err := kafkatxn.Await(ctx, produced, 10*time.Second, func(t string) bool { return kafkatxn.Settled(cl, t) }); err != nil {
+		_ = cl.EndTransaction(ctx, kgo.TryAbort)
+		return nil, fmt.Errorf("seed: the changelog's transaction is aborted, nothing was written: %w", err)
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return nil, fmt.Errorf("seed: committing the changelog's transaction: %w", err)

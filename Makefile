@@ -127,4 +127,8 @@ soak:
 	done
 	STATEFUN_KAFKA_SOAK=1 go test -race ./e2e -run 'TestKafkaCrashExactlyOnce$$' -timeout 30m
 	STATEFUN_CLUSTER_SOAK=1 go test -race ./e2e -run 'TestClusterFailover$$|TestClusterBrokerRestart$$' -timeout 30m
+	@# A write answered committed as a restarted node's first transaction,
+	@# then a kill: rare interleavings inside the Kafka client show up only
+	@# over many restarts.
+	go test ./e2e -run 'TestStateAPICommittedSurvivesKill$$/engine=cluster' -count=300 -timeout 60m
 	go test -race ./e2e -run 'TestJobMigrationKilledUnderLoad$$' -jobs.addresses=10000 -timeout 60m

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/statefun-go/statefun/internal/cluster/clusterconfig"
+	"github.com/statefun-go/statefun/internal/kafkatxn"
 	"github.com/statefun-go/statefun/internal/module"
 	"github.com/statefun-go/statefun/internal/store"
 )
@@ -635,8 +636,7 @@ func TestCommitWaitsUntilTheClientSettlesItsPartitions(t *testing.T) {
 					lagging.Add(-1)
 					return false
 				}
-				leader, _, err := cl.PartitionLeader(topic, 0)
-				return leader >= 0 || err != nil
+				return kafkatxn.Settled(cl, topic)
 			}
 		})
 		h.eventually("node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
@@ -671,8 +671,7 @@ func TestUnsettledPartitionsAbortTheTransaction(t *testing.T) {
 				if topic == testApp+"-changelog" && stuck.Load() {
 					return false
 				}
-				leader, _, err := cl.PartitionLeader(topic, 0)
-				return leader >= 0 || err != nil
+				return kafkatxn.Settled(cl, topic)
 			}
 		})
 		h.eventually("node a ready with every partition", 20*time.Second, func() bool { return a.s.Ready() && len(a.e.owned()) == testP })
